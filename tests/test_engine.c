@@ -480,6 +480,84 @@ START_TEST(priority_orders_ready_ops)
 }
 END_TEST
 
+/* ------------------------------------------------------------ idle waits */
+
+static void gate_wait_entered(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->entered) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+typedef struct opener {
+    gate *g;
+    atomic_int *opened;
+} opener;
+
+static void *open_later(void *arg)
+{
+    opener *o = arg;
+    usleep(30000);
+    atomic_store(o->opened, 1);
+    gate_open(o->g);
+    return NULL;
+}
+
+/* Waits on a variable with nothing pending or running return at once,
+ * without a worker (the only one is blocked here), still reporting and
+ * clearing a recorded error; a running read does not hold up wait_var but
+ * does hold up wait_var_write. */
+START_TEST(wait_on_idle_var_needs_no_worker)
+{
+    mx_engine *e = make_engine(false, 1);
+    mx_engine_var *blocker = mx_engine_new_var(e), *idle = mx_engine_new_var(e), *bad = mx_engine_new_var(e),
+                  *read = mx_engine_new_var(e);
+    flag_op fail = {.fail = true, .value = 9};
+    push_flag(e, &fail, NULL, bad, "failing op");
+    ck_assert_int_eq(mx_engine_wait_all(e), MX_ERR_RUNTIME);
+
+    gate g = {.open = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    mx_engine_var *gate_vars[2] = {blocker, read};
+    mx_engine_op op = {.fn = gate_fn, .payload = &g, .reads = &gate_vars[1], .n_reads = 1, .writes = &gate_vars[0],
+                       .n_writes = 1, .ctx = mx_cpu(), .name = "gate"};
+    ck_assert_int_eq(mx_engine_push(e, &op), MX_OK);
+    gate_wait_entered(&g); /* the one CPU worker is now busy */
+
+    ck_assert_int_eq(mx_engine_wait_var(e, idle), MX_OK);
+    ck_assert_int_eq(mx_engine_wait_var_write(e, idle), MX_OK);
+    mx_error_clear();
+    ck_assert_int_eq(mx_engine_wait_var_write(e, bad), MX_ERR_RUNTIME);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "boom 9"));
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "failing op"));
+    ck_assert_int_eq(mx_engine_wait_var(e, bad), MX_OK); /* reported once */
+    ck_assert_int_eq(mx_engine_wait_var(e, read), MX_OK); /* only read by the running op */
+
+    /* a write-wait on `read` must wait for the gate op */
+    atomic_int opened = 0;
+    opener o = {&g, &opened};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, open_later, &o), 0);
+    ck_assert_int_eq(mx_engine_wait_var_write(e, read), MX_OK);
+    ck_assert_int_eq(atomic_load(&opened), 1);
+    ck_assert_int_eq(mx_engine_wait_var(e, blocker), MX_OK);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(mx_engine_wait_all(e), MX_OK);
+    mx_engine_free(e);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
+END_TEST
+
 START_TEST(config_reads_environment)
 {
     setenv("MXNET_ENGINE_TYPE", "NaiveEngine", 1);
@@ -512,6 +590,7 @@ int main(void)
     tcase_add_test(tc, malformed_push_is_rejected);
     tcase_add_test(tc, wait_var_waits_for_writes);
     tcase_add_test(tc, wait_var_write_waits_for_reads);
+    tcase_add_test(tc, wait_on_idle_var_needs_no_worker);
     tcase_add_test(tc, delete_var_after_pending_ops);
     tcase_add_test(tc, priority_orders_ready_ops);
     tcase_add_test(tc, config_reads_environment);

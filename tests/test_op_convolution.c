@@ -64,6 +64,7 @@ typedef struct conv_case {
     mx_shape data;
     const char *kernel, *stride, *dilate, *pad, *num_filter, *num_group, *no_bias, *workspace;
     int max_points; /* finite-difference points per input; 0: the harness default */
+    double atol;    /* forward and gradient absolute tolerance; 0: the harness default */
 } conv_case;
 
 static void run(conv_case cc)
@@ -79,7 +80,7 @@ static void run(conv_case cc)
                             cc.workspace ? cc.workspace : "1024"};
     opcheck_case c = {.op = "Convolution", .keys = keys, .values = values, .n_params = 8, .ref = conv_ref,
                       .seed = (uint64_t)mx_shape_size(&cc.data) * 131 + (uint64_t)atoi(cc.num_filter),
-                      .max_points = cc.max_points};
+                      .max_points = cc.max_points, .fwd_atol = cc.atol, .grad_atol = cc.atol};
     c.in_shapes[0] = cc.data;
     opcheck_run(&c);
 }
@@ -134,16 +135,47 @@ START_TEST(pointwise_and_lowering_paths)
 END_TEST
 
 /* Layers big enough that lowering, staging and col2im are split across
- * threads (when OpenBLAS runs more than one). Forward is checked in full,
- * gradients at fewer points to keep the float64 reference affordable. */
+ * the pool's threads (opcheck runs every case serially and on a 3-thread
+ * pool). Forward is checked in full, gradients at fewer points to keep the
+ * float64 reference affordable. */
 START_TEST(threaded_lowering)
 {
+    /* batches split across 3 threads: 13 images as pieces of 5, 5, 3;
+     * 25 as two pieces per thread (5 images each, the last 0); weight
+     * gradients summed over pieces; grouped, strided and pointwise too */
+    run((conv_case){.data = MX_SHAPE(13, 3, 6, 5), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "4",
+                    .max_points = 48});
+    run((conv_case){.data = MX_SHAPE(25, 4, 5, 6), .kernel = "(3,2)", .stride = "(2,1)", .num_filter = "6",
+                    .num_group = "2", .max_points = 48});
+    run((conv_case){.data = MX_SHAPE(13, 5, 4, 4), .kernel = "(1,1)", .num_filter = "3", .max_points = 48});
     /* one image per product, 16 channels x 9 rows x 7744 columns lowered in parallel */
     run((conv_case){.data = MX_SHAPE(2, 16, 88, 88), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "2",
                     .max_points = 24});
     /* two images per product and 512 filters: staging split too; grouped */
     run((conv_case){.data = MX_SHAPE(3, 2, 32, 32), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "512",
                     .num_group = "2", .max_points = 12});
+}
+END_TEST
+
+/* 3x3 stride-1 layers with channels enough take Winograd F(4x4, 3x3)
+ * (lib/ops/winograd.c) for the forward, the data gradient (as the
+ * convolution of dy with the flipped filters) and the weight gradient.
+ * Its rounding error scales with the sum of |terms| of an output, not with
+ * the output: about 3.5e-6 of that sum (tests/test_winograd.c), so the
+ * absolute bound here is 2e-4 for sums of up to ~90 terms of |x*w| <= 1. */
+START_TEST(winograd_path)
+{
+    /* batch of 5: on 3 threads one piece (run by the caller) */
+    run((conv_case){.data = MX_SHAPE(5, 8, 9, 11), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "8",
+                    .max_points = 48, .atol = 2e-4});
+    /* 12 images: pieces of 4 on 3 threads; no padding; no bias */
+    run((conv_case){.data = MX_SHAPE(12, 6, 7, 6), .kernel = "(3,3)", .num_filter = "10", .no_bias = "True",
+                    .max_points = 48, .atol = 2e-4});
+    /* pad 2 (backward-data then has pad 0) and pad (0, 2) */
+    run((conv_case){.data = MX_SHAPE(3, 5, 6, 8), .kernel = "(3,3)", .pad = "(2,2)", .num_filter = "7",
+                    .max_points = 48, .atol = 2e-4});
+    run((conv_case){.data = MX_SHAPE(4, 9, 5, 13), .kernel = "(3,3)", .pad = "(0,2)", .num_filter = "4",
+                    .max_points = 48, .atol = 2e-4});
 }
 END_TEST
 
@@ -355,6 +387,7 @@ int main(void)
     tcase_add_test(tc, grouped_and_depthwise);
     tcase_add_test(tc, pointwise_and_lowering_paths);
     tcase_add_test(tc, threaded_lowering);
+    tcase_add_test(tc, winograd_path);
     tcase_add_test(tc, conv1d_against_reference);
     tcase_add_test(tc, forward_requests);
     tcase_add_test(tc, alias_and_shapes);

@@ -18,7 +18,9 @@
  * JSON lines for another framework to time the same shapes; --index
  * times only the layer with that index, --only those whose "net layer"
  * contains SUBSTRING.
- * Thread count: OpenBLAS's own (OPENBLAS_NUM_THREADS).
+ * Threads: the kernels split their work on a pool of OMP_NUM_THREADS
+ * (default: the cores) with OpenBLAS single-threaded inside, as in the
+ * engine; the raw SGEMM figures run on OpenBLAS's own threads (as many).
  * Exit status: 0 on success, 1 on an operator error, 2 on bad usage.
  */
 #include "base/base.h"
@@ -116,7 +118,7 @@ static float *random_floats(int64_t n, uint64_t *state)
 }
 
 /* Times one layer; prints its JSON line. */
-static mx_status bench_layer(int index, const layer *l, int runs, int warmup)
+static mx_status bench_layer(int index, const layer *l, int runs, int warmup, mx_threadpool *pool)
 {
     const mx_op_def *op;
     MX_TRY(mx_op_lookup(l->op, &op));
@@ -155,7 +157,7 @@ static mx_status bench_layer(int index, const layer *l, int runs, int warmup)
     }
     void *ws = ws_bytes ? mx_malloc(ws_bytes) : NULL;
     if (ws) memset(ws, 0, ws_bytes);
-    mx_exec_ctx exec = {.ctx = mx_cpu()};
+    mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pool};
     mx_op_ctx ctx = {.exec = &exec, .is_train = true, .workspace = ws, .workspace_bytes = ws_bytes};
     mx_req req[MX_OP_MAX_IO];
     for (int i = 0; i < MX_OP_MAX_IO; i++) req[i] = MX_REQ_WRITE;
@@ -202,9 +204,11 @@ static mx_status bench_layer(int index, const layer *l, int runs, int warmup)
     return st;
 }
 
-/* Raw SGEMM C (m, n) = A (m, k) * B (k, n), row-major, median of runs. */
-static mx_status bench_sgemm(int m, int n, int k, int runs, int warmup)
+/* Raw SGEMM C (m, n) = A (m, k) * B (k, n), row-major, median of runs,
+ * on OpenBLAS's own `threads` threads (what OpenBLAS itself reaches). */
+static mx_status bench_sgemm(int m, int n, int k, int runs, int warmup, int threads)
 {
+    openblas_set_num_threads(threads);
     uint64_t rng = 7;
     float *a = random_floats((int64_t)m * k, &rng), *b = random_floats((int64_t)k * n, &rng);
     float *c = random_floats((int64_t)m * n, &rng);
@@ -223,6 +227,7 @@ static mx_status bench_sgemm(int m, int n, int k, int runs, int warmup)
     printf("{\"sgemm\":\"%dx%dx%d\",\"ms\":%.4f,\"gflops\":%.2f}\n", m, n, k, mt * 1e3, 2.0 * m * n * k * 1e-9 / mt);
     fflush(stdout);
     free(a), free(b), free(c), free(t);
+    openblas_set_num_threads(1); /* back under the kernel pool */
     return MX_OK;
 }
 
@@ -257,6 +262,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* Kernels split their work on a pool of OMP_NUM_THREADS (default: the
+     * cores), as inside mxtrain's engine. */
+    int threads = mx_threadpool_default_size();
+    mx_threadpool *pool = NULL;
     for (int i = 0; i < N_LAYERS && !sgemm_only; i++) {
         const layer *l = &layers[i];
         char full[128];
@@ -268,17 +277,25 @@ int main(int argc, char **argv)
             printf("}\n");
             continue;
         }
-        if (bench_layer(i, l, runs, warmup) != MX_OK) {
+        if (!pool && mx_threadpool_create(threads, &pool) != MX_OK) {
+            fprintf(stderr, "mxbench: %s\n", mx_last_error());
+            return 1;
+        }
+        if (bench_layer(i, l, runs, warmup, pool) != MX_OK) {
             fprintf(stderr, "mxbench: %s: %s\n", full, mx_last_error());
+            mx_threadpool_free(pool);
             return 1;
         }
     }
     if (!list && sgemm && index < 0) {
         /* square, and ResNet-18 layer2's forward product for a batch of 8 */
-        if (bench_sgemm(1024, 1024, 1024, runs, warmup) != MX_OK || bench_sgemm(128, 6272, 1152, runs, warmup) != MX_OK) {
+        if (bench_sgemm(1024, 1024, 1024, runs, warmup, threads) != MX_OK ||
+            bench_sgemm(128, 6272, 1152, runs, warmup, threads) != MX_OK) {
             fprintf(stderr, "mxbench: sgemm: %s\n", mx_last_error());
+            mx_threadpool_free(pool);
             return 1;
         }
     }
+    mx_threadpool_free(pool);
     return 0;
 }

@@ -91,6 +91,7 @@ struct mx_engine {
     char *first_error_message;
     worker_pool *pools;
     mx_engine_var *vars;        /* live vars, freed at engine free */
+    mx_threadpool *kernel_pool; /* handed to every op through mx_exec_ctx */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -125,6 +126,12 @@ mx_status mx_engine_create(const mx_engine_config *config, mx_engine **out)
     mx_engine *e = mx_calloc(1, sizeof(*e));
     if (!e) return MX_ERR_NOMEM;
     e->config = c;
+    mx_status ps = mx_threadpool_create(c.kernel_threads > 0 ? c.kernel_threads : mx_threadpool_default_size(),
+                                        &e->kernel_pool);
+    if (ps != MX_OK) {
+        free(e);
+        return ps;
+    }
     pthread_mutex_init(&e->push_mu, NULL);
     pthread_mutex_init(&e->state_mu, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
@@ -233,7 +240,8 @@ static void *worker_main(void *arg_)
     worker_arg *arg = arg_;
     worker_pool *p = arg->pool;
     mx_engine *e = arg->engine;
-    mx_exec_ctx exec = {.ctx = p->ctx, .lane = p->lane, .worker = arg->index, .stream = NULL};
+    mx_exec_ctx exec = {.ctx = p->ctx, .lane = p->lane, .worker = arg->index, .stream = NULL,
+                        .pool = e->kernel_pool};
     mx_status init_status = MX_OK;
     char init_message[512] = "";
     if (e->config.worker_init) {
@@ -346,7 +354,8 @@ static void dispatch(mx_engine *e, op_block *op)
     if (s != MX_OK) {
         /* Out of memory growing the ready heap: run it here rather than
          * lose it; dependencies are already satisfied. */
-        mx_exec_ctx exec = {.ctx = op->desc.ctx, .lane = lane, .worker = -1, .stream = NULL};
+        mx_exec_ctx exec = {.ctx = op->desc.ctx, .lane = lane, .worker = -1, .stream = NULL,
+                            .pool = e->kernel_pool};
         run_op(e, op, &exec, MX_OK, NULL);
     }
 }
@@ -534,7 +543,8 @@ mx_status mx_engine_push(mx_engine *e, const mx_engine_op *desc)
             else op->vars[i]->running_write = true;
             pthread_mutex_unlock(&op->vars[i]->mu);
         }
-        mx_exec_ctx exec = {.ctx = desc->ctx, .lane = desc->lane, .worker = 0, .stream = NULL};
+        mx_exec_ctx exec = {.ctx = desc->ctx, .lane = desc->lane, .worker = 0, .stream = NULL,
+                            .pool = e->kernel_pool};
         /* The op runs on the caller's thread: keep the caller's error. */
         mx_error_state saved;
         mx_error_save(&saved);
@@ -639,6 +649,23 @@ static mx_status wait_fn(void *payload, const mx_exec_ctx *exec)
 static mx_status wait_var(mx_engine *e, mx_engine_var *var, bool for_write)
 {
     if (!var) return MX_ERROR(MX_ERR_INVALID, "engine: wait on a NULL variable");
+    /* Fast path: nothing queued and no conflicting op running (no write;
+     * for a write-wait no read either) means every op pushed so far that
+     * matters has finished: report and clear the error as wait_fn would,
+     * without a round trip through a worker. Taking v->mu orders this
+     * thread after the finished ops (finish_op released it). */
+    pthread_mutex_lock(&var->mu);
+    if (!var->head && !var->running_write && (!for_write || var->running_reads == 0)) {
+        mx_status s = var->error;
+        char *message = var->error_message;
+        var->error = MX_OK; /* reported once */
+        var->error_message = NULL;
+        pthread_mutex_unlock(&var->mu);
+        if (s != MX_OK) mx_error_set_message(s, message ? message : "");
+        free(message);
+        return s;
+    }
+    pthread_mutex_unlock(&var->mu);
     wait_signal w = {.var = var, .status = MX_OK};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
@@ -739,5 +766,8 @@ void mx_engine_free(mx_engine *e)
     pthread_mutex_destroy(&e->push_mu);
     pthread_mutex_destroy(&e->state_mu);
     pthread_cond_destroy(&e->idle_cv);
+    mx_threadpool_free(e->kernel_pool);
     free(e);
 }
+
+mx_threadpool *mx_engine_kernel_pool(mx_engine *e) { return e->kernel_pool; }

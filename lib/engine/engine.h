@@ -25,7 +25,12 @@
  * Environment (MXNet's names), read by mx_engine_config_default():
  *   MXNET_ENGINE_TYPE=NaiveEngine   run every operation synchronously inside
  *                                   push, on the pushing thread (debugging)
- *   MXNET_CPU_WORKER_NTHREADS=N     CPU compute workers (default: cores)
+ *   MXNET_CPU_WORKER_NTHREADS=N     CPU compute workers (default: cores;
+ *                                   a worker that finds the kernel pool
+ *                                   busy runs its kernel alone)
+ *   OMP_NUM_THREADS=N               threads of the kernel pool, the
+ *                                   calling worker included (default:
+ *                                   cores; lib/parallel)
  *   MXNET_CPU_IO_NTHREADS=N         CPU I/O + communication workers (1)
  *   MXNET_GPU_WORKER_NTHREADS=N     compute workers per GPU (1)
  *   MXNET_GPU_COPY_NTHREADS=N       copy workers per GPU (1)
@@ -34,6 +39,7 @@
 #define MX_ENGINE_H
 
 #include "base/base.h"
+#include "parallel/parallel.h"
 
 #include <stdbool.h>
 
@@ -55,6 +61,7 @@ typedef struct mx_exec_ctx {
     mx_engine_lane lane;
     int worker;          /* index of the worker thread inside its pool */
     void *stream;        /* device stream of the worker (NULL on CPU) */
+    mx_threadpool *pool; /* the engine's kernel thread pool, for CPU kernels that split work */
 } mx_exec_ctx;
 
 /* An operation body. Returns MX_OK, or a failure status after recording
@@ -92,6 +99,7 @@ typedef struct mx_engine_config {
     bool naive;                 /* synchronous mode */
     int cpu_workers;
     int cpu_io_workers;
+    int kernel_threads;         /* kernel pool size; 0: mx_threadpool_default_size() */
     int gpu_workers;            /* per GPU */
     int gpu_copy_workers;       /* per GPU */
     mx_engine_worker_init worker_init; /* optional */
@@ -111,6 +119,10 @@ mx_status mx_engine_create(const mx_engine_config *config, mx_engine **out);
 void mx_engine_free(mx_engine *engine);
 
 bool mx_engine_is_naive(const mx_engine *engine);
+
+/* The kernel thread pool (also in every op's mx_exec_ctx), for code that
+ * runs kernels outside an op. */
+mx_threadpool *mx_engine_kernel_pool(mx_engine *engine);
 
 /* A new variable, or NULL (MX_ERR_NOMEM recorded). */
 mx_engine_var *mx_engine_new_var(mx_engine *engine);

@@ -6,9 +6,9 @@
  */
 #include "ndarray/ndarray_internal.h"
 
+#include "blas/blas.h"
 #include "device/device.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,21 +157,19 @@ static mx_status run_binary_scalar(nd_op *op)
     return MX_OK;
 }
 
-static mx_status run_dot(nd_op *op)
+static mx_status run_dot(nd_op *op, const mx_exec_ctx *exec)
 {
     const mx_shape *sa = mx_ndarray_shape(op->a), *sb = mx_ndarray_shape(op->b);
-    int m = (int)(op->transpose_a ? sa->dims[1] : sa->dims[0]);
-    int k = (int)(op->transpose_a ? sa->dims[0] : sa->dims[1]);
-    int n = (int)(op->transpose_b ? sb->dims[0] : sb->dims[1]);
-    int lda = (int)sa->dims[1], ldb = (int)sb->dims[1];
-    CBLAS_TRANSPOSE ta = op->transpose_a ? CblasTrans : CblasNoTrans;
-    CBLAS_TRANSPOSE tb = op->transpose_b ? CblasTrans : CblasNoTrans;
+    int64_t m = op->transpose_a ? sa->dims[1] : sa->dims[0];
+    int64_t k = op->transpose_a ? sa->dims[0] : sa->dims[1];
+    int64_t n = op->transpose_b ? sb->dims[0] : sb->dims[1];
+    int64_t lda = sa->dims[1], ldb = sb->dims[1];
     if (op->out->dtype == MX_FLOAT32)
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, mx_ndarray_data(op->a), lda, mx_ndarray_data(op->b),
-                    ldb, 0.0f, mx_ndarray_data(op->out), n);
+        mx_sgemm(exec->pool, op->transpose_a, op->transpose_b, m, n, k, 1.0f, mx_ndarray_data(op->a), lda,
+                 mx_ndarray_data(op->b), ldb, 0.0f, mx_ndarray_data(op->out), n);
     else
-        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, mx_ndarray_data(op->a), lda, mx_ndarray_data(op->b),
-                    ldb, 0.0, mx_ndarray_data(op->out), n);
+        mx_dgemm(exec->pool, op->transpose_a, op->transpose_b, m, n, k, 1.0, mx_ndarray_data(op->a), lda,
+                 mx_ndarray_data(op->b), ldb, 0.0, mx_ndarray_data(op->out), n);
     return MX_OK;
 }
 
@@ -183,7 +181,7 @@ static mx_status nd_op_run(void *payload, const mx_exec_ctx *exec)
     case ND_FILL: return run_fill(op, exec);
     case ND_BINARY: return run_binary(op);
     case ND_BINARY_SCALAR: return run_binary_scalar(op);
-    case ND_DOT: return run_dot(op);
+    case ND_DOT: return run_dot(op, exec);
     }
     return MX_ERROR(MX_ERR_INVALID, "unknown ndarray op %d", (int)op->kind);
 }

@@ -211,7 +211,7 @@ static mx_status conv_forward(const mx_op_ctx *ctx, const void *vp, const mx_ten
     (void)aux;
     const conv_params *p = vp;
     mx_conv_geom g = conv_geom(p, &in[0].shape);
-    return mx_conv_forward(&g, in[0].data, in[1].data, p->no_bias ? NULL : in[2].data, out[0].data, req[0],
+    return mx_conv_forward(mx_op_pool(ctx), &g, in[0].data, in[1].data, p->no_bias ? NULL : in[2].data, out[0].data, req[0],
                            ctx->workspace, usable_ws(ctx, p, &g));
 }
 
@@ -222,7 +222,7 @@ static mx_status conv_backward(const mx_op_ctx *ctx, const void *vp, const mx_te
     (void)aux;
     const conv_params *p = vp;
     mx_conv_geom g = conv_geom(p, &in[0].shape);
-    MX_TRY(mx_conv_backward(&g, in[0].data, in[1].data, out_grad[0].data, in_grad[0].data, req[0], in_grad[1].data,
+    MX_TRY(mx_conv_backward(mx_op_pool(ctx), &g, in[0].data, in[1].data, out_grad[0].data, in_grad[0].data, req[0], in_grad[1].data,
                             req[1], ctx->workspace, usable_ws(ctx, p, &g)));
     if (!p->no_bias)
         mx_conv_bias_grad(out_grad[0].data, g.batch, g.out_c, g.out_h * g.out_w, in_grad[2].data, req[2]);

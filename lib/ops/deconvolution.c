@@ -268,7 +268,7 @@ static mx_status deconv_forward(const mx_op_ctx *ctx, const void *vp, const mx_t
     if (req[0] == MX_REQ_NULL) return MX_OK;
     mx_conv_geom g = deconv_geom(p, &in[0].shape);
     /* y = the convolution's data gradient for "output gradient" x. */
-    MX_TRY(mx_conv_backward(&g, NULL, in[1].data, in[0].data, out[0].data, req[0], NULL, MX_REQ_NULL,
+    MX_TRY(mx_conv_backward(mx_op_pool(ctx), &g, NULL, in[1].data, in[0].data, out[0].data, req[0], NULL, MX_REQ_NULL,
                             ctx->workspace, usable_ws(ctx, p, &g)));
     if (!p->no_bias) mx_conv_add_bias(out[0].data, in[2].data, g.batch, g.in_c, g.in_h * g.in_w);
     return MX_OK;
@@ -285,9 +285,9 @@ static mx_status deconv_backward(const mx_op_ctx *ctx, const void *vp, const mx_
     /* dx = conv(dy, w); dw = the convolution's weight gradient with dy as
      * its data and x as its output gradient. */
     size_t ws_bytes = usable_ws(ctx, p, &g);
-    MX_TRY(mx_conv_forward(&g, out_grad[0].data, in[1].data, NULL, in_grad[0].data, req[0], ctx->workspace,
+    MX_TRY(mx_conv_forward(mx_op_pool(ctx), &g, out_grad[0].data, in[1].data, NULL, in_grad[0].data, req[0], ctx->workspace,
                            ws_bytes));
-    MX_TRY(mx_conv_backward(&g, out_grad[0].data, NULL, in[0].data, NULL, MX_REQ_NULL, in_grad[1].data, req[1],
+    MX_TRY(mx_conv_backward(mx_op_pool(ctx), &g, out_grad[0].data, NULL, in[0].data, NULL, MX_REQ_NULL, in_grad[1].data, req[1],
                             ctx->workspace, ws_bytes));
     if (!p->no_bias)
         mx_conv_bias_grad(out_grad[0].data, g.batch, g.in_c, g.in_h * g.in_w, in_grad[2].data, req[2]);

@@ -6,7 +6,8 @@
  */
 #include "ops/op.h"
 
-#include <cblas.h>
+#include "blas/blas.h"
+
 #include <stddef.h>
 #include <string.h>
 
@@ -91,7 +92,6 @@ static mx_status fc_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape 
 static mx_status fc_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                             mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx;
     (void)aux;
     const fc_params *fc = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
@@ -110,15 +110,13 @@ static mx_status fc_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
         }
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)h, (int)k, 1.0f, in[0].data, (int)k,
-                in[1].data, (int)k, beta, y, (int)h);
+    mx_sgemm(mx_op_pool(ctx), false, true, rows, h, k, 1.0f, in[0].data, k, in[1].data, k, beta, y, h);
     return MX_OK;
 }
 
 static mx_status fc_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)ctx;
     (void)out;
     (void)aux;
     const fc_params *fc = p;
@@ -127,11 +125,11 @@ static mx_status fc_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     int64_t h = fc->num_hidden;
     const float *dy = out_grad[0].data;
     if (req[0] != MX_REQ_NULL) /* dX (rows, k) = dY (rows, h) * W (h, k) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)k, (int)h, 1.0f, dy, (int)h,
-                    in[1].data, (int)k, req[0] == MX_REQ_ADD ? 1.0f : 0.0f, in_grad[0].data, (int)k);
+        mx_sgemm(mx_op_pool(ctx), false, false, rows, k, h, 1.0f, dy, h, in[1].data, k,
+                 req[0] == MX_REQ_ADD ? 1.0f : 0.0f, in_grad[0].data, k);
     if (req[1] != MX_REQ_NULL) /* dW (h, k) = dY^T (h, rows) * X (rows, k) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)h, (int)k, (int)rows, 1.0f, dy, (int)h,
-                    in[0].data, (int)k, req[1] == MX_REQ_ADD ? 1.0f : 0.0f, in_grad[1].data, (int)k);
+        mx_sgemm(mx_op_pool(ctx), true, false, h, k, rows, 1.0f, dy, h, in[0].data, k,
+                 req[1] == MX_REQ_ADD ? 1.0f : 0.0f, in_grad[1].data, k);
     if (!fc->no_bias && req[2] != MX_REQ_NULL) { /* db = column sums of dY */
         float *db = in_grad[2].data;
         if (req[2] != MX_REQ_ADD) memset(db, 0, (size_t)h * sizeof(float));

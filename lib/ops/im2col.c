@@ -11,8 +11,11 @@
  */
 #include "ops/im2col.h"
 
-#include <cblas.h>
-#include <pthread.h>
+#include "blas/blas.h"
+#include "ops/winograd.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,9 +27,9 @@
 #define CONV_MAX_COLS 2048
 #define CONV_COL_BUFFER_BYTES (3 << 19)
 
-/* Lowering work (floats moved) below which one thread does it alone: a
- * thread start and join (tens of microseconds, more on a busy machine)
- * must stay small next to the work shared. */
+/* Lowering work (floats moved) below which one thread does it alone: the
+ * hand-over to the pool (microseconds) must stay small next to the work
+ * shared. */
 #define CONV_PARALLEL_MIN_WORK (1 << 18)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -108,50 +111,6 @@ static double vec_sum(const float *s, int64_t n)
     return total;
 }
 
-/* ------------------------------------------------------------- threads */
-
-/* Runs fn(arg, lo, hi) over [0, n) split across as many threads as
- * OpenBLAS uses (the cores the products run on), the caller taking the
- * first part; alone when `work` is small or a thread cannot start. */
-typedef void (*range_fn)(void *arg, int64_t lo, int64_t hi);
-
-typedef struct range_job {
-    range_fn fn;
-    void *arg;
-    int64_t lo, hi;
-} range_job;
-
-static void *range_main(void *p)
-{
-    range_job *j = p;
-    j->fn(j->arg, j->lo, j->hi);
-    return NULL;
-}
-
-#define MAX_LOWER_THREADS 16
-
-static void parallel_ranges(int64_t n, int64_t work, range_fn fn, void *arg)
-{
-    int t = openblas_get_num_threads();
-    if (t > MAX_LOWER_THREADS) t = MAX_LOWER_THREADS;
-    if (t > n) t = (int)n;
-    if (t <= 1 || work < CONV_PARALLEL_MIN_WORK) {
-        if (n > 0) fn(arg, 0, n);
-        return;
-    }
-    pthread_t tid[MAX_LOWER_THREADS];
-    range_job jobs[MAX_LOWER_THREADS];
-    bool started[MAX_LOWER_THREADS] = {false};
-    for (int k = 0; k < t; k++)
-        jobs[k] = (range_job){fn, arg, n * k / t, n * (k + 1) / t};
-    for (int k = 1; k < t; k++) started[k] = pthread_create(&tid[k], NULL, range_main, &jobs[k]) == 0;
-    fn(arg, jobs[0].lo, jobs[0].hi);
-    for (int k = 1; k < t; k++) {
-        if (started[k]) pthread_join(tid[k], NULL);
-        else fn(arg, jobs[k].lo, jobs[k].hi);
-    }
-}
-
 static int64_t kernel_rows(const mx_conv_geom *g) { return g->in_c * g->k_h * g->k_w; }
 
 static bool is_pointwise(const mx_conv_geom *g)
@@ -203,24 +162,33 @@ static void valid_range(int64_t off, int64_t stride, int64_t w, int64_t ow, int6
  * of col for (c, ki, 0..KW-1). */
 static void im2col_rows(const mx_conv_geom *g, const float *x, int64_t c, int64_t ki, float *col, int64_t ldcol)
 {
-    const int64_t h = g->in_h, w = g->in_w, oh = g->out_h, ow = g->out_w, sw = g->stride_w;
+    const int64_t h = g->in_h, w = g->in_w, oh = g->out_h, ow = g->out_w, sw = g->stride_w, sh = g->stride_h;
     const float *xc = x + c * h * w;
+    /* Output rows [r_lo, r_hi) read input rows inside the image; the rest
+     * read padding. */
+    int64_t r_lo, r_hi;
+    valid_range(ki * g->dil_h - g->pad_h, sh, h, oh, &r_lo, &r_hi);
+    const int64_t ih0 = r_lo * sh - g->pad_h + ki * g->dil_h;
     for (int64_t kj = 0; kj < g->k_w; kj++) {
         float *dst = col + ((c * g->k_h + ki) * g->k_w + kj) * ldcol;
         int64_t off = kj * g->dil_w - g->pad_w, lo, hi;
         valid_range(off, sw, w, ow, &lo, &hi);
-        for (int64_t r = 0; r < oh; r++) {
-            float *d = dst + r * ow;
-            int64_t ih = r * g->stride_h - g->pad_h + ki * g->dil_h;
-            if (ih < 0 || ih >= h) {
-                memset(d, 0, (size_t)ow * sizeof(float));
-                continue;
-            }
-            const float *row = xc + ih * w; /* output column q reads row[q*sw + off] */
+        if (r_lo > 0) memset(dst, 0, (size_t)(r_lo * ow) * sizeof(float));
+        if (r_hi < oh) memset(dst + r_hi * ow, 0, (size_t)((oh - r_hi) * ow) * sizeof(float));
+        const float *row = xc + ih0 * w + off; /* output (r, q) reads row[(r - r_lo)*sh*w + q*sw] */
+        float *d = dst + r_lo * ow;
+        if (sw == 1 && lo == 0 && hi == ow && (ow & 3) == 0) {
+            /* The common case (stride 1, the row inside the image): whole
+             * vectors, no edge handling. */
+            for (int64_t r = r_lo; r < r_hi; r++, d += ow, row += sh * w)
+                for (int64_t q = 0; q < ow; q += 4) store4(d + q, load4(row + q));
+            continue;
+        }
+        for (int64_t r = r_lo; r < r_hi; r++, d += ow, row += sh * w) {
             for (int64_t q = 0; q < lo; q++) d[q] = 0.0f;
-            if (sw == 1) vec_copy(d + lo, row + off + lo, hi - lo);
+            if (sw == 1) vec_copy(d + lo, row + lo, hi - lo);
             else
-                for (int64_t q = lo; q < hi; q++) d[q] = row[q * sw + off];
+                for (int64_t q = lo; q < hi; q++) d[q] = row[q * sw];
             for (int64_t q = hi; q < ow; q++) d[q] = 0.0f;
         }
     }
@@ -230,24 +198,27 @@ static void im2col_rows(const mx_conv_geom *g, const float *x, int64_t c, int64_
 static void col2im_channels(const mx_conv_geom *g, const float *col, int64_t ldcol, int64_t c0, int64_t c1,
                             float *dx)
 {
-    const int64_t h = g->in_h, w = g->in_w, oh = g->out_h, ow = g->out_w, sw = g->stride_w;
+    const int64_t h = g->in_h, w = g->in_w, oh = g->out_h, ow = g->out_w, sw = g->stride_w, sh = g->stride_h;
     for (int64_t c = c0; c < c1; c++) {
         float *xc = dx + c * h * w;
         for (int64_t ki = 0; ki < g->k_h; ki++) {
+            int64_t r_lo, r_hi; /* output rows that touch input rows (see im2col_rows) */
+            valid_range(ki * g->dil_h - g->pad_h, sh, h, oh, &r_lo, &r_hi);
+            const int64_t ih0 = r_lo * sh - g->pad_h + ki * g->dil_h;
             for (int64_t kj = 0; kj < g->k_w; kj++) {
-                const float *s = col + ((c * g->k_h + ki) * g->k_w + kj) * ldcol;
+                const float *src = col + ((c * g->k_h + ki) * g->k_w + kj) * ldcol + r_lo * ow;
                 int64_t off = kj * g->dil_w - g->pad_w, lo, hi;
                 valid_range(off, sw, w, ow, &lo, &hi);
-                for (int64_t r = 0; r < oh; r++) {
-                    int64_t ih = r * g->stride_h - g->pad_h + ki * g->dil_h;
-                    if (ih < 0 || ih >= h) continue;
-                    const float *src = s + r * ow;
-                    float *row = xc + ih * w; /* output column q adds onto row[q*sw + off] */
-                    if (sw == 1) {
-                        vec_add(row + off + lo, src + lo, hi - lo);
-                    } else {
-                        for (int64_t q = lo; q < hi; q++) row[q * sw + off] += src[q];
-                    }
+                float *row = xc + ih0 * w + off; /* output (r, q) adds onto row[(r - r_lo)*sh*w + q*sw] */
+                if (sw == 1 && lo == 0 && hi == ow && (ow & 3) == 0) {
+                    for (int64_t r = r_lo; r < r_hi; r++, src += ow, row += sh * w)
+                        for (int64_t q = 0; q < ow; q += 4) store4(row + q, load4(row + q) + load4(src + q));
+                    continue;
+                }
+                for (int64_t r = r_lo; r < r_hi; r++, src += ow, row += sh * w) {
+                    if (sw == 1) vec_add(row + lo, src + lo, hi - lo);
+                    else
+                        for (int64_t q = lo; q < hi; q++) row[q * sw] += src[q];
                 }
             }
         }
@@ -282,11 +253,11 @@ void mx_conv_bias_grad(const float *dy, int64_t n, int64_t f, int64_t s, float *
     }
 }
 
-/* ------------------------------------------------- lowering in parallel */
+/* ------------------------------------------------------------ lowering */
 
 /* One chunk of b images side by side: image i's columns start at i*P of
- * rows of length ldcol = b*P. Work units are (image, channel) pairs, which
- * touch disjoint rows of col and disjoint planes of x. */
+ * rows of length ldcol = b*P. Work units touch disjoint rows of col and
+ * disjoint planes of x, so any split gives the same bytes. */
 typedef struct chunk_job {
     const mx_conv_geom *g;
     const float *x;  /* im2col: the chunk's first image */
@@ -298,8 +269,9 @@ typedef struct chunk_job {
 
 /* im2col units are (image, channel, kernel row): finer than col2im's, so
  * that a 3-channel input still splits evenly. */
-static void im2col_units(void *p, int64_t lo, int64_t hi)
+static void im2col_units(void *p, int64_t lo, int64_t hi, int worker)
 {
+    (void)worker;
     const chunk_job *j = p;
     const mx_conv_geom *g = j->g;
     const int64_t rows = g->in_c * g->k_h, img = g->in_c * g->in_h * g->in_w, ps = g->out_h * g->out_w;
@@ -309,8 +281,9 @@ static void im2col_units(void *p, int64_t lo, int64_t hi)
     }
 }
 
-static void col2im_units(void *p, int64_t lo, int64_t hi)
+static void col2im_units(void *p, int64_t lo, int64_t hi, int worker)
 {
+    (void)worker;
     const chunk_job *j = p;
     const mx_conv_geom *g = j->g;
     const int64_t c = g->in_c, plane = g->in_h * g->in_w, img = c * plane, ps = g->out_h * g->out_w;
@@ -323,16 +296,25 @@ static void col2im_units(void *p, int64_t lo, int64_t hi)
     }
 }
 
-static void lower_chunk(const mx_conv_geom *g, const float *x, int64_t b, float *col)
+/* fn over n units on the pool when the work (floats moved) is worth a
+ * hand-over, else on the caller; pool NULL inside a piece. */
+static void run_units(mx_threadpool *pool, int64_t n, int64_t work, mx_range_fn fn, void *arg)
 {
-    chunk_job j = {.g = g, .x = x, .col = col, .ldcol = b * g->out_h * g->out_w};
-    parallel_ranges(b * g->in_c * g->k_h, kernel_rows(g) * j.ldcol, im2col_units, &j);
+    if (!pool || work < CONV_PARALLEL_MIN_WORK) fn(arg, 0, n, 0);
+    else mx_parallel_for(pool, n, mx_parallel_grain(pool, n, 4, 1), fn, arg);
 }
 
-static void unlower_chunk(const mx_conv_geom *g, const float *col, int64_t b, float *dx, bool zero)
+static void lower_chunk(mx_threadpool *pool, const mx_conv_geom *g, const float *x, int64_t b, float *col)
+{
+    chunk_job j = {.g = g, .x = x, .col = col, .ldcol = b * g->out_h * g->out_w};
+    run_units(pool, b * g->in_c * g->k_h, kernel_rows(g) * j.ldcol, im2col_units, &j);
+}
+
+static void unlower_chunk(mx_threadpool *pool, const mx_conv_geom *g, const float *col, int64_t b, float *dx,
+                          bool zero)
 {
     chunk_job j = {.g = g, .dx = dx, .ccol = col, .ldcol = b * g->out_h * g->out_w, .zero = zero};
-    parallel_ranges(b * g->in_c, kernel_rows(g) * j.ldcol, col2im_units, &j);
+    run_units(pool, b * g->in_c, kernel_rows(g) * j.ldcol, col2im_units, &j);
 }
 
 /* Staging (F, b*P) <-> images (b, F, P), by (image, channel) rows. */
@@ -345,8 +327,9 @@ typedef struct stage_job {
     bool accumulate, gather;
 } stage_job;
 
-static void stage_units(void *p, int64_t lo, int64_t hi)
+static void stage_units(void *p, int64_t lo, int64_t hi, int worker)
 {
+    (void)worker;
     const stage_job *j = p;
     const int64_t f = j->g->out_c, ps = j->g->out_h * j->g->out_w, cols = j->b * ps;
     for (int64_t u = lo; u < hi; u++) {
@@ -357,21 +340,235 @@ static void stage_units(void *p, int64_t lo, int64_t hi)
 }
 
 /* y images (b, F, P) (written, or accumulated) = stage (F, b*P) + bias */
-static void scatter_chunk(const mx_conv_geom *g, const float *stage, int64_t b, const float *bias, bool accumulate,
-                          float *y)
+static void scatter_chunk(mx_threadpool *pool, const mx_conv_geom *g, const float *stage, int64_t b,
+                          const float *bias, bool accumulate, float *y)
 {
     stage_job j = {.g = g, .from = stage, .to = y, .bias = bias, .b = b, .accumulate = accumulate};
-    parallel_ranges(b * g->out_c, b * g->out_c * g->out_h * g->out_w, stage_units, &j);
+    run_units(pool, b * g->out_c, b * g->out_c * g->out_h * g->out_w, stage_units, &j);
 }
 
 /* stage (F, b*P) = dy images (b, F, P) */
-static void gather_chunk(const mx_conv_geom *g, const float *dy, int64_t b, float *stage)
+static void gather_chunk(mx_threadpool *pool, const mx_conv_geom *g, const float *dy, int64_t b, float *stage)
 {
     stage_job j = {.g = g, .from = dy, .to = stage, .b = b, .gather = true};
-    parallel_ranges(b * g->out_c, b * g->out_c * g->out_h * g->out_w, stage_units, &j);
+    run_units(pool, b * g->out_c, b * g->out_c * g->out_h * g->out_w, stage_units, &j);
+}
+
+/* ---------------------------------------------------------- one chunk */
+
+/* A convolution call: what every chunk of it needs. */
+typedef struct conv_call {
+    const mx_conv_geom *g;
+    const float *x, *w, *bias, *dy;
+    float *y, *dx;
+    mx_req req;          /* forward: y's; backward: dx's */
+    bool need_dx, need_dw;
+    bool lower_dx, lower_dw; /* backward: what im2col + SGEMM computes (the rest: Winograd) */
+    const float *u;      /* Winograd: transformed filters (forward), or of gb (backward-data); NULL: none */
+    mx_conv_geom gb;     /* Winograd backward-data: the convolution of dy that gives dx */
+    bool wino_dw;        /* Winograd weight gradient */
+    int64_t chunk;       /* images lowered side by side */
+    int64_t piece;       /* images per piece when the batch is split */
+    float *dw_parts;     /* backward, split batch: one weight gradient per piece */
+    atomic_int failed;   /* a piece could not get scratch memory */
+} conv_call;
+
+static int64_t out_image(const mx_conv_geom *g) { return g->out_c * g->out_h * g->out_w; }
+static int64_t in_image(const mx_conv_geom *g) { return g->in_c * g->in_h * g->in_w; }
+
+/* Forward of images [n0, n0 + b) through col (and its staging area);
+ * pool splits the chunk's own work, NULL when the chunk is one piece. */
+static void forward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col)
+{
+    const mx_conv_geom *g = c->g;
+    const int64_t p = g->out_h * g->out_w, grp = g->groups, fg = g->out_c / grp, cg = g->in_c / grp;
+    const int64_t kg = cg * g->k_h * g->k_w, cols = b * p;
+    const float beta = c->req == MX_REQ_ADD ? 1.0f : 0.0f;
+    const float *xn = c->x + n0 * in_image(g);
+    float *yn = c->y + n0 * out_image(g);
+    if (b == 1 && is_pointwise(g)) { /* x_n is already the column matrix */
+        for (int64_t k = 0; k < grp; k++)
+            mx_sgemm(pool, false, false, fg, p, cg, 1.0f, c->w + k * fg * cg, cg, xn + k * cg * p, p, beta,
+                     yn + k * fg * p, p);
+        if (c->bias) mx_conv_add_bias(yn, c->bias, 1, g->out_c, p);
+        return;
+    }
+    lower_chunk(pool, g, xn, b, col);
+    if (b == 1) { /* straight into y */
+        for (int64_t k = 0; k < grp; k++)
+            mx_sgemm(pool, false, false, fg, p, kg, 1.0f, c->w + k * fg * kg, kg, col + k * kg * cols, cols, beta,
+                     yn + k * fg * p, p);
+        if (c->bias) mx_conv_add_bias(yn, c->bias, 1, g->out_c, p);
+        return;
+    }
+    float *stage = col + kernel_rows(g) * cols;
+    for (int64_t k = 0; k < grp; k++)
+        mx_sgemm(pool, false, false, fg, cols, kg, 1.0f, c->w + k * fg * kg, kg, col + k * kg * cols, cols, 0.0f,
+                 stage + k * fg * cols, cols);
+    /* (F, B*P) -> (B, F, P), with the bias on the way. */
+    scatter_chunk(pool, g, stage, b, c->bias, c->req == MX_REQ_ADD, yn);
+}
+
+/* Backward of images [n0, n0 + b): dw (F, C/G*KH*KW) = beta_dw * dw + this
+ * chunk's part, and dx of these images per c->req. */
+static void backward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col, float *dw,
+                           float beta_dw)
+{
+    const mx_conv_geom *g = c->g;
+    const int64_t p = g->out_h * g->out_w, grp = g->groups, fg = g->out_c / grp, cg = g->in_c / grp;
+    const int64_t kg = cg * g->k_h * g->k_w, cols = b * p;
+    const float *xn = c->x ? c->x + n0 * in_image(g) : NULL, *dyn = c->dy + n0 * out_image(g);
+    float *dxn = c->dx ? c->dx + n0 * in_image(g) : NULL;
+    if (b == 1 && is_pointwise(g)) {
+        const float beta_dx = c->req == MX_REQ_ADD ? 1.0f : 0.0f;
+        for (int64_t k = 0; k < grp; k++) {
+            const float *dyk = dyn + k * fg * p;
+            if (c->lower_dw)
+                mx_sgemm(pool, false, true, fg, cg, p, 1.0f, dyk, p, xn + k * cg * p, p, beta_dw, dw + k * fg * cg,
+                         cg);
+            if (c->lower_dx)
+                mx_sgemm(pool, true, false, cg, p, fg, 1.0f, c->w + k * fg * cg, cg, dyk, p, beta_dx,
+                         dxn + k * cg * p, p);
+        }
+        return;
+    }
+    const float *dyc = dyn; /* (F, cols): one image needs no regrouping */
+    if (b > 1) {
+        float *stage = col + kernel_rows(g) * cols;
+        gather_chunk(pool, g, dyn, b, stage);
+        dyc = stage;
+    }
+    if (c->lower_dw) {
+        lower_chunk(pool, g, xn, b, col);
+        for (int64_t k = 0; k < grp; k++)
+            mx_sgemm(pool, false, true, fg, kg, cols, 1.0f, dyc + k * fg * cols, cols, col + k * kg * cols, cols,
+                     beta_dw, dw + k * fg * kg, kg);
+    }
+    if (c->lower_dx) {
+        for (int64_t k = 0; k < grp; k++)
+            mx_sgemm(pool, true, false, kg, cols, fg, 1.0f, c->w + k * fg * kg, kg, dyc + k * fg * cols, cols, 0.0f,
+                     col + k * kg * cols, cols);
+        unlower_chunk(pool, g, col, b, dxn, c->req != MX_REQ_ADD);
+    }
 }
 
 /* ------------------------------------------------------------- drivers */
+
+/* Per-piece weight gradients larger than this make the batch split cost
+ * more memory traffic than it saves: such layers share each chunk instead. */
+#define MAX_DW_PARTS_BYTES (24u << 20)
+
+/* Images per piece when the batch is split across the pool's threads
+ * (each thread lowering and multiplying its own images, OpenBLAS on one
+ * thread: no hand-overs inside a layer), or 0 to share each chunk across
+ * the threads instead (batches too small to split evenly). */
+static int64_t piece_images(const mx_conv_geom *g, int threads)
+{
+    if (threads <= 1 || g->batch < threads) return 0;
+    if (g->batch % threads != 0 && g->batch < 4 * threads) return 0;
+    /* Two pieces per thread when there are images enough, so a thread that
+     * is held up costs half its share rather than all of it. */
+    int64_t parts = g->batch >= 8 * threads ? 2 * (int64_t)threads : threads;
+    return ceil_div(g->batch, parts);
+}
+
+/* Images per chunk inside a piece of `piece` images, chunks made even. */
+static int64_t piece_chunk(const mx_conv_geom *g, int64_t piece)
+{
+    mx_conv_geom one = *g;
+    one.batch = piece;
+    int64_t want = mx_conv_chunk(&one, SIZE_MAX);
+    return ceil_div(piece, ceil_div(piece, want));
+}
+
+/* Runs pieces [lo, hi) of images piece by piece, in chunks that never
+ * cross a piece's end, so the arithmetic is the same whichever thread runs
+ * a piece and whether the pool split the range or not (a busy pool runs
+ * the whole batch on the caller). */
+static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    conv_call *c = arg;
+    if (c->u) {
+        const mx_conv_geom *g = c->g;
+        void *scratch = mx_thread_scratch(0, mx_winograd_scratch_bytes(g, c->piece));
+        if (!scratch) {
+            atomic_store(&c->failed, 1);
+            return;
+        }
+        for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
+            int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
+            mx_winograd_forward(g, c->u, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
+                                c->y + p0 * out_image(g), scratch);
+        }
+        return;
+    }
+    float *col = mx_thread_scratch(0, mx_conv_workspace_bytes(c->g, c->chunk));
+    if (!col) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
+        int64_t p1 = p0 + c->piece < hi ? p0 + c->piece : hi;
+        for (int64_t n0 = p0; n0 < p1; n0 += c->chunk)
+            forward_chunk(c, NULL, n0, p1 - n0 < c->chunk ? p1 - n0 : c->chunk, col);
+    }
+}
+
+static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    conv_call *c = arg;
+    const mx_conv_geom *g = c->g;
+    bool lowering = c->lower_dx || c->lower_dw;
+    float *col = lowering ? mx_thread_scratch(0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
+    size_t wino_bytes = 0;
+    if (c->u) wino_bytes = mx_winograd_scratch_bytes(&c->gb, c->piece);
+    if (c->wino_dw && mx_winograd_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
+        wino_bytes = mx_winograd_wgrad_scratch_bytes(g, c->piece);
+    void *wino = wino_bytes ? mx_thread_scratch(3, wino_bytes) : NULL;
+    if ((lowering && !col) || (wino_bytes && !wino)) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    int64_t dw_size = g->out_c * (g->in_c / g->groups) * g->k_h * g->k_w;
+    for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
+        int64_t p1 = p0 + c->piece < hi ? p0 + c->piece : hi;
+        /* Pieces start at multiples of c->piece: p0 names its own gradient. */
+        float *dw = c->need_dw ? c->dw_parts + (p0 / c->piece) * dw_size : NULL;
+        if (c->u)
+            mx_winograd_forward(&c->gb, c->u, c->dy + p0 * out_image(g), p1 - p0, NULL, c->req == MX_REQ_ADD,
+                                c->dx + p0 * in_image(g), wino);
+        if (c->wino_dw)
+            mx_winograd_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
+                                        wino);
+        if (!lowering) continue;
+        float beta_dw = 0.0f;
+        for (int64_t n0 = p0; n0 < p1; n0 += c->chunk) {
+            backward_chunk(c, NULL, n0, p1 - n0 < c->chunk ? p1 - n0 : c->chunk, col, dw, beta_dw);
+            beta_dw = 1.0f;
+        }
+    }
+}
+
+/* dw (per req) = sum of the pieces' gradients, in piece order. */
+typedef struct dw_sum_job {
+    const float *parts;
+    int64_t n_parts, size;
+    float *dw;
+    bool accumulate;
+} dw_sum_job;
+
+static void dw_sum_units(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const dw_sum_job *j = arg;
+    for (int64_t i = lo; i < hi; i++) {
+        float s = j->parts[i];
+        for (int64_t q = 1; q < j->n_parts; q++) s += j->parts[q * j->size + i];
+        j->dw[i] = j->accumulate ? j->dw[i] + s : s;
+    }
+}
 
 /* The workspace, or a buffer of `need` bytes allocated for this call
  * (*owned set) when the given one is too small. */
@@ -388,107 +585,130 @@ static mx_status take_workspace(void *ws, size_t ws_bytes, size_t need, float **
     return MX_OK;
 }
 
-static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float *a,
-                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+/* Winograd filter transforms, split by output-channel parts across the
+ * pool (each part writes its own share: the same bytes as one call). */
+typedef struct filter_job {
+    const mx_conv_geom *g;
+    const float *w;
+    float *u;
+    bool backward;
+    int64_t parts;
+} filter_job;
+
+static void filter_units(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    (void)worker;
+    const filter_job *j = arg;
+    for (int64_t part = lo; part < hi; part++) {
+        if (j->backward) mx_winograd_transform_filter_backward_part(j->g, j->w, j->u, part, j->parts);
+        else mx_winograd_transform_filter_part(j->g, j->w, j->u, part, j->parts);
+    }
 }
 
-mx_status mx_conv_forward(const mx_conv_geom *g, const float *x, const float *w, const float *bias, float *y,
-                          mx_req req, void *ws, size_t ws_bytes)
+/* The transformed filters in the caller's scratch slot 2 (64-byte aligned,
+ * which lets big transforms stream), or NULL when out of memory. */
+static float *transform_filters(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward)
+{
+    mx_conv_geom gb;
+    mx_winograd_backward_geom(g, &gb);
+    float *u = mx_thread_scratch(2, mx_winograd_filter_bytes(backward ? &gb : g));
+    if (!u) return NULL;
+    filter_job j = {.g = g, .w = w, .u = u, .backward = backward, .parts = 4 * (int64_t)mx_threadpool_size(pool)};
+    mx_parallel_for(pool, j.parts, 1, filter_units, &j);
+    return u;
+}
+
+static mx_status scratch_failed(void)
+{
+    return MX_ERROR(MX_ERR_NOMEM, "convolution: cannot allocate a thread's column buffer");
+}
+
+mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                          const float *bias, float *y, mx_req req, void *ws, size_t ws_bytes)
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
-    const int64_t p = g->out_h * g->out_w, grp = g->groups, fg = g->out_c / grp, cg = g->in_c / grp;
-    const int64_t kg = cg * g->k_h * g->k_w, in_img = g->in_c * g->in_h * g->in_w, out_img = g->out_c * p;
-    const float beta = req == MX_REQ_ADD ? 1.0f : 0.0f;
-    int64_t chunk = mx_conv_chunk(g, ws_bytes);
-
-    if (chunk == 1 && is_pointwise(g)) { /* x_n is already the column matrix */
-        for (int64_t n = 0; n < g->batch; n++)
-            for (int64_t k = 0; k < grp; k++)
-                sgemm(CblasNoTrans, CblasNoTrans, fg, p, cg, w + k * fg * cg, cg, x + n * in_img + k * cg * p, p,
-                      beta, y + n * out_img + k * fg * p, p);
-        if (bias) mx_conv_add_bias(y, bias, g->batch, g->out_c, p);
-        return MX_OK;
+    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req};
+    atomic_init(&c.failed, 0);
+    c.piece = piece_images(g, mx_threadpool_size(pool));
+    if (mx_winograd_profitable(g)) {
+        /* Fewer multiplications than SGEMM can do: per thread, whole images;
+         * a batch too small to split runs on the caller (still faster than
+         * lowering on every thread). */
+        if (c.piece == 0) c.piece = g->batch;
+        c.u = transform_filters(pool, g, w, false);
+        if (!c.u) return MX_ERR_NOMEM;
+        mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
+        return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
     }
-
+    if (c.piece > 0) {
+        c.chunk = piece_chunk(g, c.piece);
+        mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
+        return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
+    }
+    /* One chunk at a time, each shared across the threads. */
+    c.chunk = mx_conv_chunk(g, ws_bytes);
     float *col;
     void *owned;
-    MX_TRY(take_workspace(ws, ws_bytes, mx_conv_workspace_bytes(g, chunk), &col, &owned));
-    float *stage = col + kernel_rows(g) * chunk * p;
-    for (int64_t n0 = 0; n0 < g->batch; n0 += chunk) {
-        int64_t b = g->batch - n0 < chunk ? g->batch - n0 : chunk, cols = b * p;
-        lower_chunk(g, x + n0 * in_img, b, col);
-        if (b == 1) { /* straight into y */
-            float *yn = y + n0 * out_img;
-            for (int64_t k = 0; k < grp; k++)
-                sgemm(CblasNoTrans, CblasNoTrans, fg, p, kg, w + k * fg * kg, kg, col + k * kg * cols, cols, beta,
-                      yn + k * fg * p, p);
-            if (bias) mx_conv_add_bias(yn, bias, 1, g->out_c, p);
-            continue;
-        }
-        for (int64_t k = 0; k < grp; k++)
-            sgemm(CblasNoTrans, CblasNoTrans, fg, cols, kg, w + k * fg * kg, kg, col + k * kg * cols, cols, 0.0f,
-                  stage + k * fg * cols, cols);
-        /* (F, B*P) -> (B, F, P), with the bias on the way. */
-        scatter_chunk(g, stage, b, bias, req == MX_REQ_ADD, y + n0 * out_img);
-    }
+    MX_TRY(take_workspace(ws, ws_bytes, mx_conv_workspace_bytes(g, c.chunk), &col, &owned));
+    for (int64_t n0 = 0; n0 < g->batch; n0 += c.chunk)
+        forward_chunk(&c, pool, n0, g->batch - n0 < c.chunk ? g->batch - n0 : c.chunk, col);
     free(owned);
     return MX_OK;
 }
 
-mx_status mx_conv_backward(const mx_conv_geom *g, const float *x, const float *w, const float *dy, float *dx,
-                           mx_req req_dx, float *dw, mx_req req_dw, void *ws, size_t ws_bytes)
+mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                           const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw, void *ws,
+                           size_t ws_bytes)
 {
     bool need_dx = dx && req_dx != MX_REQ_NULL, need_dw = dw && req_dw != MX_REQ_NULL;
-    const int64_t p = g->out_h * g->out_w, grp = g->groups, fg = g->out_c / grp, cg = g->in_c / grp;
-    const int64_t kg = cg * g->k_h * g->k_w, in_img = g->in_c * g->in_h * g->in_w, out_img = g->out_c * p;
-    if (need_dw && req_dw != MX_REQ_ADD && g->batch == 0) memset(dw, 0, (size_t)(g->out_c * kg) * sizeof(float));
+    const int64_t dw_size = g->out_c * (g->in_c / g->groups) * g->k_h * g->k_w;
+    if (need_dw && req_dw != MX_REQ_ADD && g->batch == 0) memset(dw, 0, (size_t)dw_size * sizeof(float));
     if ((!need_dx && !need_dw) || g->batch == 0) return MX_OK;
-    const float beta_dx = req_dx == MX_REQ_ADD ? 1.0f : 0.0f;
-    float beta_dw = req_dw == MX_REQ_ADD ? 1.0f : 0.0f; /* 1 after the first product */
-    int64_t chunk = mx_conv_chunk(g, ws_bytes);
-
-    if (chunk == 1 && is_pointwise(g)) {
-        for (int64_t n = 0; n < g->batch; n++) {
-            for (int64_t k = 0; k < grp; k++) {
-                const float *dyk = dy + n * out_img + k * fg * p, *wk = w + k * fg * cg;
-                if (need_dw)
-                    sgemm(CblasNoTrans, CblasTrans, fg, cg, p, dyk, p, x + n * in_img + k * cg * p, p, beta_dw,
-                          dw + k * fg * cg, cg);
-                if (need_dx)
-                    sgemm(CblasTrans, CblasNoTrans, cg, p, fg, wk, cg, dyk, p, beta_dx, dx + n * in_img + k * cg * p,
-                          p);
-            }
-            beta_dw = 1.0f;
+    conv_call c = {.g = g, .x = x, .w = w, .dy = dy, .dx = dx, .req = req_dx, .need_dx = need_dx,
+                   .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw};
+    atomic_init(&c.failed, 0);
+    c.piece = piece_images(g, mx_threadpool_size(pool));
+    bool wino = mx_winograd_profitable(g);
+    if (wino) {
+        c.wino_dw = need_dw;
+        c.lower_dw = c.lower_dx = false;
+        if (c.piece == 0) c.piece = g->batch;
+    }
+    int64_t n_pieces = c.piece > 0 ? ceil_div(g->batch, c.piece) : 0;
+    if (!wino && c.piece > 0 && need_dw && (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
+        c.piece = 0;
+    if (c.piece > 0 && need_dw) {
+        /* The caller's scratch slot 1: pieces (the caller's included) lower into slot 0. */
+        c.dw_parts = mx_thread_scratch(1, (size_t)(n_pieces * dw_size) * sizeof(float));
+        if (!c.dw_parts) {
+            if (wino) return MX_ERR_NOMEM;
+            c.piece = 0;
+        }
+    }
+    if (wino && need_dx) {
+        mx_winograd_backward_geom(g, &c.gb);
+        c.u = transform_filters(pool, g, w, true);
+        if (!c.u) return MX_ERR_NOMEM;
+    }
+    if (c.piece > 0) {
+        c.chunk = piece_chunk(g, c.piece);
+        mx_parallel_for(pool, g->batch, c.piece, backward_piece, &c);
+        if (atomic_load(&c.failed)) return scratch_failed();
+        if (need_dw) {
+            dw_sum_job j = {.parts = c.dw_parts, .n_parts = n_pieces, .size = dw_size, .dw = dw,
+                            .accumulate = req_dw == MX_REQ_ADD};
+            run_units(pool, dw_size, dw_size * n_pieces, dw_sum_units, &j);
         }
         return MX_OK;
     }
-
+    c.chunk = mx_conv_chunk(g, ws_bytes);
     float *col;
     void *owned;
-    MX_TRY(take_workspace(ws, ws_bytes, mx_conv_workspace_bytes(g, chunk), &col, &owned));
-    float *stage = col + kernel_rows(g) * chunk * p;
-    for (int64_t n0 = 0; n0 < g->batch; n0 += chunk) {
-        int64_t b = g->batch - n0 < chunk ? g->batch - n0 : chunk, cols = b * p;
-        const float *dyc = dy + n0 * out_img; /* (F, cols): one image needs no regrouping */
-        if (b > 1) {
-            gather_chunk(g, dy + n0 * out_img, b, stage);
-            dyc = stage;
-        }
-        if (need_dw) {
-            lower_chunk(g, x + n0 * in_img, b, col);
-            for (int64_t k = 0; k < grp; k++)
-                sgemm(CblasNoTrans, CblasTrans, fg, kg, cols, dyc + k * fg * cols, cols, col + k * kg * cols, cols,
-                      beta_dw, dw + k * fg * kg, kg);
-            beta_dw = 1.0f;
-        }
-        if (need_dx) {
-            for (int64_t k = 0; k < grp; k++)
-                sgemm(CblasTrans, CblasNoTrans, kg, cols, fg, w + k * fg * kg, kg, dyc + k * fg * cols, cols, 0.0f,
-                      col + k * kg * cols, cols);
-            unlower_chunk(g, col, b, dx + n0 * in_img, beta_dx == 0.0f);
-        }
+    MX_TRY(take_workspace(ws, ws_bytes, mx_conv_workspace_bytes(g, c.chunk), &col, &owned));
+    float beta_dw = req_dw == MX_REQ_ADD ? 1.0f : 0.0f; /* 1 after the first product */
+    for (int64_t n0 = 0; n0 < g->batch; n0 += c.chunk) {
+        backward_chunk(&c, pool, n0, g->batch - n0 < c.chunk ? g->batch - n0 : c.chunk, col, dw, beta_dw);
+        beta_dw = 1.0f;
     }
     free(owned);
     return MX_OK;

@@ -18,6 +18,7 @@
 #define MX_OPS_IM2COL_H
 
 #include "ops/op.h"
+#include "parallel/parallel.h"
 
 typedef struct mx_conv_geom {
     int64_t batch, in_c, in_h, in_w; /* x: (N, C, H, W) */
@@ -39,13 +40,13 @@ size_t mx_conv_workspace_bytes(const mx_conv_geom *g, int64_t chunk);
 /* y = conv(x, w) (+ bias per output channel when bias != NULL), written
  * per req. ws/ws_bytes: the workspace; when it is smaller than one image
  * needs, a buffer is allocated for the call. Errors: MX_ERR_NOMEM. */
-mx_status mx_conv_forward(const mx_conv_geom *g, const float *x, const float *w, const float *bias, float *y,
+mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w, const float *bias, float *y,
                           mx_req req, void *ws, size_t ws_bytes);
 
 /* From dy (N, F, OH, OW): dx (per req_dx, skipped when MX_REQ_NULL or dx
  * NULL) and dw (per req_dw, likewise). x is read only for dw, w only for
  * dx. Errors: MX_ERR_NOMEM. */
-mx_status mx_conv_backward(const mx_conv_geom *g, const float *x, const float *w, const float *dy, float *dx,
+mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w, const float *dy, float *dx,
                            mx_req req_dx, float *dw, mx_req req_dw, void *ws, size_t ws_bytes);
 
 /* db[f] (per req) = sum of dy over batch and space; dy is (N, F, S). */

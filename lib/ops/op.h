@@ -56,6 +56,9 @@ typedef struct mx_op_ctx {
     mx_rng *rng;             /* when the op asked for MX_OP_NEEDS_RNG */
 } mx_op_ctx;
 
+/* The kernel thread pool to split work on (NULL: run on the calling thread). */
+static inline mx_threadpool *mx_op_pool(const mx_op_ctx *ctx) { return ctx && ctx->exec ? ctx->exec->pool : NULL; }
+
 /* Which forward tensors backward reads (MXNet's DeclareBackwardDependency). */
 enum {
     MX_BWD_OUT_GRAD = 1u << 0,

@@ -307,20 +307,34 @@ static void upd_free(void *payload)
     free(op);
 }
 
-static mx_status upd_run(void *payload, const mx_exec_ctx *exec)
+/* Elements [lo, hi) of one update: every kernel is element-wise, so any
+ * split gives the same bits. */
+static void upd_range(void *payload, int64_t lo, int64_t hi, int worker)
 {
-    (void)exec;
+    (void)worker;
     upd_op *op = payload;
-    int64_t n = mx_ndarray_size(op->weight);
     if (mx_ndarray_dtype(op->weight) == MX_FLOAT32) {
         float *st[OPT_MAX_STATES] = {NULL};
-        for (int j = 0; j < op->n_states; j++) st[j] = mx_ndarray_data(op->states[j]);
-        op->kind->run_f32(&op->step, mx_ndarray_data(op->weight), mx_ndarray_data(op->grad), st, n);
+        for (int j = 0; j < op->n_states; j++) st[j] = (float *)mx_ndarray_data(op->states[j]) + lo;
+        op->kind->run_f32(&op->step, (float *)mx_ndarray_data(op->weight) + lo,
+                          (const float *)mx_ndarray_data(op->grad) + lo, st, hi - lo);
     } else {
         double *st[OPT_MAX_STATES] = {NULL};
-        for (int j = 0; j < op->n_states; j++) st[j] = mx_ndarray_data(op->states[j]);
-        op->kind->run_f64(&op->step, mx_ndarray_data(op->weight), mx_ndarray_data(op->grad), st, n);
+        for (int j = 0; j < op->n_states; j++) st[j] = (double *)mx_ndarray_data(op->states[j]) + lo;
+        op->kind->run_f64(&op->step, (double *)mx_ndarray_data(op->weight) + lo,
+                          (const double *)mx_ndarray_data(op->grad) + lo, st, hi - lo);
     }
+}
+
+/* Updates shorter than this run on the engine worker alone. */
+#define UPD_PARALLEL_MIN 32768
+
+static mx_status upd_run(void *payload, const mx_exec_ctx *exec)
+{
+    upd_op *op = payload;
+    int64_t n = mx_ndarray_size(op->weight);
+    mx_threadpool *pool = n >= UPD_PARALLEL_MIN ? exec->pool : NULL;
+    mx_parallel_for(pool, n, mx_parallel_grain(pool, n, 2, 4096), upd_range, op);
     return MX_OK;
 }
 

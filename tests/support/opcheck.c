@@ -43,6 +43,16 @@ static mx_tensor make_tensor(const mx_shape *shape)
     return t;
 }
 
+/* A tensor holding `value` everywhere: outputs and gradients start as
+ * garbage, so a kernel that accumulates where it should overwrite fails. */
+static mx_tensor make_filled(const mx_shape *shape, float value)
+{
+    mx_tensor t = make_tensor(shape);
+    int64_t n = mx_shape_size(shape);
+    for (int64_t i = 0; i < n; i++) ((float *)t.data)[i] = value;
+    return t;
+}
+
 static double *to_double(const mx_tensor *t)
 {
     int64_t n = mx_shape_size(&t->shape);
@@ -65,7 +75,9 @@ static double objective(const opcheck_case *c, const void *params, double **in, 
     return l;
 }
 
-void opcheck_run(const opcheck_case *c)
+/* One full check with kernels splitting their work on `pool` (NULL: on
+ * the calling thread). */
+static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool)
 {
     const mx_op_def *op;
     ck_assert_msg(mx_op_lookup(c->op, &op) == MX_OK, "%s", mx_last_error());
@@ -89,16 +101,16 @@ void opcheck_run(const opcheck_case *c)
         int64_t n = mx_shape_size(&in_shapes[i]);
         if (c->init) c->init(i, in[i].data, n, &rng);
         else for (int64_t k = 0; k < n; k++) ((float *)in[i].data)[k] = (float)opcheck_uniform(&rng, -1, 1);
-        in_grad[i] = make_tensor(&in_shapes[i]);
+        in_grad[i] = make_filled(&in_shapes[i], 12345.0f);
     }
     for (int k = 0; k < n_out; k++) {
-        out[k] = make_tensor(&out_shapes[k]);
+        out[k] = make_filled(&out_shapes[k], 12345.0f);
         out_grad[k] = make_tensor(&out_shapes[k]);
         int64_t n = mx_shape_size(&out_shapes[k]);
         for (int64_t i = 0; i < n; i++) ((float *)out_grad[k].data)[i] = (float)opcheck_uniform(&rng, -1, 1);
     }
     mx_tensor *aux = n_aux ? &in[n_in - n_aux] : NULL;
-    mx_exec_ctx exec = {.ctx = mx_cpu()};
+    mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pool};
     size_t ws_bytes = op->workspace ? op->workspace(params, in_shapes, out_shapes, false) : 0;
     size_t ws_bwd = op->workspace ? op->workspace(params, in_shapes, out_shapes, true) : 0;
     if (ws_bwd > ws_bytes) ws_bytes = ws_bwd;
@@ -187,4 +199,15 @@ void opcheck_run(const opcheck_case *c)
     }
     free(ws);
     free(params);
+}
+
+void opcheck_run(const opcheck_case *c)
+{
+    opcheck_run_on(c, NULL);
+    /* Three threads: batches split into uneven pieces, and products and
+     * lowering shared across threads, take their parallel paths. */
+    mx_threadpool *pool;
+    ck_assert_msg(mx_threadpool_create(3, &pool) == MX_OK, "%s", mx_last_error());
+    opcheck_run_on(c, pool);
+    mx_threadpool_free(pool);
 }

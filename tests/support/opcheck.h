@@ -40,7 +40,8 @@ typedef struct opcheck_case {
     uint64_t seed;
 } opcheck_case;
 
-/* Runs the whole check; fails the current Check test on any mismatch. */
+/* Runs the whole check twice, kernels on the calling thread and then on a
+ * 3-thread pool; fails the current Check test on any mismatch. */
 void opcheck_run(const opcheck_case *c);
 
 /* The same parse + infer, for tests of error paths: returns the status. */

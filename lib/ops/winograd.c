@@ -1,0 +1,1315 @@
+/*
+ * winograd.c - Winograd F(m x m, 3 x 3) convolution (see winograd.h).
+ *
+ * One call processes images [0, images) in groups of `gi` images (enough
+ * that a group has a block's worth of tiles); per group:
+ *   1. pack:   x (gi, C, H, W) -> xp (gi, Hp, Wp, Cp), zero-padded, channel
+ *              last, so that every tile reads an alpha x alpha patch of
+ *              16-channel vectors (Hp = th*m + 2, Wp = tw*m + 2);
+ *   2. per block of up to BLOCK_TILES tiles:
+ *        input transform  xp -> V: nb tiles x T positions x Cp
+ *        T products       M_t (nb, Fp) = V_t (nb, C) * u_t (C, Fp)
+ *        output transform M -> Y (gi, OHt, OWt, Fp) (+ bias)
+ *   3. unpack: Y -> y (gi, F, OH, OW), written or accumulated.
+ * The transforms run on 16 channels at a time (GCC vector extensions: one
+ * zmm on AVX-512, two ymm on AVX2, four xmm on the baseline); the packs
+ * move 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks through in-register
+ * transposes. The products are register-blocked FMA kernels reading u in
+ * panels of 32 output channels (AVX-512: 12 tiles x 32 channels, AVX2:
+ * 6 x 16); the baseline calls cblas_sgemm per panel. Every variant uses
+ * the same u layout, so the transforms and the products may come from
+ * different variants.
+ */
+#include "ops/winograd.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The variants' bodies are shared inline functions taking 64-byte vectors;
+ * they are only ever inlined into functions compiled for each target. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC optimize("fp-contract=fast")
+
+#define LANES 16          /* channels per vector; C and F are padded to it */
+#define BLOCK_TILES 36    /* tiles per block (3 x GEMM_ROWS): V and M of a block stay in L2 */
+#define ALIGN_FLOATS 16   /* 64-byte alignment of the scratch parts */
+#define STREAM_BYTES (2 << 20) /* transformed filters this large bypass the caches */
+#define PANEL 32          /* output channels per column panel of u_t */
+#define TILE_MAJOR_MAX 128 /* channels up to which V and M are tile-major */
+#define GEMM_ROWS 12      /* rows per AVX-512 product kernel call */
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+#define INLINE static inline __attribute__((always_inline))
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+/* ------------------------------------------------------------ the plan */
+
+typedef struct wplan {
+    int m, a, t;                   /* tile, alpha = m + 2, T = alpha^2 */
+    int64_t c, f, cp, fp;          /* channels in and out, padded to LANES */
+    int64_t h, w, oh, ow, ph, pw;
+    int64_t th, tw, tpi;           /* tiles down, across, per image */
+    int64_t hp, wp, oht, owt;      /* padded input, tiled output */
+    int64_t gi;                    /* images per group */
+    int64_t nbmax;                 /* tiles per block, at most */
+    /* V element (tile j, position t, channel c) at j*vj + t*vt + c, M's
+     * (j, t, f) at j*mj + t*mt + f: tile-major (nbmax, T, Cp) when the
+     * channels are few (a tile's transform then reads and writes one run),
+     * position-major (T, nbmax, Cp) otherwise (the products' rows are
+     * closer together). */
+    int64_t vj, vt, mj, mt;
+    /* scratch parts, in floats from the aligned base */
+    int64_t off_v, off_m, off_y, off_b, total;
+} wplan;
+
+bool mx_winograd_supported(const mx_conv_geom *g)
+{
+    return g->k_h == 3 && g->k_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dil_h == 1 && g->dil_w == 1 &&
+           g->groups == 1 && g->pad_h >= 0 && g->pad_h <= 2 && g->pad_w >= 0 && g->pad_w <= 2 && g->in_c > 0 &&
+           g->out_c > 0 && g->in_h > 0 && g->in_w > 0 && g->out_h == g->in_h + 2 * g->pad_h - 2 &&
+           g->out_w == g->in_w + 2 * g->pad_w - 2 && g->out_h > 0 && g->out_w > 0;
+}
+
+/* Output positions computed per output position kept, for tile m. */
+static double tile_waste(const mx_conv_geom *g, int m)
+{
+    return (double)(ceil_div(g->out_h, m) * m * ceil_div(g->out_w, m) * m) / (double)(g->out_h * g->out_w);
+}
+
+int mx_winograd_tile(const mx_conv_geom *g)
+{
+    const char *e = getenv("MX_WINOGRAD_TILE");
+    if (e && (e[0] == '2' || e[0] == '4' || e[0] == '6') && e[1] == '\0') return e[0] - '0';
+    /* Multiplications per output kept: F(2): 4 * waste, F(4): 2.25 * waste.
+     * F(6) (1.78 * waste) was never faster than F(4) on the benchmark
+     * layers (its transforms cost more, its products get fewer tiles) and
+     * has about twice F(4)'s rounding error: only on request. */
+    double w2 = 4.0 * tile_waste(g, 2), w4 = 2.25 * tile_waste(g, 4);
+    return w4 <= w2 ? 4 : 2;
+}
+
+/* Measured on one thread against im2col + SGEMM (tests/bench_winograd.c):
+ * Winograd wins 2.4-4.6x once both channel counts reach 8 (and on C=4,
+ * F=16 or C=16, F=4); it loses at C=F=1..4 (0.2-0.9x: the transforms work
+ * on 16 channels at a time) and breaks even on the 3 -> 16 RGB stem. The
+ * filter transforms (once per weight update, forward and backward) cost
+ * about as much as the products when the whole batch has few tiles (a
+ * 16-image batch of 3x3 maps at 256 -> 256: step speedup 1.2x), so a
+ * known batch must give at least 8 tiles. */
+bool mx_winograd_profitable(const mx_conv_geom *g)
+{
+    if (!mx_winograd_supported(g)) return false;
+    int64_t lo = g->in_c < g->out_c ? g->in_c : g->out_c;
+    if (lo < 4 || g->in_c * g->out_c < 64) return false;
+    int m = mx_winograd_tile(g);
+    int64_t tiles = ceil_div(g->out_h, m) * ceil_div(g->out_w, m);
+    return g->batch <= 0 || g->batch * tiles >= 8;
+}
+
+static void plan_init(wplan *p, const mx_conv_geom *g, int64_t images)
+{
+    memset(p, 0, sizeof(*p));
+    p->m = mx_winograd_tile(g);
+    p->a = p->m + 2;
+    p->t = p->a * p->a;
+    p->c = g->in_c;
+    p->f = g->out_c;
+    p->cp = round_up(p->c, LANES);
+    p->fp = round_up(p->f, LANES);
+    p->h = g->in_h;
+    p->w = g->in_w;
+    p->oh = g->out_h;
+    p->ow = g->out_w;
+    p->ph = g->pad_h;
+    p->pw = g->pad_w;
+    p->th = ceil_div(p->oh, p->m);
+    p->tw = ceil_div(p->ow, p->m);
+    p->tpi = p->th * p->tw;
+    p->oht = p->th * p->m;
+    p->owt = p->tw * p->m;
+    p->hp = p->oht + 2;
+    p->wp = p->owt + 2;
+    if (images < 1) images = 1;
+    p->gi = ceil_div(BLOCK_TILES, p->tpi);
+    if (p->gi > images) p->gi = images;
+    p->nbmax = p->gi * p->tpi < BLOCK_TILES ? p->gi * p->tpi : BLOCK_TILES;
+    if (p->cp <= TILE_MAJOR_MAX) {
+        p->vj = p->t * p->cp;
+        p->vt = p->cp;
+    } else {
+        p->vj = p->cp;
+        p->vt = p->nbmax * p->cp;
+    }
+    if (p->fp <= TILE_MAJOR_MAX) {
+        p->mj = p->t * p->fp;
+        p->mt = p->fp;
+    } else {
+        p->mj = p->fp;
+        p->mt = p->nbmax * p->fp;
+    }
+    int64_t xp = round_up(p->gi * p->hp * p->wp * p->cp, ALIGN_FLOATS);
+    int64_t v = round_up(p->t * p->nbmax * p->cp, ALIGN_FLOATS);
+    int64_t mm = round_up(p->t * p->nbmax * p->fp, ALIGN_FLOATS);
+    int64_t y = round_up(p->gi * p->oht * p->owt * p->fp, ALIGN_FLOATS);
+    p->off_v = xp;
+    p->off_m = p->off_v + v;
+    p->off_y = p->off_m + mm;
+    p->off_b = p->off_y + y;
+    p->total = p->off_b + round_up(p->fp, ALIGN_FLOATS);
+}
+
+size_t mx_winograd_scratch_bytes(const mx_conv_geom *g, int64_t images)
+{
+    wplan p;
+    plan_init(&p, g, images);
+    return (size_t)p.total * sizeof(float) + 64;
+}
+
+/* ----------------------------------------------------- filter transform */
+
+/* One filter transform: the 3x3 filter of output channel o and input
+ * channel i is at w + o*so + i*si (rotated by 180 degrees when rot); input
+ * channels [i0, i1) of cin are transformed into u (T, cin, coutp). */
+typedef struct filter_job {
+    const float *w;
+    int64_t cin, cout, so, si, i0, i1;
+    bool rot;
+    float *u;
+} filter_job;
+
+static void transform_filter(int m, const filter_job *j);
+
+static void part_range(int64_t n, int64_t part, int64_t parts, int64_t *lo, int64_t *hi)
+{
+    if (parts < 1) parts = 1;
+    if (part < 0) part = 0;
+    if (part > parts) part = parts;
+    *lo = n * part / parts;
+    *hi = n * (part + 1 > parts ? parts : part + 1) / parts;
+}
+
+size_t mx_winograd_filter_bytes(const mx_conv_geom *g)
+{
+    int m = mx_winograd_tile(g);
+    return (size_t)((m + 2) * (m + 2) * g->in_c * round_up(g->out_c, LANES)) * sizeof(float);
+}
+
+void mx_winograd_transform_filter_part(const mx_conv_geom *g, const float *w, float *u, int64_t part, int64_t parts)
+{
+    filter_job j = {.w = w, .cin = g->in_c, .cout = g->out_c, .so = g->in_c * 9, .si = 9, .u = u};
+    part_range(g->in_c, part, parts, &j.i0, &j.i1);
+    transform_filter(mx_winograd_tile(g), &j);
+}
+
+void mx_winograd_transform_filter(const mx_conv_geom *g, const float *w, float *u)
+{
+    mx_winograd_transform_filter_part(g, w, u, 0, 1);
+}
+
+void mx_winograd_backward_geom(const mx_conv_geom *g, mx_conv_geom *gb)
+{
+    *gb = *g;
+    gb->in_c = g->out_c;
+    gb->in_h = g->out_h;
+    gb->in_w = g->out_w;
+    gb->out_c = g->in_c;
+    gb->out_h = g->in_h;
+    gb->out_w = g->in_w;
+    gb->pad_h = 2 - g->pad_h;
+    gb->pad_w = 2 - g->pad_w;
+}
+
+void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const float *w, float *u_b, int64_t part,
+                                                int64_t parts)
+{
+    mx_conv_geom gb;
+    mx_winograd_backward_geom(g, &gb);
+    /* gb's filter (C, F, 3, 3): output channel c, input channel f is w[f, c] rotated. */
+    filter_job j = {.w = w, .cin = g->out_c, .cout = g->in_c, .so = 9, .si = g->in_c * 9, .rot = true, .u = u_b};
+    part_range(g->out_c, part, parts, &j.i0, &j.i1);
+    transform_filter(mx_winograd_tile(&gb), &j);
+}
+
+void mx_winograd_transform_filter_backward(const mx_conv_geom *g, const float *w, float *u_b)
+{
+    mx_winograd_transform_filter_backward_part(g, w, u_b, 0, 1);
+}
+
+/* ------------------------------------------------------ vector helpers */
+
+INLINE v16f vload(const float *p)
+{
+    v16f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* a macro: a v16f parameter of a non-AVX-512 function draws an ABI note */
+#define vstore(p, v)                         \
+    do {                                     \
+        v16f vstore_ = (v);                  \
+        memcpy((p), &vstore_, sizeof(v16f)); \
+    } while (0)
+
+/* A non-temporal store of 64 aligned bytes (AVX-512 variants only): the
+ * transformed filters are larger than the caches, and streaming them out
+ * saves the read-for-ownership of every line. */
+__attribute__((target("avx512f"))) static void stream_avx512(float *p, const v16f *v)
+{
+    _mm512_stream_ps(p, (__m512)*v);
+}
+
+/* 1-D transforms of alpha (B^T, input) or to m (A^T, output) vectors */
+INLINE void bt_1d(const int m, const v16f *d, v16f *o)
+{
+    if (m == 2) {
+        o[0] = d[0] - d[2];
+        o[1] = d[1] + d[2];
+        o[2] = d[2] - d[1];
+        o[3] = d[1] - d[3];
+    } else if (m == 4) {
+        o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+        v16f t1 = d[4] - 4.0f * d[2], t2 = d[3] - 4.0f * d[1];
+        o[1] = t1 + t2;
+        o[2] = t1 - t2;
+        v16f t3 = d[4] - d[2], t4 = 2.0f * (d[3] - d[1]);
+        o[3] = t3 + t4;
+        o[4] = t3 - t4;
+        o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+    } else {
+        o[0] = (d[0] - d[6]) + 5.25f * (d[4] - d[2]);
+        v16f p = d[1] + d[5] - 4.25f * d[3], q = d[2] + d[6] - 4.25f * d[4];
+        o[1] = q + p;
+        o[2] = q - p;
+        p = 0.5f * d[1] - 2.5f * d[3] + 2.0f * d[5];
+        q = 0.25f * d[2] - 1.25f * d[4] + d[6];
+        o[3] = q + p;
+        o[4] = q - p;
+        p = 2.0f * d[1] - 2.5f * d[3] + 0.5f * d[5];
+        q = 4.0f * d[2] - 5.0f * d[4] + d[6];
+        o[5] = q + p;
+        o[6] = q - p;
+        o[7] = (d[7] - d[1]) + 5.25f * (d[3] - d[5]);
+    }
+}
+
+INLINE void at_1d(const int m, const v16f *s, v16f *o)
+{
+    if (m == 2) {
+        o[0] = s[0] + s[1] + s[2];
+        o[1] = s[1] - s[2] - s[3];
+    } else if (m == 4) {
+        v16f a = s[1] + s[2], b = s[1] - s[2], c = s[3] + s[4], d = s[3] - s[4];
+        o[0] = s[0] + a + c;
+        o[1] = b + 2.0f * d;
+        o[2] = a + 4.0f * c;
+        o[3] = b + 8.0f * d + s[5];
+    } else {
+        v16f a1 = s[1] + s[2], b1 = s[1] - s[2], a2 = s[3] + s[4], b2 = s[3] - s[4];
+        v16f a3 = s[5] + s[6], b3 = s[5] - s[6];
+        o[0] = s[0] + a1 + a2 + a3;
+        o[1] = b1 + 2.0f * b2 + 0.5f * b3;
+        o[2] = a1 + 4.0f * a2 + 0.25f * a3;
+        o[3] = b1 + 8.0f * b2 + 0.125f * b3;
+        o[4] = a1 + 16.0f * a2 + 0.0625f * a3;
+        o[5] = b1 + 32.0f * b2 + 0.03125f * b3 + s[7];
+    }
+}
+
+/* 1-D filter transform: 3 vectors -> alpha (G g) */
+INLINE void g_1d(const int m, const v16f *g, v16f *o)
+{
+    if (m == 2) {
+        o[0] = g[0];
+        o[1] = 0.5f * (g[0] + g[1] + g[2]);
+        o[2] = 0.5f * (g[0] - g[1] + g[2]);
+        o[3] = g[2];
+    } else if (m == 4) {
+        v16f e = g[0] + g[2], q = 0.25f * g[0] + g[2];
+        o[0] = 0.25f * g[0];
+        o[1] = (-1.0f / 6) * (e + g[1]);
+        o[2] = (-1.0f / 6) * (e - g[1]);
+        o[3] = (1.0f / 6) * (q + 0.5f * g[1]);
+        o[4] = (1.0f / 6) * (q - 0.5f * g[1]);
+        o[5] = g[2];
+    } else {
+        v16f e = g[0] + g[2], q = (1.0f / 90) * g[0] + (2.0f / 45) * g[2], r = (32.0f / 45) * g[0] + (8.0f / 45) * g[2];
+        o[0] = g[0];
+        o[1] = (-2.0f / 9) * (e + g[1]);
+        o[2] = (-2.0f / 9) * (e - g[1]);
+        o[3] = q + (1.0f / 45) * g[1];
+        o[4] = q - (1.0f / 45) * g[1];
+        o[5] = r + (16.0f / 45) * g[1];
+        o[6] = r - (16.0f / 45) * g[1];
+        o[7] = g[2];
+    }
+}
+
+/* Weight gradient, 1-D: alpha values from m (A y: the adjoint of at_1d) */
+INLINE void a_1d(const int m, const v16f *y, v16f *z)
+{
+    if (m == 2) {
+        z[0] = y[0];
+        z[1] = y[0] + y[1];
+        z[2] = y[0] - y[1];
+        z[3] = -y[1];
+    } else if (m == 4) {
+        v16f e = y[0] + y[2], o = y[1] + y[3], e4 = y[0] + 4.0f * y[2], o8 = 2.0f * y[1] + 8.0f * y[3];
+        z[0] = y[0];
+        z[1] = e + o;
+        z[2] = e - o;
+        z[3] = e4 + o8;
+        z[4] = e4 - o8;
+        z[5] = y[3];
+    } else {
+        v16f e = y[0] + y[2] + y[4], o = y[1] + y[3] + y[5];
+        v16f e2 = y[0] + 4.0f * y[2] + 16.0f * y[4], o2 = 2.0f * y[1] + 8.0f * y[3] + 32.0f * y[5];
+        v16f eh = y[0] + 0.25f * y[2] + 0.0625f * y[4], oh = 0.5f * y[1] + 0.125f * y[3] + 0.03125f * y[5];
+        z[0] = y[0];
+        z[1] = e + o;
+        z[2] = e - o;
+        z[3] = e2 + o2;
+        z[4] = e2 - o2;
+        z[5] = eh + oh;
+        z[6] = eh - oh;
+        z[7] = y[5];
+    }
+}
+
+/* Weight gradient, 1-D: 3 values from alpha (G^T u: the adjoint of g_1d) */
+INLINE void gt_1d(const int m, const v16f *u, v16f *h)
+{
+    if (m == 2) {
+        v16f e = 0.5f * (u[1] + u[2]);
+        h[0] = u[0] + e;
+        h[1] = 0.5f * (u[1] - u[2]);
+        h[2] = e + u[3];
+    } else if (m == 4) {
+        v16f e1 = u[1] + u[2], e3 = u[3] + u[4];
+        h[0] = 0.25f * u[0] - (1.0f / 6) * e1 + (1.0f / 24) * e3;
+        h[1] = (-1.0f / 6) * (u[1] - u[2]) + (1.0f / 12) * (u[3] - u[4]);
+        h[2] = (1.0f / 6) * (e3 - e1) + u[5];
+    } else {
+        v16f e1 = u[1] + u[2], e3 = u[3] + u[4], e5 = u[5] + u[6];
+        h[0] = u[0] - (2.0f / 9) * e1 + (1.0f / 90) * e3 + (32.0f / 45) * e5;
+        h[1] = (-2.0f / 9) * (u[1] - u[2]) + (1.0f / 45) * (u[3] - u[4]) + (16.0f / 45) * (u[5] - u[6]);
+        h[2] = (-2.0f / 9) * e1 + (2.0f / 45) * e3 + (8.0f / 45) * e5 + u[7];
+    }
+}
+
+/* In-register 16 x 16 transpose: four perfect shuffles of the rows. */
+INLINE void transpose16(v16f *r)
+{
+    const v16i lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const v16i hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#pragma GCC unroll 4
+    for (int stage = 0; stage < 4; stage++) {
+        v16f t[16];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            t[2 * i] = __builtin_shuffle(r[i], r[i + 8], lo);
+            t[2 * i + 1] = __builtin_shuffle(r[i], r[i + 8], hi);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) r[i] = t[i];
+    }
+}
+
+INLINE v8f vload8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+#define vstore8(p, v)                        \
+    do {                                     \
+        v8f vstore8_ = (v);                  \
+        memcpy((p), &vstore8_, sizeof(v8f)); \
+    } while (0)
+
+/* In-register 8 x 8 transpose with the shuffles AVX has single
+ * instructions for (unpck, shufps, vperm2f128). */
+INLINE void transpose8(v8f *r)
+{
+    const v8i ulo = {0, 8, 1, 9, 4, 12, 5, 13}, uhi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i slo = {0, 1, 8, 9, 4, 5, 12, 13}, shi = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i plo = {0, 1, 2, 3, 8, 9, 10, 11}, phi = {4, 5, 6, 7, 12, 13, 14, 15};
+    v8f t[8], q[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ulo);
+        t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], uhi);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        q[4 * i] = __builtin_shuffle(t[4 * i], t[4 * i + 2], slo);
+        q[4 * i + 1] = __builtin_shuffle(t[4 * i], t[4 * i + 2], shi);
+        q[4 * i + 2] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], slo);
+        q[4 * i + 3] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], shi);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = __builtin_shuffle(q[i], q[i + 4], plo);
+        r[i + 4] = __builtin_shuffle(q[i], q[i + 4], phi);
+    }
+}
+
+/* ------------------------------------------------------ kernel bodies */
+
+/* u (T, cin, coutp) = G g G^T in panels (see gemm_block), 16 output
+ * channels at a time; the 3x3
+ * filter of output channel o, input channel i is at w + o*so + i*si,
+ * rotated by 180 degrees when `rot`. Padding columns o >= cout are zero.
+ * Large outputs are streamed past the caches when u is 64-byte aligned:
+ * the products read them back once per block anyway. */
+INLINE void filter_body(const filter_job *j, const int m, const bool can_stream)
+{
+    const int a = m + 2;
+    const float *w = j->w;
+    const int64_t cin = j->cin, cout = j->cout, so = j->so, si = j->si, coutp = round_up(cout, LANES);
+    const bool rot = j->rot;
+    float *u = j->u;
+    const bool stream =
+        can_stream && ((uintptr_t)u & 63) == 0 && (size_t)(cin * a * a * coutp) * sizeof(float) >= STREAM_BYTES;
+    for (int64_t i = j->i0; i < j->i1; i++) {
+        for (int64_t o0 = 0; o0 < coutp; o0 += LANES) {
+            const int64_t no = cout - o0 < LANES ? cout - o0 : LANES;
+            float lanes[9][LANES]; /* [tap][o - o0] */
+            for (int64_t l = 0; l < LANES; l++) {
+                const float *k = w + (o0 + l) * so + i * si;
+                if (l >= no)
+                    for (int t = 0; t < 9; t++) lanes[t][l] = 0.0f;
+                else if (rot)
+                    for (int t = 0; t < 9; t++) lanes[t][l] = k[8 - t];
+                else
+                    for (int t = 0; t < 9; t++) lanes[t][l] = k[t];
+            }
+            v16f col[3], out[8], tmp[8][3];
+#pragma GCC unroll 8
+            for (int s = 0; s < 3; s++) {
+#pragma GCC unroll 8
+                for (int r = 0; r < 3; r++) col[r] = vload(lanes[r * 3 + s]);
+                g_1d(m, col, out);
+#pragma GCC unroll 8
+                for (int r = 0; r < a; r++) tmp[r][s] = out[r];
+            }
+            const int64_t f0 = o0 / PANEL * PANEL, pw = coutp - f0 < PANEL ? coutp - f0 : PANEL;
+            float *dst = u + f0 * cin + i * pw + (o0 - f0);
+#pragma GCC unroll 8
+            for (int r = 0; r < a; r++) {
+                g_1d(m, tmp[r], out);
+#pragma GCC unroll 8
+                for (int s = 0; s < a; s++) {
+                    if (stream) stream_avx512(dst + (r * a + s) * cin * coutp, &out[s]);
+                    else vstore(dst + (r * a + s) * cin * coutp, out[s]);
+                }
+            }
+        }
+    }
+    if (stream) _mm_sfence();
+}
+
+/* x (n, C, H, W) -> xp (n, Hp, Wp, Cp): zero borders and padding channels.
+ * Each channel plane is read as one run of H*W positions, 16 positions x
+ * 16 channels transposed at a time, so narrow images still move whole
+ * vectors. */
+INLINE void pack_body(const wplan *p, const float *x, int64_t n, float *xp, const int xpose)
+{
+    const int64_t c = p->c, h = p->h, w = p->w, cp = p->cp, wp = p->wp, hw = h * w;
+    for (int64_t img = 0; img < n; img++) {
+        const float *xi = x + img * c * hw;
+        float *xpi = xp + img * p->hp * wp * cp;
+        memset(xpi, 0, (size_t)(p->ph * wp * cp) * sizeof(float));
+        memset(xpi + (p->ph + h) * wp * cp, 0, (size_t)((p->hp - p->ph - h) * wp * cp) * sizeof(float));
+        for (int64_t iy = 0; iy < h; iy++) {
+            float *row = xpi + (iy + p->ph) * wp * cp;
+            memset(row, 0, (size_t)(p->pw * cp) * sizeof(float));
+            memset(row + (p->pw + w) * cp, 0, (size_t)((wp - p->pw - w) * cp) * sizeof(float));
+        }
+        float *origin = xpi + (p->ph * wp + p->pw) * cp; /* position (0, 0) */
+        for (int64_t c0 = 0; c0 < cp; c0 += LANES) {
+            const int64_t nc = c - c0 < LANES ? c - c0 : LANES;
+            const float *src = xi + c0 * hw;
+            int64_t p0 = 0, iy = 0, ix = 0; /* (iy, ix): position p0 */
+            if (xpose == 16)
+                for (; p0 + 16 <= hw; p0 += 16) {
+                    v16f r[16];
+#pragma GCC unroll 16
+                    for (int l = 0; l < 16; l++) r[l] = l < nc ? vload(src + l * hw + p0) : (v16f){0};
+                    transpose16(r);
+#pragma GCC unroll 16
+                    for (int q = 0; q < 16; q++) {
+                        vstore(origin + (iy * wp + ix) * cp + c0, r[q]);
+                        if (++ix == w) {
+                            ix = 0;
+                            iy++;
+                        }
+                    }
+                }
+            if (xpose == 8)
+                for (; p0 + 8 <= hw; p0 += 8) {
+                    float *d[8];
+#pragma GCC unroll 8
+                    for (int q = 0; q < 8; q++) {
+                        d[q] = origin + (iy * wp + ix) * cp + c0;
+                        if (++ix == w) {
+                            ix = 0;
+                            iy++;
+                        }
+                    }
+#pragma GCC unroll 2
+                    for (int half = 0; half < 16; half += 8) {
+                        v8f r[8];
+#pragma GCC unroll 8
+                        for (int l = 0; l < 8; l++)
+                            r[l] = half + l < nc ? vload8(src + (half + l) * hw + p0) : (v8f){0};
+                        transpose8(r);
+#pragma GCC unroll 8
+                        for (int q = 0; q < 8; q++) vstore8(d[q] + half, r[q]);
+                    }
+                }
+            for (; p0 < hw; p0++) {
+                float *d = origin + (iy * wp + ix) * cp + c0;
+                for (int64_t l = 0; l < nc; l++) d[l] = src[l * hw + p0];
+                for (int64_t l = nc; l < LANES; l++) d[l] = 0.0f;
+                if (++ix == w) {
+                    ix = 0;
+                    iy++;
+                }
+            }
+        }
+    }
+}
+
+/* V rows [0, nt) = B^T d B of tiles [tile0, tile0 + nt) */
+INLINE void input_body(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v, const int m)
+{
+    const int a = m + 2;
+    const int64_t cp = p->cp, rs = p->wp * cp, img_size = p->hp * p->wp * cp;
+    for (int64_t j = 0; j < nt; j++) {
+        int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
+        const float *src = xp + img * img_size + (ty * m * p->wp + tx * m) * cp;
+        float *dst = v + j * p->vj;
+        for (int64_t c0 = 0; c0 < cp; c0 += LANES) {
+            v16f tmp[8][8], col[8], out[8];
+#pragma GCC unroll 8
+            for (int s = 0; s < a; s++) {
+#pragma GCC unroll 8
+                for (int i = 0; i < a; i++) col[i] = vload(src + i * rs + s * cp + c0);
+                bt_1d(m, col, out);
+#pragma GCC unroll 8
+                for (int i = 0; i < a; i++) tmp[i][s] = out[i];
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < a; i++) {
+                bt_1d(m, tmp[i], out);
+#pragma GCC unroll 8
+                for (int k = 0; k < a; k++) vstore(dst + (i * a + k) * p->vt + c0, out[k]);
+            }
+        }
+    }
+}
+
+/* Y tiles [tile0, tile0 + nt) = A^T M A (+ bias) */
+INLINE void output_body(const wplan *p, const float *mm, int64_t tile0, int64_t nt, const float *bias, float *y,
+                        const int m)
+{
+    const int a = m + 2;
+    const int64_t fp = p->fp, rs = p->owt * fp, img_size = p->oht * p->owt * fp;
+    for (int64_t j = 0; j < nt; j++) {
+        int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
+        float *dst = y + img * img_size + (ty * m * p->owt + tx * m) * fp;
+        const float *src = mm + j * p->mj;
+        for (int64_t f0 = 0; f0 < fp; f0 += LANES) {
+            v16f tmp[6][8], col[8], out[8];
+            v16f b = {0};
+            if (bias) b = vload(bias + f0);
+#pragma GCC unroll 8
+            for (int k = 0; k < a; k++) {
+#pragma GCC unroll 8
+                for (int i = 0; i < a; i++) col[i] = vload(src + (i * a + k) * p->mt + f0);
+                at_1d(m, col, out);
+#pragma GCC unroll 8
+                for (int i = 0; i < m; i++) tmp[i][k] = out[i];
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < m; i++) {
+                at_1d(m, tmp[i], out);
+#pragma GCC unroll 8
+                for (int k = 0; k < m; k++) vstore(dst + i * rs + k * fp + f0, out[k] + b);
+            }
+        }
+    }
+}
+
+/* Y (n, OHt, OWt, Fp) -> y (n, F, OH, OW), written or accumulated; runs of
+ * 16 output positions x 16 channels transposed at a time, as in pack. */
+INLINE void unpack_body(const wplan *p, const float *yt, int64_t n, bool accumulate, float *y, const int xpose)
+{
+    const int64_t f = p->f, fp = p->fp, ow = p->ow, ohw = p->oh * ow, owt = p->owt;
+    for (int64_t img = 0; img < n; img++) {
+        const float *yti = yt + img * p->oht * owt * fp;
+        float *yi = y + img * f * ohw;
+        for (int64_t f0 = 0; f0 < fp; f0 += LANES) {
+            const int64_t nf = f - f0 < LANES ? f - f0 : LANES;
+            float *dst = yi + f0 * ohw;
+            int64_t p0 = 0, oy = 0, ox = 0;
+            if (xpose == 8)
+                for (; p0 + 8 <= ohw; p0 += 8) {
+                    const float *s8[8];
+#pragma GCC unroll 8
+                    for (int q = 0; q < 8; q++) {
+                        s8[q] = yti + (oy * owt + ox) * fp + f0;
+                        if (++ox == ow) {
+                            ox = 0;
+                            oy++;
+                        }
+                    }
+#pragma GCC unroll 2
+                    for (int half = 0; half < 16; half += 8) {
+                        v8f r[8];
+#pragma GCC unroll 8
+                        for (int q = 0; q < 8; q++) r[q] = vload8(s8[q] + half);
+                        transpose8(r);
+#pragma GCC unroll 8
+                        for (int l = 0; l < 8; l++)
+                            if (half + l < nf) {
+                                float *d = dst + (half + l) * ohw + p0;
+                                vstore8(d, accumulate ? vload8(d) + r[l] : r[l]);
+                            }
+                    }
+                }
+            if (xpose == 16)
+                for (; p0 + 16 <= ohw; p0 += 16) {
+                    v16f r[16];
+#pragma GCC unroll 16
+                    for (int q = 0; q < 16; q++) {
+                        r[q] = vload(yti + (oy * owt + ox) * fp + f0);
+                        if (++ox == ow) {
+                            ox = 0;
+                            oy++;
+                        }
+                    }
+                    transpose16(r);
+#pragma GCC unroll 16
+                    for (int l = 0; l < 16; l++)
+                        if (l < nf) {
+                            float *d = dst + l * ohw + p0;
+                            vstore(d, accumulate ? vload(d) + r[l] : r[l]);
+                        }
+                }
+            for (; p0 < ohw; p0++) {
+                const float *s = yti + (oy * owt + ox) * fp + f0;
+                if (accumulate)
+                    for (int64_t l = 0; l < nf; l++) dst[l * ohw + p0] += s[l];
+                else
+                    for (int64_t l = 0; l < nf; l++) dst[l * ohw + p0] = s[l];
+                if (++ox == ow) {
+                    ox = 0;
+                    oy++;
+                }
+            }
+        }
+    }
+}
+
+/* Weight gradient: DM (tile-major, like V) = A dY A^T of the m x m output
+ * gradient tiles [tile0, tile0 + nt), dyp (n, OHt, OWt, Fp) zero-padded. */
+INLINE void dm_body(const wplan *p, const float *dyp, int64_t tile0, int64_t nt, float *dm, const int m)
+{
+    const int a = m + 2;
+    const int64_t fp = p->fp, rs = p->owt * fp, img_size = p->oht * p->owt * fp;
+    for (int64_t j = 0; j < nt; j++) {
+        int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
+        const float *src = dyp + img * img_size + (ty * m * p->owt + tx * m) * fp;
+        float *dst = dm + j * p->mj;
+        for (int64_t f0 = 0; f0 < fp; f0 += LANES) {
+            v16f tmp[8][6], col[6], out[8];
+#pragma GCC unroll 8
+            for (int q = 0; q < m; q++) {
+#pragma GCC unroll 8
+                for (int i = 0; i < m; i++) col[i] = vload(src + i * rs + q * fp + f0);
+                a_1d(m, col, out);
+#pragma GCC unroll 8
+                for (int i = 0; i < a; i++) tmp[i][q] = out[i];
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < a; i++) {
+                a_1d(m, tmp[i], out);
+#pragma GCC unroll 8
+                for (int k = 0; k < a; k++) vstore(dst + (i * a + k) * p->mt + f0, out[k]);
+            }
+        }
+    }
+}
+
+/* Weight gradient: dw[f, c] (+)= G^T dU G for channels c0..c0+nc and the
+ * 16 output channels from f0, where dU row c (Fp floats) of position t is
+ * at du + (c - c0)*Fp + t*ts. */
+INLINE void wfinal_one(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t c, int64_t f0,
+                       bool accumulate, float *dw, const int m)
+{
+    const int a = m + 2;
+    const int64_t nf = p->f - f0 < LANES ? p->f - f0 : LANES;
+    const float *src = du + (c - c0) * p->fp + f0;
+    v16f tmp[3][8], col[8], out[3];
+    float lanes[9][LANES];
+#pragma GCC unroll 8
+    for (int k = 0; k < a; k++) {
+#pragma GCC unroll 8
+        for (int i = 0; i < a; i++) col[i] = vload(src + (i * a + k) * ts);
+        gt_1d(m, col, out);
+#pragma GCC unroll 3
+        for (int r = 0; r < 3; r++) tmp[r][k] = out[r];
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < 3; r++) {
+        gt_1d(m, tmp[r], out);
+#pragma GCC unroll 3
+        for (int q = 0; q < 3; q++) vstore(lanes[r * 3 + q], out[q]);
+    }
+    for (int64_t l = 0; l < nf; l++) {
+        float *d = dw + ((f0 + l) * p->c + c) * 9;
+        if (accumulate)
+            for (int k = 0; k < 9; k++) d[k] += lanes[k][l];
+        else
+            for (int k = 0; k < 9; k++) d[k] = lanes[k][l];
+    }
+}
+
+/* dw[:, c0:c0+nc] (+)= G^T dU G. A few channels (the fused path): f
+ * outer, so that each lane writes its run of dw in order; a whole dU: c
+ * outer, reading dU in order. */
+INLINE void wfinal_body(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t nc, bool accumulate,
+                        float *dw, const int m)
+{
+    if (nc <= GEMM_ROWS) {
+        for (int64_t f0 = 0; f0 < p->fp; f0 += LANES)
+            for (int64_t c = c0; c < c0 + nc; c++) wfinal_one(p, du, ts, c0, c, f0, accumulate, dw, m);
+    } else {
+        for (int64_t c = c0; c < c0 + nc; c++)
+            for (int64_t f0 = 0; f0 < p->fp; f0 += LANES) wfinal_one(p, du, ts, c0, c, f0, accumulate, dw, m);
+    }
+}
+
+/* ------------------------------------------------------------ products */
+
+/* u_t (C, Fp) is stored as column panels: panel j holds output channels
+ * [32j, 32j + pw) (pw = 32, or 16 for the last when Fp is an odd multiple
+ * of 16) as a (C, pw) row-major block at u_t + 32j*C, so that a product
+ * streams each panel once, contiguously. M_t (nt, Fp) = V_t (nt, C) u_t. */
+
+/* Baseline and AVX2: one cblas_sgemm per panel. */
+static void gemm_block_blas(const wplan *p, const float *v, const float *u, int64_t nt, float *mm)
+{
+    for (int t = 0; t < p->t; t++) {
+        const float *vt = v + t * p->vt, *ut = u + t * p->c * p->fp;
+        float *mt = mm + t * p->mt;
+        for (int64_t f0 = 0; f0 < p->fp; f0 += PANEL) {
+            int64_t pw = p->fp - f0 < PANEL ? p->fp - f0 : PANEL;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)pw, (int)p->c, 1.0f, vt, (int)p->vj,
+                        ut + f0 * p->c, (int)pw, 0.0f, mt + f0, (int)p->mj);
+        }
+    }
+}
+
+/* AVX-512: rows [r0, r0 + R) of M_t, one panel of W zmm (W*16 channels):
+ * R*W accumulators in registers, V broadcast from its rows, the panel read
+ * in order. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+gemm_tile_avx512(const float *v, int64_t ldv, const float *panel, int64_t c_n, float *m, int64_t ldm, const int rows,
+                 const int wide)
+{
+    __m512 acc[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < rows; r++) {
+        acc[r][0] = _mm512_setzero_ps();
+        acc[r][1] = _mm512_setzero_ps();
+    }
+    const int pw = 16 * wide;
+#pragma GCC unroll 2
+    for (int64_t c = 0; c < c_n; c++) {
+        __m512 u0 = _mm512_loadu_ps(panel + c * pw), u1 = wide == 2 ? _mm512_loadu_ps(panel + c * pw + 16) : u0;
+#pragma GCC unroll 12
+        for (int r = 0; r < rows; r++) {
+            __m512 b = _mm512_set1_ps(v[r * ldv + c]);
+            acc[r][0] = _mm512_fmadd_ps(b, u0, acc[r][0]);
+            if (wide == 2) acc[r][1] = _mm512_fmadd_ps(b, u1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < rows; r++) {
+        _mm512_storeu_ps(m + r * ldm, acc[r][0]);
+        if (wide == 2) _mm512_storeu_ps(m + r * ldm + 16, acc[r][1]);
+    }
+}
+
+
+#define GEMM_CASE(R)                                                                                                   \
+    case R:                                                                                                            \
+        if (wide == 2) gemm_tile_avx512(v, ldv, panel, c_n, m, ldm, R, 2);                                             \
+        else gemm_tile_avx512(v, ldv, panel, c_n, m, ldm, R, 1);                                                       \
+        break;
+
+__attribute__((target("avx512f"))) static void gemm_rows_avx512(const float *v, int64_t ldv, const float *panel,
+                                                                int64_t c_n, float *m, int64_t ldm, int rows,
+                                                                int wide)
+{
+    switch (rows) {
+        GEMM_CASE(1)
+        GEMM_CASE(2)
+        GEMM_CASE(3)
+        GEMM_CASE(4)
+        GEMM_CASE(5)
+        GEMM_CASE(6)
+        GEMM_CASE(7)
+        GEMM_CASE(8)
+        GEMM_CASE(9)
+        GEMM_CASE(10)
+        GEMM_CASE(11)
+        GEMM_CASE(12)
+    }
+}
+
+__attribute__((target("avx512f"))) static void gemm_block_avx512(const wplan *p, const float *v, const float *u,
+                                                                 int64_t nt, float *mm)
+{
+    for (int t = 0; t < p->t; t++) {
+        const float *vt = v + t * p->vt, *ut = u + t * p->c * p->fp;
+        float *mt = mm + t * p->mt;
+        const int64_t ldv = p->vj, ldm = p->mj;
+        for (int64_t f0 = 0; f0 < p->fp; f0 += PANEL) {
+            int wide = p->fp - f0 < PANEL ? 1 : 2;
+            for (int64_t r0 = 0; r0 < nt; r0 += GEMM_ROWS)
+                gemm_rows_avx512(vt + r0 * ldv, ldv, ut + f0 * p->c, p->c, mt + r0 * ldm + f0, ldm,
+                                 nt - r0 < GEMM_ROWS ? (int)(nt - r0) : GEMM_ROWS, wide);
+        }
+    }
+}
+
+/* AVX2: rows [r0, r0 + R) (R <= 6) of 16 columns (two ymm) of a panel
+ * whose rows are pstride floats apart; 12 accumulators of 16 registers. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+gemm_tile_avx2(const float *v, int64_t ldv, const float *panel, int64_t pstride, int64_t c_n, float *m, int64_t ldm,
+               const int rows)
+{
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) {
+        acc[r][0] = _mm256_setzero_ps();
+        acc[r][1] = _mm256_setzero_ps();
+    }
+#pragma GCC unroll 2
+    for (int64_t c = 0; c < c_n; c++) {
+        __m256 u0 = _mm256_loadu_ps(panel + c * pstride), u1 = _mm256_loadu_ps(panel + c * pstride + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            __m256 b = _mm256_broadcast_ss(v + r * ldv + c);
+            acc[r][0] = _mm256_fmadd_ps(b, u0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b, u1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_ps(m + r * ldm, acc[r][0]);
+        _mm256_storeu_ps(m + r * ldm + 8, acc[r][1]);
+    }
+}
+
+#define GEMM_ROWS_AVX2 6
+
+__attribute__((target("avx2,fma"))) static void gemm_rows_avx2(const float *v, int64_t ldv, const float *panel,
+                                                              int64_t pstride, int64_t c_n, float *m, int64_t ldm,
+                                                              int rows)
+{
+    switch (rows) {
+    case 1: gemm_tile_avx2(v, ldv, panel, pstride, c_n, m, ldm, 1); break;
+    case 2: gemm_tile_avx2(v, ldv, panel, pstride, c_n, m, ldm, 2); break;
+    case 3: gemm_tile_avx2(v, ldv, panel, pstride, c_n, m, ldm, 3); break;
+    case 4: gemm_tile_avx2(v, ldv, panel, pstride, c_n, m, ldm, 4); break;
+    case 5: gemm_tile_avx2(v, ldv, panel, pstride, c_n, m, ldm, 5); break;
+    default: gemm_tile_avx2(v, ldv, panel, pstride, c_n, m, ldm, 6); break;
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void gemm_block_avx2(const wplan *p, const float *v, const float *u,
+                                                               int64_t nt, float *mm)
+{
+    for (int t = 0; t < p->t; t++) {
+        const float *vt = v + t * p->vt, *ut = u + t * p->c * p->fp;
+        float *mt = mm + t * p->mt;
+        const int64_t ldv = p->vj, ldm = p->mj;
+        for (int64_t f0 = 0; f0 < p->fp; f0 += PANEL) {
+            int64_t pw = p->fp - f0 < PANEL ? p->fp - f0 : PANEL;
+            for (int64_t r0 = 0; r0 < nt; r0 += GEMM_ROWS_AVX2) {
+                int rows = nt - r0 < GEMM_ROWS_AVX2 ? (int)(nt - r0) : GEMM_ROWS_AVX2;
+                for (int64_t h = 0; h < pw; h += 16)
+                    gemm_rows_avx2(vt + r0 * ldv, ldv, ut + f0 * p->c + h, pw, p->c, mt + r0 * ldm + f0 + h, ldm,
+                                   rows);
+            }
+        }
+    }
+}
+
+/* Weight gradient products: rows c0..c0+nc of every dU_t (C, Fp) (+)=
+ * V_t^T DM_t over the nt tiles of a group (V and DM rows j*vj + t*vt,
+ * j*mj + t*mt); row c of position t goes to du + t*ts + (c - c0)*Fp. */
+static void wgemm_blas(const wplan *p, const float *v, const float *dm, int64_t nt, int64_t c0, int64_t nc,
+                       bool add, float *du, int64_t ts)
+{
+    for (int t = 0; t < p->t; t++)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)p->fp, (int)nt, 1.0f, v + t * p->vt + c0,
+                    (int)p->vj, dm + t * p->mt, (int)p->mj, add ? 1.0f : 0.0f, du + t * ts, (int)p->fp);
+}
+
+/* AVX-512: rows c0..c0+R of dU_t, 32 (or 16) columns; the R values of V
+ * broadcast per tile are adjacent. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+wgemm_tile_avx512(const float *v, int64_t vs, const float *dm, int64_t ds, int64_t k_n, float *du, int64_t ldu,
+                  bool add, const int rows, const int wide)
+{
+    __m512 acc[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < rows; r++) {
+        acc[r][0] = add ? _mm512_loadu_ps(du + r * ldu) : _mm512_setzero_ps();
+        acc[r][1] = wide == 2 && add ? _mm512_loadu_ps(du + r * ldu + 16) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < k_n; k++) {
+        __m512 u0 = _mm512_loadu_ps(dm + k * ds), u1 = wide == 2 ? _mm512_loadu_ps(dm + k * ds + 16) : u0;
+#pragma GCC unroll 12
+        for (int r = 0; r < rows; r++) {
+            __m512 b = _mm512_set1_ps(v[k * vs + r]);
+            acc[r][0] = _mm512_fmadd_ps(b, u0, acc[r][0]);
+            if (wide == 2) acc[r][1] = _mm512_fmadd_ps(b, u1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < rows; r++) {
+        _mm512_storeu_ps(du + r * ldu, acc[r][0]);
+        if (wide == 2) _mm512_storeu_ps(du + r * ldu + 16, acc[r][1]);
+    }
+}
+
+#define WGEMM_CASE(R)                                                                                                  \
+    case R:                                                                                                            \
+        if (wide == 2) wgemm_tile_avx512(v, vs, dm, ds, k_n, du, ldu, add, R, 2);                                      \
+        else wgemm_tile_avx512(v, vs, dm, ds, k_n, du, ldu, add, R, 1);                                                \
+        break;
+
+__attribute__((target("avx512f"))) static void wgemm_rows_avx512(const float *v, int64_t vs, const float *dm,
+                                                                 int64_t ds, int64_t k_n, float *du, int64_t ldu,
+                                                                 bool add, int rows, int wide)
+{
+    switch (rows) {
+        WGEMM_CASE(1)
+        WGEMM_CASE(2)
+        WGEMM_CASE(3)
+        WGEMM_CASE(4)
+        WGEMM_CASE(5)
+        WGEMM_CASE(6)
+        WGEMM_CASE(7)
+        WGEMM_CASE(8)
+        WGEMM_CASE(9)
+        WGEMM_CASE(10)
+        WGEMM_CASE(11)
+        WGEMM_CASE(12)
+    }
+}
+
+__attribute__((target("avx512f"))) static void wgemm_avx512(const wplan *p, const float *v, const float *dm,
+                                                            int64_t nt, int64_t c0, int64_t nc, bool add, float *du,
+                                                            int64_t ts)
+{
+    for (int t = 0; t < p->t; t++)
+        for (int64_t r0 = 0; r0 < nc; r0 += GEMM_ROWS)
+            for (int64_t f0 = 0; f0 < p->fp; f0 += PANEL)
+                wgemm_rows_avx512(v + t * p->vt + c0 + r0, p->vj, dm + t * p->mt + f0, p->mj, nt,
+                                  du + t * ts + r0 * p->fp + f0, p->fp, add,
+                                  nc - r0 < GEMM_ROWS ? (int)(nc - r0) : GEMM_ROWS, p->fp - f0 < PANEL ? 1 : 2);
+}
+
+/* AVX2: rows c0..c0+R (R <= 6) of dU_t, 16 columns. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wgemm_tile_avx2(const float *v, int64_t vs, const float *dm, int64_t ds, int64_t k_n, float *du, int64_t ldu,
+                bool add, const int rows)
+{
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) {
+        acc[r][0] = add ? _mm256_loadu_ps(du + r * ldu) : _mm256_setzero_ps();
+        acc[r][1] = add ? _mm256_loadu_ps(du + r * ldu + 8) : _mm256_setzero_ps();
+    }
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < k_n; k++) {
+        __m256 u0 = _mm256_loadu_ps(dm + k * ds), u1 = _mm256_loadu_ps(dm + k * ds + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            __m256 b = _mm256_broadcast_ss(v + k * vs + r);
+            acc[r][0] = _mm256_fmadd_ps(b, u0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b, u1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_ps(du + r * ldu, acc[r][0]);
+        _mm256_storeu_ps(du + r * ldu + 8, acc[r][1]);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void wgemm_avx2(const wplan *p, const float *v, const float *dm,
+                                                          int64_t nt, int64_t c0, int64_t nc, bool add, float *du,
+                                                          int64_t ts)
+{
+    for (int t = 0; t < p->t; t++)
+        for (int64_t f0 = 0; f0 < p->fp; f0 += 16)
+            for (int64_t r0 = 0; r0 < nc; r0 += GEMM_ROWS_AVX2) {
+                const float *vv = v + t * p->vt + c0 + r0, *dd = dm + t * p->mt + f0;
+                float *uu = du + t * ts + r0 * p->fp + f0;
+                switch (nc - r0 < GEMM_ROWS_AVX2 ? (int)(nc - r0) : GEMM_ROWS_AVX2) {
+                case 1: wgemm_tile_avx2(vv, p->vj, dd, p->mj, nt, uu, p->fp, add, 1); break;
+                case 2: wgemm_tile_avx2(vv, p->vj, dd, p->mj, nt, uu, p->fp, add, 2); break;
+                case 3: wgemm_tile_avx2(vv, p->vj, dd, p->mj, nt, uu, p->fp, add, 3); break;
+                case 4: wgemm_tile_avx2(vv, p->vj, dd, p->mj, nt, uu, p->fp, add, 4); break;
+                case 5: wgemm_tile_avx2(vv, p->vj, dd, p->mj, nt, uu, p->fp, add, 5); break;
+                default: wgemm_tile_avx2(vv, p->vj, dd, p->mj, nt, uu, p->fp, add, 6); break;
+                }
+            }
+}
+
+/* ------------------------------------------------ per-target variants */
+
+typedef struct wkernels {
+    void (*filter)(int m, const filter_job *j);
+    void (*pack)(const wplan *p, const float *x, int64_t n, float *xp);
+    void (*input)(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v);
+    void (*output)(const wplan *p, const float *mm, int64_t tile0, int64_t nt, const float *bias, float *y);
+    void (*unpack)(const wplan *p, const float *yt, int64_t n, bool accumulate, float *y);
+    void (*gemm)(const wplan *p, const float *v, const float *u, int64_t nt, float *mm);
+    void (*dm)(const wplan *p, const float *dyp, int64_t tile0, int64_t nt, float *dm);
+    void (*wgemm)(const wplan *p, const float *v, const float *dm, int64_t nt, int64_t c0, int64_t nc, bool add,
+                  float *du, int64_t ts);
+    void (*wfinal)(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t nc, bool accumulate, float *dw);
+} wkernels;
+
+#define DEFINE_KERNELS(NAME, TARGET, XPOSE, STREAM, GEMM, WGEMM)                                                       \
+    TARGET static void filter_##NAME(int m, const filter_job *j)                                                       \
+    {                                                                                                                  \
+        if (m == 2) filter_body(j, 2, STREAM);                                                                         \
+        else if (m == 4) filter_body(j, 4, STREAM);                                                                    \
+        else filter_body(j, 6, STREAM);                                                                                \
+    }                                                                                                                  \
+    TARGET static void pack_##NAME(const wplan *p, const float *x, int64_t n, float *xp)                               \
+    {                                                                                                                  \
+        pack_body(p, x, n, xp, XPOSE);                                                                                 \
+    }                                                                                                                  \
+    TARGET static void input_##NAME(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v)              \
+    {                                                                                                                  \
+        if (p->m == 2) input_body(p, xp, tile0, nt, v, 2);                                                             \
+        else if (p->m == 4) input_body(p, xp, tile0, nt, v, 4);                                                        \
+        else input_body(p, xp, tile0, nt, v, 6);                                                                       \
+    }                                                                                                                  \
+    TARGET static void output_##NAME(const wplan *p, const float *mm, int64_t tile0, int64_t nt,                       \
+                                     const float *bias, float *y)                                                      \
+    {                                                                                                                  \
+        if (p->m == 2) output_body(p, mm, tile0, nt, bias, y, 2);                                                      \
+        else if (p->m == 4) output_body(p, mm, tile0, nt, bias, y, 4);                                                 \
+        else output_body(p, mm, tile0, nt, bias, y, 6);                                                                \
+    }                                                                                                                  \
+    TARGET static void unpack_##NAME(const wplan *p, const float *yt, int64_t n, bool accumulate, float *y)            \
+    {                                                                                                                  \
+        unpack_body(p, yt, n, accumulate, y, XPOSE);                                                                   \
+    }                                                                                                                  \
+    TARGET static void dm_##NAME(const wplan *p, const float *dyp, int64_t tile0, int64_t nt, float *dm)               \
+    {                                                                                                                  \
+        if (p->m == 2) dm_body(p, dyp, tile0, nt, dm, 2);                                                              \
+        else if (p->m == 4) dm_body(p, dyp, tile0, nt, dm, 4);                                                         \
+        else dm_body(p, dyp, tile0, nt, dm, 6);                                                                        \
+    }                                                                                                                  \
+    TARGET static void wfinal_##NAME(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t nc,              \
+                                     bool accumulate, float *dw)                                                       \
+    {                                                                                                                  \
+        if (p->m == 2) wfinal_body(p, du, ts, c0, nc, accumulate, dw, 2);                                              \
+        else if (p->m == 4) wfinal_body(p, du, ts, c0, nc, accumulate, dw, 4);                                         \
+        else wfinal_body(p, du, ts, c0, nc, accumulate, dw, 6);                                                        \
+    }                                                                                                                  \
+    static const wkernels kernels_##NAME = {filter_##NAME, pack_##NAME, input_##NAME, output_##NAME,                   \
+                                            unpack_##NAME, GEMM,        dm_##NAME,    WGEMM,                           \
+                                            wfinal_##NAME};
+
+DEFINE_KERNELS(sse, , 0, false, gemm_block_blas, wgemm_blas)
+DEFINE_KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, false, gemm_block_avx2, wgemm_avx2)
+DEFINE_KERNELS(avx512, __attribute__((target("avx512f"))), 16, true, gemm_block_avx512, wgemm_avx512)
+
+/* The widest variant this CPU runs, capped by MX_WINOGRAD_ISA. */
+static const wkernels *pick_kernels(void)
+{
+    int level = 0; /* (libgcc fills in the CPU model before main: no __builtin_cpu_init) */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) level = 1;
+    if (level == 1 && __builtin_cpu_supports("avx512f")) level = 2;
+    const char *e = getenv("MX_WINOGRAD_ISA");
+    if (e) {
+        int cap = strcmp(e, "sse") == 0 ? 0 : strcmp(e, "avx2") == 0 ? 1 : 2;
+        if (level > cap) level = cap;
+    }
+    return level == 2 ? &kernels_avx512 : level == 1 ? &kernels_avx2 : &kernels_sse;
+}
+
+static void transform_filter(int m, const filter_job *j) { pick_kernels()->filter(m, j); }
+
+/* ------------------------------------------------------------- driver */
+
+mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float *x, int64_t images, const float *bias,
+                              bool accumulate, float *y, void *scratch)
+{
+    if (!mx_winograd_supported(g)) return MX_ERROR(MX_ERR_INVALID, "winograd: unsupported convolution geometry");
+    if (images <= 0) return MX_OK;
+    wplan p;
+    plan_init(&p, g, images);
+    void *owned = NULL;
+    if (!scratch) {
+        owned = mx_malloc(mx_winograd_scratch_bytes(g, images));
+        if (!owned) return MX_ERR_NOMEM;
+        scratch = owned;
+    }
+    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *xp = base, *v = base + p.off_v, *mm = base + p.off_m, *yt = base + p.off_y, *bp = NULL;
+    if (bias) {
+        bp = base + p.off_b;
+        memcpy(bp, bias, (size_t)p.f * sizeof(float));
+        for (int64_t f = p.f; f < p.fp; f++) bp[f] = 0.0f;
+    }
+    const wkernels *k = pick_kernels();
+    const int64_t in_img = p.c * p.h * p.w, out_img = p.f * p.oh * p.ow;
+    for (int64_t i0 = 0; i0 < images; i0 += p.gi) {
+        int64_t ni = images - i0 < p.gi ? images - i0 : p.gi;
+        k->pack(&p, x + i0 * in_img, ni, xp);
+        int64_t tiles = ni * p.tpi, blocks = ceil_div(tiles, BLOCK_TILES), nb = ceil_div(tiles, blocks);
+        for (int64_t t0 = 0; t0 < tiles; t0 += nb) {
+            int64_t nt = tiles - t0 < nb ? tiles - t0 : nb;
+            k->input(&p, xp, t0, nt, v);
+            k->gemm(&p, v, u, nt, mm);
+            k->output(&p, mm, t0, nt, bp, yt);
+        }
+        k->unpack(&p, yt, ni, accumulate, y + i0 * out_img);
+    }
+    free(owned);
+    return MX_OK;
+}
+
+/* ------------------------------------------------------ weight gradient */
+
+#define WGRAD_TILES 144      /* tiles per group: each product runs over this many */
+#define WGRAD_FUSED_TILES 32 /* groups of at most this many tiles never hold a whole dU */
+
+/* The weight-gradient plan: p as for forward, tile-major V and DM over a
+ * whole group of images; pd describes dy (F, OH, OW) packed unpadded into
+ * (OHt, OWt, Fp) for pack_body. Scratch: xp, dyp, V, DM, dU (T, C, Fp). */
+typedef struct wgplan {
+    wplan p, pd;
+    int64_t off_dyp, off_v, off_dm, off_du, total;
+    /* Few tiles per group: dU is never whole. 12 input channels at a time,
+     * their dU rows for every position go to a (T, 12, Fp) buffer and
+     * straight on through G^T . G into dw, instead of a whole dU (T, C, Fp)
+     * being written out and read back (on large layers that round trip
+     * through memory costs more than the products, and it saves memory). */
+    bool fused;
+} wgplan;
+
+static void wgplan_init(wgplan *q, const mx_conv_geom *g, int64_t images)
+{
+    wplan *p = &q->p;
+    plan_init(p, g, 1);
+    if (images < 1) images = 1;
+    p->gi = ceil_div(WGRAD_TILES, p->tpi);
+    if (p->gi > images) p->gi = images;
+    p->nbmax = p->gi * p->tpi;
+    /* layouts as in plan_init, for this nbmax */
+    if (p->cp <= TILE_MAJOR_MAX) {
+        p->vj = p->t * p->cp;
+        p->vt = p->cp;
+    } else {
+        p->vj = p->cp;
+        p->vt = p->nbmax * p->cp;
+    }
+    if (p->fp <= TILE_MAJOR_MAX) {
+        p->mj = p->t * p->fp;
+        p->mt = p->fp;
+    } else {
+        p->mj = p->fp;
+        p->mt = p->nbmax * p->fp;
+    }
+    q->pd = *p;
+    q->pd.c = p->f;
+    q->pd.cp = p->fp;
+    q->pd.h = p->oh;
+    q->pd.w = p->ow;
+    q->pd.ph = q->pd.pw = 0;
+    q->pd.hp = p->oht;
+    q->pd.wp = p->owt;
+    q->off_dyp = round_up(p->gi * p->hp * p->wp * p->cp, ALIGN_FLOATS);
+    q->off_v = q->off_dyp + round_up(p->gi * p->oht * p->owt * p->fp, ALIGN_FLOATS);
+    q->off_dm = q->off_v + round_up(p->nbmax * p->t * p->cp, ALIGN_FLOATS);
+    q->off_du = q->off_dm + round_up(p->nbmax * p->t * p->fp, ALIGN_FLOATS);
+    q->fused = p->nbmax <= WGRAD_FUSED_TILES;
+    q->total = q->off_du + round_up(p->t * (q->fused ? GEMM_ROWS : p->c) * p->fp, ALIGN_FLOATS);
+}
+
+size_t mx_winograd_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images)
+{
+    wgplan q;
+    wgplan_init(&q, g, images);
+    return (size_t)q.total * sizeof(float) + 64;
+}
+
+mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
+                                      bool accumulate, float *dw, void *scratch)
+{
+    if (!mx_winograd_supported(g)) return MX_ERROR(MX_ERR_INVALID, "winograd: unsupported convolution geometry");
+    if (images <= 0) {
+        if (!accumulate) memset(dw, 0, (size_t)(g->out_c * g->in_c * 9) * sizeof(float));
+        return MX_OK;
+    }
+    wgplan q;
+    wgplan_init(&q, g, images);
+    const wplan *p = &q.p;
+    void *owned = NULL;
+    if (!scratch) {
+        owned = mx_malloc(mx_winograd_wgrad_scratch_bytes(g, images));
+        if (!owned) return MX_ERR_NOMEM;
+        scratch = owned;
+    }
+    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *xp = base, *dyp = base + q.off_dyp, *v = base + q.off_v, *dm = base + q.off_dm, *du = base + q.off_du;
+    const wkernels *k = pick_kernels();
+    const int64_t in_img = p->c * p->h * p->w, out_img = p->f * p->oh * p->ow;
+    for (int64_t i0 = 0; i0 < images; i0 += p->gi) {
+        int64_t ni = images - i0 < p->gi ? images - i0 : p->gi, tiles = ni * p->tpi;
+        k->pack(p, x + i0 * in_img, ni, xp);
+        k->pack(&q.pd, dy + i0 * out_img, ni, dyp);
+        k->input(p, xp, 0, tiles, v);
+        k->dm(p, dyp, 0, tiles, dm);
+        if (!q.fused) {
+            k->wgemm(p, v, dm, tiles, 0, p->c, i0 > 0, du, p->c * p->fp);
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < p->c; c0 += GEMM_ROWS) {
+            int64_t nc = p->c - c0 < GEMM_ROWS ? p->c - c0 : GEMM_ROWS;
+            k->wgemm(p, v, dm, tiles, c0, nc, false, du, GEMM_ROWS * p->fp);
+            k->wfinal(p, du, GEMM_ROWS * p->fp, c0, nc, accumulate || i0 > 0, dw);
+        }
+    }
+    if (!q.fused) k->wfinal(p, du, p->c * p->fp, 0, p->c, accumulate, dw);
+    free(owned);
+    return MX_OK;
+}

@@ -1,0 +1,570 @@
+/* test_winograd.c - Winograd F(2x2|4x4|6x6, 3x3) forward, backward-data
+ * and weight gradient against a float64 direct convolution on many shapes
+ * (odd and even sizes from 1x1 to 57x57, pads 0..2 per axis, 1..70
+ * channels (and one 160),
+ * batches 1..5, bias, accumulate, one call or one image per call), on
+ * every vector path this CPU has (MX_WINOGRAD_ISA), for each tile size
+ * (MX_WINOGRAD_TILE), and against im2col + SGEMM (mx_conv_forward /
+ * mx_conv_backward) on the same data.
+ *
+ * Error measures, over one output tensor: max |y - ref| / max S, where S
+ * is the sum of |terms| of an output (|x*w| products, |bias|, and |y| when
+ * accumulating), and max |y - ref| / max |ref| (the brief's measure). The
+ * rounding of a Winograd tile mixes every input of the alpha x alpha patch
+ * into every output of the tile, so an output's own terms are the wrong
+ * scale for its error (a corner output with one term carries the tile's
+ * error); the tensor-wide scale is the right one. Both have bounds per tile
+ * size (err_bound, err_bound_max); the measured maxima are printed.
+ */
+#include "ops/im2col.h"
+#include "ops/winograd.h"
+
+#include <cblas.h>
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bounds on the per-output error relative to the sum of |terms|. */
+static double err_bound(int m) { return m == 2 ? 2e-6 : m == 4 ? 2e-5 : 5e-5; }
+/* The same for the weight gradient (longer sums, products of two
+ * transformed operands). */
+static double wgrad_bound(int m) { return m == 2 ? 2e-6 : m == 4 ? 2e-5 : 5e-5; }
+static double wgrad_bound_max(int m) { return m == 2 ? 2e-5 : m == 4 ? 1e-4 : 1e-4; }
+/* And on max |err| / max |ref| over a tensor. */
+static double err_bound_max(int m) { return m == 2 ? 1e-5 : m == 4 ? 1e-4 : 2e-4; }
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double uniform(double lo, double hi)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(uniform(0, 1) * (double)(hi - lo + 1)); }
+
+static float *rand_floats(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    ck_assert_ptr_nonnull(p);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)uniform(-1, 1);
+    return p;
+}
+
+static mx_conv_geom geom(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw)
+{
+    mx_conv_geom g = {.batch = n,
+                      .in_c = c,
+                      .in_h = h,
+                      .in_w = w,
+                      .out_c = f,
+                      .out_h = h + 2 * ph - 2,
+                      .out_w = w + 2 * pw - 2,
+                      .k_h = 3,
+                      .k_w = 3,
+                      .stride_h = 1,
+                      .stride_w = 1,
+                      .dil_h = 1,
+                      .dil_w = 1,
+                      .pad_h = ph,
+                      .pad_w = pw,
+                      .groups = 1};
+    return g;
+}
+
+/* ref[n,f,oy,ox] = bias[f] + sum x * w in float64, and abs = the sum of |terms|. */
+static void ref_forward(const mx_conv_geom *g, const float *x, const float *w, const float *bias, double *ref,
+                        double *abs_sum)
+{
+    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w;
+    for (int64_t n = 0; n < g->batch; n++)
+        for (int64_t f = 0; f < f_n; f++)
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    double acc = bias ? bias[f] : 0.0, a = bias ? fabs(bias[f]) : 0.0;
+                    for (int64_t c = 0; c < c_n; c++)
+                        for (int64_t i = 0; i < 3; i++) {
+                            int64_t iy = oy - g->pad_h + i;
+                            if (iy < 0 || iy >= h) continue;
+                            for (int64_t j = 0; j < 3; j++) {
+                                int64_t ix = ox - g->pad_w + j;
+                                if (ix < 0 || ix >= wd) continue;
+                                double t = (double)x[((n * c_n + c) * h + iy) * wd + ix] *
+                                           (double)w[((f * c_n + c) * 3 + i) * 3 + j];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                        }
+                    int64_t at = ((n * f_n + f) * oh + oy) * ow + ox;
+                    ref[at] = acc;
+                    abs_sum[at] = a;
+                }
+}
+
+/* dx[n,c,iy,ix] = sum over f, i, j of dy[n,f,iy+ph-i,ix+pw-j] * w[f,c,i,j] */
+static void ref_backward(const mx_conv_geom *g, const float *dy, const float *w, double *ref, double *abs_sum)
+{
+    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w;
+    for (int64_t n = 0; n < g->batch; n++)
+        for (int64_t c = 0; c < c_n; c++)
+            for (int64_t iy = 0; iy < h; iy++)
+                for (int64_t ix = 0; ix < wd; ix++) {
+                    double acc = 0, a = 0;
+                    for (int64_t f = 0; f < f_n; f++)
+                        for (int64_t i = 0; i < 3; i++) {
+                            int64_t oy = iy + g->pad_h - i;
+                            if (oy < 0 || oy >= oh) continue;
+                            for (int64_t j = 0; j < 3; j++) {
+                                int64_t ox = ix + g->pad_w - j;
+                                if (ox < 0 || ox >= ow) continue;
+                                double t = (double)dy[((n * f_n + f) * oh + oy) * ow + ox] *
+                                           (double)w[((f * c_n + c) * 3 + i) * 3 + j];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                        }
+                    int64_t at = ((n * c_n + c) * h + iy) * wd + ix;
+                    ref[at] = acc;
+                    abs_sum[at] = a;
+                }
+}
+
+/* dw[f,c,i,j] = sum over n, oy, ox of dy[n,f,oy,ox] * x[n,c,oy-ph+i,ox-pw+j] */
+static void ref_weight(const mx_conv_geom *g, const float *x, const float *dy, double *ref, double *abs_sum)
+{
+    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w;
+    for (int64_t f = 0; f < f_n; f++)
+        for (int64_t c = 0; c < c_n; c++)
+            for (int64_t i = 0; i < 3; i++)
+                for (int64_t j = 0; j < 3; j++) {
+                    double acc = 0, a = 0;
+                    for (int64_t n = 0; n < g->batch; n++)
+                        for (int64_t oy = 0; oy < oh; oy++) {
+                            int64_t iy = oy - g->pad_h + i;
+                            if (iy < 0 || iy >= h) continue;
+                            for (int64_t ox = 0; ox < ow; ox++) {
+                                int64_t ix = ox - g->pad_w + j;
+                                if (ix < 0 || ix >= wd) continue;
+                                double t = (double)dy[((n * f_n + f) * oh + oy) * ow + ox] *
+                                           (double)x[((n * c_n + c) * h + iy) * wd + ix];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                        }
+                    int64_t at = ((f * c_n + c) * 3 + i) * 3 + j;
+                    ref[at] = acc;
+                    abs_sum[at] = a;
+                }
+}
+
+typedef struct errs {
+    double rel_terms; /* max |err| / max sum|terms| */
+    double rel_max;   /* max |err| / max |ref| */
+} errs;
+
+/* got vs base + ref (base: the accumulated-onto values, or NULL) */
+static errs measure(const float *got, const float *base, const double *ref, const double *abs_sum, int64_t n)
+{
+    double max_err = 0, max_ref = 0, max_sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double want = ref[i] + (base ? base[i] : 0.0), s = abs_sum[i] + (base ? fabs(base[i]) : 0.0);
+        double err = isfinite(got[i]) ? fabs((double)got[i] - want) : INFINITY; /* no ck_assert per element: */
+        if (err > max_err) max_err = err;
+        if (fabs(want) > max_ref) max_ref = fabs(want);
+        if (s > max_sum) max_sum = s;
+    }
+    errs e = {max_err / (max_sum + 1e-30), max_err / (max_ref + 1e-30)};
+    return e;
+}
+
+static errs worst[7];   /* by tile size: forward and backward-data */
+static errs worst_w[7]; /* weight gradient */
+
+static void note_w(int m, errs e)
+{
+    if (e.rel_terms > worst_w[m].rel_terms) worst_w[m].rel_terms = e.rel_terms;
+    if (e.rel_max > worst_w[m].rel_max) worst_w[m].rel_max = e.rel_max;
+}
+static errs worst_im2col;
+
+static void note(int m, errs e)
+{
+    if (e.rel_terms > worst[m].rel_terms) worst[m].rel_terms = e.rel_terms;
+    if (e.rel_max > worst[m].rel_max) worst[m].rel_max = e.rel_max;
+}
+
+/* Prints the worst errors seen by the calling test (tests run in their own
+ * processes). */
+static void print_worst(const char *what)
+{
+    for (int m = 2; m <= 6; m += 2)
+        printf("%s: F(%dx%d,3x3): max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g (bounds %.0e, %.0e)\n",
+               what, m, m, worst[m].rel_terms, worst[m].rel_max, err_bound(m), err_bound_max(m));
+    for (int m = 2; m <= 6; m += 2)
+        printf("%s: weight gradient F(%dx%d,3x3): max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g "
+               "(bounds %.0e, %.0e)\n",
+               what, m, m, worst_w[m].rel_terms, worst_w[m].rel_max, wgrad_bound(m), wgrad_bound_max(m));
+    printf("%s: im2col+SGEMM:   max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g\n", what,
+           worst_im2col.rel_terms, worst_im2col.rel_max);
+}
+
+static void set_tile(int m)
+{
+    char s[2] = {(char)('0' + m), 0};
+    setenv("MX_WINOGRAD_TILE", s, 1);
+}
+
+static const char *const isas[] = {"avx512", "avx2", "sse"};
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* One shape: forward (with/without bias, write/accumulate) and backward-data
+ * (write/accumulate) for each tile size and vector path, against float64;
+ * im2col + SGEMM on the same data. */
+static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw, bool bias_on,
+                        int isa_count)
+{
+    mx_conv_geom g = geom(n, c, f, h, w, ph, pw), gb;
+    ck_assert(mx_winograd_supported(&g));
+    mx_winograd_backward_geom(&g, &gb);
+    ck_assert(mx_winograd_supported(&gb));
+    ck_assert_int_eq(gb.out_h, h);
+    ck_assert_int_eq(gb.out_w, w);
+    const int64_t nx = n * c * h * w, ny = n * f * g.out_h * g.out_w;
+    float *x = rand_floats(nx), *wt = rand_floats(f * c * 9), *bias = bias_on ? rand_floats(f) : NULL;
+    float *dy = rand_floats(ny), *y0 = rand_floats(ny), *dx0 = rand_floats(nx);
+    float *y = malloc((size_t)ny * sizeof(float)), *dx = malloc((size_t)nx * sizeof(float));
+    double *ref_y = malloc((size_t)ny * sizeof(double)), *abs_y = malloc((size_t)ny * sizeof(double));
+    double *ref_dx = malloc((size_t)nx * sizeof(double)), *abs_dx = malloc((size_t)nx * sizeof(double));
+    ck_assert(y && dx && ref_y && abs_y && ref_dx && abs_dx);
+    ref_forward(&g, x, wt, bias, ref_y, abs_y);
+    ref_backward(&g, dy, wt, ref_dx, abs_dx);
+    const int64_t nw = f * c * 9;
+    float *dw = malloc((size_t)nw * sizeof(float)), *dw0 = rand_floats(nw);
+    double *ref_w = malloc((size_t)nw * sizeof(double)), *abs_w = malloc((size_t)nw * sizeof(double));
+    ck_assert(dw && ref_w && abs_w);
+    ref_weight(&g, x, dy, ref_w, abs_w);
+
+    for (int m = 2; m <= 6; m += 2) {
+        set_tile(m);
+        ck_assert_int_eq(mx_winograd_tile(&g), m);
+        /* 64-byte aligned: large transforms take the streaming-store path */
+        float *u = aligned_alloc(64, round64(mx_winograd_filter_bytes(&g)));
+        float *ub = aligned_alloc(64, round64(mx_winograd_filter_bytes(&gb)));
+        ck_assert(u && ub);
+        /* scratch for the whole batch, deliberately misaligned by 4 bytes */
+        size_t sb = mx_winograd_scratch_bytes(&g, n), sbb = mx_winograd_scratch_bytes(&gb, n);
+        char *scratch = malloc((sb > sbb ? sb : sbb) + 4);
+        ck_assert_ptr_nonnull(scratch);
+        for (int k = 0; k < isa_count; k++) {
+            setenv("MX_WINOGRAD_ISA", isas[k], 1);
+            mx_winograd_transform_filter(&g, wt, u);
+            mx_winograd_transform_filter_backward(&g, wt, ub);
+            errs e;
+            /* forward, write */
+            for (int64_t i = 0; i < ny; i++) y[i] = NAN;
+            ck_assert_int_eq(mx_winograd_forward(&g, u, x, n, bias, false, y, scratch + 4), MX_OK);
+            e = measure(y, NULL, ref_y, abs_y, ny);
+            note(m, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m) && e.rel_max <= err_bound_max(m),
+                          "forward F(%d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m, isas[k],
+                          (long long)n, (long long)c, (long long)f, (long long)h, (long long)w, (long long)ph,
+                          (long long)pw, e.rel_terms, e.rel_max);
+            /* forward, accumulate, one image per call (pointers at the image) */
+            memcpy(y, y0, (size_t)ny * sizeof(float));
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_int_eq(mx_winograd_forward(&g, u, x + i * c * h * w, 1, bias, true,
+                                                     y + i * f * g.out_h * g.out_w, scratch),
+                                 MX_OK);
+            e = measure(y, y0, ref_y, abs_y, ny);
+            note(m, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m), "forward accumulate F(%d) %s: err %g", m, isas[k],
+                          e.rel_terms);
+            /* backward-data, write (scratch allocated by the call) */
+            for (int64_t i = 0; i < nx; i++) dx[i] = NAN;
+            ck_assert_int_eq(mx_winograd_forward(&gb, ub, dy, n, NULL, false, dx, NULL), MX_OK);
+            e = measure(dx, NULL, ref_dx, abs_dx, nx);
+            note(m, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m) && e.rel_max <= err_bound_max(m),
+                          "backward F(%d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m, isas[k],
+                          (long long)n, (long long)c, (long long)f, (long long)h, (long long)w, (long long)ph,
+                          (long long)pw, e.rel_terms, e.rel_max);
+            /* backward-data, accumulate */
+            memcpy(dx, dx0, (size_t)nx * sizeof(float));
+            ck_assert_int_eq(mx_winograd_forward(&gb, ub, dy, n, NULL, true, dx, scratch), MX_OK);
+            e = measure(dx, dx0, ref_dx, abs_dx, nx);
+            note(m, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m), "backward accumulate F(%d) %s: err %g", m, isas[k],
+                          e.rel_terms);
+            /* weight gradient, write (whole batch) */
+            for (int64_t i = 0; i < nw; i++) dw[i] = NAN;
+            ck_assert_int_eq(mx_winograd_backward_weight(&g, x, dy, n, false, dw, NULL), MX_OK);
+            e = measure(dw, NULL, ref_w, abs_w, nw);
+            note_w(m, e);
+            ck_assert_msg(e.rel_terms <= wgrad_bound(m) && e.rel_max <= wgrad_bound_max(m),
+                          "weight gradient F(%d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m,
+                          isas[k], (long long)n, (long long)c, (long long)f, (long long)h, (long long)w,
+                          (long long)ph, (long long)pw, e.rel_terms, e.rel_max);
+            /* weight gradient, accumulated one image at a time onto dw0 */
+            memcpy(dw, dw0, (size_t)nw * sizeof(float));
+            void *ws = malloc(mx_winograd_wgrad_scratch_bytes(&g, 1) + 4);
+            ck_assert_ptr_nonnull(ws);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_int_eq(mx_winograd_backward_weight(&g, x + i * c * h * w, dy + i * f * g.out_h * g.out_w,
+                                                             1, true, dw, (char *)ws + 4),
+                                 MX_OK);
+            free(ws);
+            e = measure(dw, dw0, ref_w, abs_w, nw);
+            note_w(m, e);
+            ck_assert_msg(e.rel_terms <= wgrad_bound(m), "weight gradient accumulate F(%d) %s: err %g", m,
+                          isas[k], e.rel_terms);
+        }
+        unsetenv("MX_WINOGRAD_ISA");
+        free(scratch);
+        free(u);
+        free(ub);
+    }
+    unsetenv("MX_WINOGRAD_TILE");
+
+    /* im2col + SGEMM on the same data: same measure */
+    ck_assert_int_eq(mx_conv_forward(NULL, &g, x, wt, bias, y, MX_REQ_WRITE, NULL, 0), MX_OK);
+    errs e = measure(y, NULL, ref_y, abs_y, ny);
+    if (e.rel_terms > worst_im2col.rel_terms) worst_im2col.rel_terms = e.rel_terms;
+    if (e.rel_max > worst_im2col.rel_max) worst_im2col.rel_max = e.rel_max;
+    ck_assert_msg(e.rel_terms <= err_bound(2), "im2col forward: err %g", e.rel_terms);
+    ck_assert_int_eq(mx_conv_backward(NULL, &g, x, wt, dy, dx, MX_REQ_WRITE, dw, MX_REQ_WRITE, NULL, 0), MX_OK);
+    e = measure(dx, NULL, ref_dx, abs_dx, nx);
+    ck_assert_msg(e.rel_terms <= err_bound(2), "im2col backward: err %g", e.rel_terms);
+    e = measure(dw, NULL, ref_w, abs_w, nw);
+    ck_assert_msg(e.rel_terms <= wgrad_bound(2), "im2col weight gradient: err %g", e.rel_terms);
+    /* Winograd's weight gradient (the geometry's own tile) against im2col's directly */
+    float *dww = malloc((size_t)nw * sizeof(float));
+    ck_assert_ptr_nonnull(dww);
+    ck_assert_int_eq(mx_winograd_backward_weight(&g, x, dy, n, false, dww, NULL), MX_OK);
+    double max_abs_w = 0, max_diff_w = 0;
+    for (int64_t i = 0; i < nw; i++) {
+        if (abs_w[i] > max_abs_w) max_abs_w = abs_w[i];
+        if (!(fabs((double)dww[i] - dw[i]) <= max_diff_w)) max_diff_w = fabs((double)dww[i] - dw[i]);
+    }
+    ck_assert_msg(max_diff_w <= 2 * wgrad_bound(mx_winograd_tile(&g)) * max_abs_w,
+                  "winograd vs im2col weight gradient: %g (scale %g)", max_diff_w, max_abs_w);
+    free(dww);
+    /* and Winograd with the geometry's own tile against im2col directly */
+    float *u = malloc(mx_winograd_filter_bytes(&g)), *yw = malloc((size_t)ny * sizeof(float));
+    ck_assert(u && yw);
+    mx_winograd_transform_filter(&g, wt, u);
+    ck_assert_int_eq(mx_winograd_forward(&g, u, x, n, bias, false, yw, NULL), MX_OK);
+    ck_assert_int_eq(mx_conv_forward(NULL, &g, x, wt, bias, y, MX_REQ_WRITE, NULL, 0), MX_OK);
+    double max_abs = 0;
+    for (int64_t i = 0; i < ny; i++)
+        if (abs_y[i] > max_abs) max_abs = abs_y[i];
+    double max_diff = 0;
+    for (int64_t i = 0; i < ny; i++)
+        if (!(fabs((double)yw[i] - y[i]) <= max_diff)) max_diff = fabs((double)yw[i] - y[i]);
+    ck_assert_msg(max_diff <= 2 * err_bound(mx_winograd_tile(&g)) * max_abs, "winograd vs im2col: %g (scale %g)",
+                  max_diff, max_abs);
+    free(u);
+    free(yw);
+
+    free(x);
+    free(wt);
+    free(bias);
+    free(dy);
+    free(y0);
+    free(dx0);
+    free(y);
+    free(dx);
+    free(ref_y);
+    free(abs_y);
+    free(ref_dx);
+    free(abs_dx);
+    free(dw);
+    free(dw0);
+    free(ref_w);
+    free(abs_w);
+}
+
+/* Hand-picked edge shapes: 1x1 images, outputs narrower than a tile, odd
+ * and even sizes, asymmetric pads, channel counts around the 16-lane
+ * padding, one large image. */
+START_TEST(edge_shapes)
+{
+    static const int64_t cases[][7] = {
+        /* n, c, f, h, w, ph, pw */
+        {1, 1, 1, 1, 1, 1, 1},  {1, 1, 1, 3, 3, 0, 0},   {2, 3, 5, 1, 1, 2, 2},    {1, 2, 3, 2, 2, 1, 1},
+        {3, 7, 9, 5, 8, 1, 1},  {2, 16, 16, 13, 13, 1, 1}, {5, 17, 33, 12, 10, 2, 0}, {4, 33, 17, 11, 15, 0, 2},
+        {2, 64, 70, 7, 7, 1, 1}, {1, 1, 70, 57, 31, 0, 1}, {5, 70, 1, 9, 14, 2, 1},   {1, 15, 31, 4, 6, 1, 2},
+        {2, 32, 16, 8, 8, 1, 1}, {1, 48, 48, 14, 14, 1, 1}, {3, 5, 6, 16, 17, 1, 1},  {1, 9, 11, 3, 40, 0, 0},
+        {1, 20, 24, 57, 57, 1, 1}, {2, 70, 70, 6, 6, 2, 2},  {1, 160, 144, 6, 7, 1, 1}, /* > 2 MB: streamed u */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t *k = cases[i];
+        check_shape(k[0], k[1], k[2], k[3], k[4], k[5], k[6], i % 2 == 0, 3);
+    }
+    print_worst("edge shapes");
+}
+END_TEST
+
+/* Random shapes within the brief's ranges, on the best vector path only. */
+START_TEST(random_shapes)
+{
+    rng_state = 0x1234567887654321ull;
+    for (int i = 0; i < 40; i++) {
+        int64_t n = irand(1, 5), c = irand(1, 70), f = irand(1, 70), ph = irand(0, 2), pw = irand(0, 2);
+        int64_t h = irand(1, 40), w = irand(1, 40);
+        if (h + 2 * ph < 3 || w + 2 * pw < 3) continue;
+        while (n * c * f * h * w > 4000000) {
+            if (h > 4) h /= 2;
+            else if (c > 1) c /= 2;
+            else n = 1;
+        }
+        if (h + 2 * ph < 3) h = 3;
+        check_shape(n, c, f, h, w, ph, pw, i % 3 != 0, 1);
+    }
+    print_worst("random shapes");
+}
+END_TEST
+
+/* Split calls: images [0, k) and [k, n) with their own pointers give what
+ * one call gives, and scratch for fewer images is no larger. */
+START_TEST(image_ranges)
+{
+    mx_conv_geom g = geom(5, 24, 40, 9, 11, 1, 1);
+    for (int m = 2; m <= 6; m += 2) {
+        set_tile(m);
+        float *x = rand_floats(5 * 24 * 99), *wt = rand_floats(40 * 24 * 9), *bias = rand_floats(40);
+        float *u = malloc(mx_winograd_filter_bytes(&g));
+        float *y1 = malloc(5 * 40 * 99 * sizeof(float)), *y2 = malloc(5 * 40 * 99 * sizeof(float));
+        ck_assert(u && y1 && y2);
+        mx_winograd_transform_filter(&g, wt, u);
+        ck_assert_uint_le(mx_winograd_scratch_bytes(&g, 2), mx_winograd_scratch_bytes(&g, 5));
+        void *s = malloc(mx_winograd_scratch_bytes(&g, 5));
+        ck_assert_int_eq(mx_winograd_forward(&g, u, x, 5, bias, false, y1, s), MX_OK);
+        ck_assert_int_eq(mx_winograd_forward(&g, u, x, 2, bias, false, y2, s), MX_OK);
+        ck_assert_int_eq(mx_winograd_forward(&g, u, x + 2 * 24 * 99, 3, bias, false, y2 + 2 * 40 * 99, s), MX_OK);
+        int bad = 0;
+        for (int i = 0; i < 5 * 40 * 99; i++) bad += !(fabsf(y1[i] - y2[i]) <= 1e-5f * (1 + fabsf(y1[i])));
+        ck_assert_int_eq(bad, 0);
+        /* zero images: nothing written */
+        ck_assert_int_eq(mx_winograd_forward(&g, u, x, 0, bias, false, NULL, s), MX_OK);
+        free(s);
+        free(x);
+        free(wt);
+        free(bias);
+        free(u);
+        free(y1);
+        free(y2);
+    }
+    unsetenv("MX_WINOGRAD_TILE");
+}
+END_TEST
+
+/* The filter transform in parts, and into a misaligned buffer (regular
+ * stores instead of streaming ones), gives the same bits as one call. */
+START_TEST(filter_parts_and_alignment)
+{
+    mx_conv_geom g = geom(1, 150, 170, 5, 5, 1, 1), gb;
+    mx_winograd_backward_geom(&g, &gb);
+    float *w = rand_floats(170 * 150 * 9);
+    for (int m = 2; m <= 6; m += 2) {
+        set_tile(m);
+        for (int back = 0; back < 2; back++) {
+            size_t bytes = mx_winograd_filter_bytes(back ? &gb : &g);
+            float *whole = aligned_alloc(64, round64(bytes)), *parts = aligned_alloc(64, round64(bytes));
+            char *odd = malloc(bytes + 4);
+            ck_assert(whole && parts && odd);
+            memset(parts, 0xff, bytes);
+            if (back) {
+                mx_winograd_transform_filter_backward(&g, w, whole);
+                for (int k = 0; k < 3; k++) mx_winograd_transform_filter_backward_part(&g, w, parts, k, 3);
+                mx_winograd_transform_filter_backward(&g, w, (float *)(odd + 4));
+            } else {
+                mx_winograd_transform_filter(&g, w, whole);
+                for (int k = 0; k < 3; k++) mx_winograd_transform_filter_part(&g, w, parts, k, 3);
+                mx_winograd_transform_filter(&g, w, (float *)(odd + 4));
+            }
+            ck_assert_int_eq(memcmp(whole, parts, bytes), 0);
+            ck_assert_int_eq(memcmp(whole, odd + 4, bytes), 0);
+            free(whole);
+            free(parts);
+            free(odd);
+        }
+    }
+    unsetenv("MX_WINOGRAD_TILE");
+    free(w);
+}
+END_TEST
+
+START_TEST(supported_geometries)
+{
+    mx_conv_geom g = geom(2, 8, 8, 10, 10, 1, 1);
+    ck_assert(mx_winograd_supported(&g));
+    mx_conv_geom b = g;
+    b.stride_h = 2;
+    b.out_h = 5;
+    ck_assert(!mx_winograd_supported(&b));
+    b = g;
+    b.groups = 2;
+    ck_assert(!mx_winograd_supported(&b));
+    b = g;
+    b.dil_w = 2;
+    b.out_w = 8;
+    ck_assert(!mx_winograd_supported(&b));
+    b = geom(2, 8, 8, 10, 10, 3, 1);
+    ck_assert(!mx_winograd_supported(&b));
+    b = geom(2, 8, 8, 2, 10, 0, 1); /* empty output */
+    ck_assert(!mx_winograd_supported(&b));
+    b = g;
+    b.k_h = b.k_w = 5;
+    b.out_h = b.out_w = 8;
+    ck_assert(!mx_winograd_supported(&b));
+    ck_assert(!mx_winograd_profitable(&b));
+    ck_assert_int_eq(mx_winograd_forward(&b, NULL, NULL, 1, NULL, false, NULL, NULL), MX_ERR_INVALID);
+    /* the backward geometry of a pad-p conv has pad 2-p and gives back H x W */
+    for (int p = 0; p <= 2; p++) {
+        mx_conv_geom f = geom(1, 3, 4, 9, 6, p, 2 - p), gb;
+        mx_winograd_backward_geom(&f, &gb);
+        ck_assert_int_eq(gb.pad_h, 2 - p);
+        ck_assert_int_eq(gb.pad_w, p);
+        ck_assert_int_eq(gb.in_c, 4);
+        ck_assert_int_eq(gb.out_c, 3);
+        ck_assert_int_eq(gb.out_h, 9);
+        ck_assert_int_eq(gb.out_w, 6);
+        ck_assert(mx_winograd_supported(&gb));
+    }
+    /* profitability (bench_winograd's crossover): from 8 channels a side up,
+     * not at 4 -> 4 nor on the RGB stem, nor with too few tiles in a batch */
+    mx_conv_geom big = geom(8, 256, 256, 14, 14, 1, 1), small = geom(64, 16, 16, 32, 32, 1, 1);
+    ck_assert(mx_winograd_profitable(&big));
+    ck_assert(mx_winograd_profitable(&small));
+    mx_conv_geom tiny = geom(64, 4, 4, 32, 32, 1, 1), stem = geom(64, 3, 16, 32, 32, 1, 1);
+    ck_assert(!mx_winograd_profitable(&tiny));
+    ck_assert(!mx_winograd_profitable(&stem));
+    mx_conv_geom few = geom(4, 256, 256, 3, 3, 1, 1), many = geom(8, 256, 256, 3, 3, 1, 1);
+    ck_assert(!mx_winograd_profitable(&few));
+    ck_assert(mx_winograd_profitable(&many));
+}
+END_TEST
+
+int main(void)
+{
+    openblas_set_num_threads(1); /* the kernels run on one thread each, as under the pool */
+    Suite *s = suite_create("winograd");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, supported_geometries);
+    tcase_add_test(tc, image_ranges);
+    tcase_add_test(tc, filter_parts_and_alignment);
+    tcase_add_test(tc, edge_shapes);
+    tcase_add_test(tc, random_shapes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
