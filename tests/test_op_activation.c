@@ -1,4 +1,5 @@
 /* test_op_activation.c - Activation against a float64 reference. */
+#include "parallel/parallel.h"
 #include "support/opcheck.h"
 
 #include <check.h>
@@ -156,6 +157,127 @@ START_TEST(in_place_forward_and_backward)
 }
 END_TEST
 
+/* The vector widths simd.h can pick, capped through $MX_SIMD (a CPU
+ * without AVX-512 or AVX2 runs the widest it has for those). */
+static const char *const widths[] = {"portable", "avx2", "avx512"};
+
+/* Sizes split across the kernel pool (over 32K elements, an odd count so
+ * the pieces end mid-vector) and small ones, on every width. */
+START_TEST(large_and_odd_shapes_on_every_width)
+{
+    const char *acts[] = {"relu", "sigmoid", "tanh", "softrelu", "softsign"};
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        for (int a = 0; a < 5; a++) {
+            const char *keys[] = {"act_type"};
+            const char *values[] = {acts[a]};
+            opcheck_case c = {.op = "Activation", .keys = keys, .values = values, .n_params = 1, .ref = act_ref,
+                              .init = away_from_zero, .seed = 500 + (uint64_t)(10 * w + a), .max_points = 48};
+            c.in_shapes[0] = MX_SHAPE(2, 7, 53, 47); /* 34874 = 16 * 2179 + 10 */
+            opcheck_run(&c);
+            run_case(acts[a], MX_SHAPE(3, 5), 600 + (uint64_t)(10 * w + a)); /* one partial vector */
+            run_case(acts[a], MX_SHAPE(37), 700 + (uint64_t)(10 * w + a));   /* full vectors and a tail */
+        }
+    }
+    unsetenv("MX_SIMD");
+}
+END_TEST
+
+/* Forward then backward (write) on `pool`; returns y followed by dx. */
+static float *run_on_pool(const char *act, int64_t n, const float *x, const float *dy, mx_threadpool *pool)
+{
+    const mx_op_def *op = mx_op_find("Activation");
+    _Alignas(16) char params[16384];
+    const char *k[] = {"act_type"}, *v[] = {act};
+    ck_assert_int_eq(mx_op_parse_params(op, k, v, 1, params), MX_OK);
+    float *r = malloc(sizeof(float) * (size_t)(2 * n));
+    mx_tensor tx = {.data = (void *)x, .shape = MX_SHAPE(n)}, ty = {.data = r, .shape = MX_SHAPE(n)};
+    mx_tensor tdy = {.data = (void *)dy, .shape = MX_SHAPE(n)}, tdx = {.data = r + n, .shape = MX_SHAPE(n)};
+    mx_req req[1] = {MX_REQ_WRITE};
+    mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pool};
+    mx_op_ctx ctx = {.exec = &exec, .is_train = true};
+    ck_assert_int_eq(op->forward(&ctx, params, &tx, req, &ty, NULL), MX_OK);
+    ck_assert_int_eq(op->backward(&ctx, params, &tdy, &tx, &ty, req, &tdx, NULL), MX_OK);
+    return r;
+}
+
+/* Results do not depend on how the range is split: bit for bit the same on
+ * the calling thread and on 2 or 3 threads, on every width; and an element
+ * gets the same value in a vector's body as in a tail (all inputs equal,
+ * a count that is not a multiple of 16). */
+START_TEST(results_do_not_depend_on_the_split)
+{
+    const char *acts[] = {"relu", "sigmoid", "tanh", "softrelu", "softsign"};
+    enum { N = 100003 };
+    float *x = malloc(sizeof(float) * N), *dy = malloc(sizeof(float) * N);
+    uint64_t rng = 77;
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)opcheck_uniform(&rng, -6, 6);
+        dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+    }
+    mx_threadpool *p2, *p3;
+    ck_assert_int_eq(mx_threadpool_create(2, &p2), MX_OK);
+    ck_assert_int_eq(mx_threadpool_create(3, &p3), MX_OK);
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        for (int a = 0; a < 5; a++) {
+            float *r1 = run_on_pool(acts[a], N, x, dy, NULL);
+            float *r2 = run_on_pool(acts[a], N, x, dy, p2), *r3 = run_on_pool(acts[a], N, x, dy, p3);
+            ck_assert_msg(!memcmp(r1, r2, sizeof(float) * 2 * N) && !memcmp(r1, r3, sizeof(float) * 2 * N),
+                          "%s on %s: results differ with the thread count", acts[a], widths[w]);
+            free(r1), free(r2), free(r3);
+            for (int k = 0; k < 7; k++) {
+                const int n = 37;
+                float xs[37], ds[37];
+                for (int i = 0; i < n; i++) xs[i] = -3.0f + 0.9f * (float)k, ds[i] = 0.75f;
+                float *r = run_on_pool(acts[a], n, xs, ds, NULL);
+                for (int i = 1; i < n; i++)
+                    ck_assert_msg(r[i] == r[0] && r[n + i] == r[n], "%s on %s: element %d of f(%g) differs",
+                                  acts[a], widths[w], i, (double)xs[0]);
+                free(r);
+            }
+        }
+    }
+    unsetenv("MX_SIMD");
+    mx_threadpool_free(p2);
+    mx_threadpool_free(p3);
+    free(x);
+    free(dy);
+}
+END_TEST
+
+/* tanh and sigmoid of every width against the double functions over a
+ * dense grid, tighter than the op tests' tolerance: 3e-7 relative for tanh
+ * (from 1e-30, across every branch), 2 ulp-ish for the logistic function. */
+START_TEST(transcendentals_accurate_on_every_width)
+{
+    enum { N = 40000 };
+    float *x = malloc(sizeof(float) * N), *dy = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        double m = 1e-30 * pow(1e31, (double)(i / 2) / (N / 2 - 1)); /* 1e-30 .. 10 */
+        x[i] = (float)(i % 2 ? -m : m);
+        dy[i] = 1.0f;
+    }
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        float *t = run_on_pool("tanh", N, x, dy, NULL);
+        float *sg = run_on_pool("sigmoid", N, x, dy, NULL);
+        for (int i = 0; i < N; i++) {
+            double want = tanh((double)x[i]), ws = 1 / (1 + exp(-(double)x[i]));
+            ck_assert_msg(fabs(t[i] - want) <= 3e-7 * fabs(want), "%s: tanh(%.9g) = %.9g, want %.9g", widths[w], x[i],
+                          t[i], want);
+            ck_assert_msg(fabs(sg[i] - ws) <= 2.5e-7 * ws, "%s: sigmoid(%.9g) = %.9g, want %.9g", widths[w], x[i],
+                          sg[i], ws);
+        }
+        free(t);
+        free(sg);
+    }
+    unsetenv("MX_SIMD");
+    free(x);
+    free(dy);
+}
+END_TEST
+
 START_TEST(bad_parameters_name_op_key_and_value)
 {
     const mx_op_def *op = mx_op_find("Activation");
@@ -191,6 +313,9 @@ int main(void)
     tcase_add_test(tc, extreme_inputs_stay_finite);
     tcase_add_test(tc, tanh_is_accurate_everywhere);
     tcase_add_test(tc, in_place_forward_and_backward);
+    tcase_add_test(tc, large_and_odd_shapes_on_every_width);
+    tcase_add_test(tc, results_do_not_depend_on_the_split);
+    tcase_add_test(tc, transcendentals_accurate_on_every_width);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,5 +1,6 @@
 /* test_op_elementwise_sum.c - ElementWiseSum (add_n) against a float64
  * reference. */
+#include "parallel/parallel.h"
 #include "support/opcheck.h"
 
 #include <check.h>
@@ -72,6 +73,82 @@ START_TEST(in_place_and_aliases)
 }
 END_TEST
 
+/* Sizes split across the kernel pool (over 32K elements, not a multiple
+ * of the chunk or of 16), on every vector width. */
+START_TEST(large_shapes_on_every_width)
+{
+    static const char *const widths[] = {"portable", "avx2", "avx512"};
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        run("ElementWiseSum", 3, MX_SHAPE(5, 7001), 20 + (uint64_t)w);
+        run("ElementWiseSum", 2, MX_SHAPE(33, 1025), 30 + (uint64_t)w);
+        run("ElementWiseSum", 2, MX_SHAPE(13), 40 + (uint64_t)w);
+    }
+    unsetenv("MX_SIMD");
+}
+END_TEST
+
+/* In place on arg0 (also given again as arg2) split across 1, 2 and 3
+ * threads: every piece reads its inputs before writing; backward copies
+ * and adds, bit for bit the same whatever the split. */
+START_TEST(large_in_place_on_threads)
+{
+    const mx_op_def *op = mx_op_find("ElementWiseSum");
+    _Alignas(16) char params[16384];
+    const char *k[] = {"num_args"}, *v[] = {"3"};
+    ck_assert_int_eq(mx_op_parse_params(op, k, v, 1, params), MX_OK);
+    enum { N = 40013 };
+    float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N), *g1 = malloc(sizeof(float) * N);
+    float *g2 = malloc(sizeof(float) * N), *first = malloc(sizeof(float) * 2 * N);
+    mx_threadpool *pools[3] = {NULL};
+    ck_assert_int_eq(mx_threadpool_create(2, &pools[1]), MX_OK);
+    ck_assert_int_eq(mx_threadpool_create(3, &pools[2]), MX_OK);
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < N; i++) {
+            a[i] = (float)(i % 1000) * 0.001f;
+            b[i] = 0.5f - (float)(i % 7);
+            g1[i] = 12345.0f;
+            g2[i] = 1.0f;
+        }
+        mx_tensor in[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu()},
+                           {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
+        mx_tensor out = {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()};
+        mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pools[t]};
+        mx_op_ctx ctx = {.exec = &exec};
+        mx_req req[1] = {MX_REQ_INPLACE};
+        ck_assert_int_eq(op->forward(&ctx, params, in, req, &out, NULL), MX_OK);
+        for (int i = 0; i < N; i++) {
+            float x = (float)(i % 1000) * 0.001f, want = x + (0.5f - (float)(i % 7)) + x;
+            ck_assert_msg(a[i] == want, "%d threads: out[%d] = %g, want %g", t + 1, i, a[i], want);
+        }
+        /* forward adding onto an output that is none of the inputs */
+        mx_tensor sum = {g2, MX_SHAPE(N), MX_FLOAT32, mx_cpu()};
+        mx_req areq[1] = {MX_REQ_ADD};
+        ck_assert_int_eq(op->forward(&ctx, params, in, areq, &sum, NULL), MX_OK);
+        for (int i = 0; i < N; i++) {
+            float want = 1.0f + ((a[i] + b[i]) + a[i]);
+            ck_assert_msg(g2[i] == want, "%d threads: added out[%d] = %g, want %g", t + 1, i, g2[i], want);
+            g2[i] = 1.0f;
+        }
+        /* backward: in_grad 0 in place on out_grad, 1 written, 2 added */
+        mx_tensor grads[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}, {g1, MX_SHAPE(N), MX_FLOAT32, mx_cpu()},
+                              {g2, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
+        mx_req breq[3] = {MX_REQ_INPLACE, MX_REQ_WRITE, MX_REQ_ADD};
+        ck_assert_int_eq(op->backward(&ctx, params, &out, in, &out, breq, grads, NULL), MX_OK);
+        for (int i = 0; i < N; i++) ck_assert(g1[i] == a[i] && g2[i] == a[i] + 1.0f);
+        if (t == 0) {
+            memcpy(first, a, sizeof(float) * N);
+            memcpy(first + N, g2, sizeof(float) * N);
+        } else {
+            ck_assert(!memcmp(first, a, sizeof(float) * N) && !memcmp(first + N, g2, sizeof(float) * N));
+        }
+    }
+    mx_threadpool_free(pools[1]);
+    mx_threadpool_free(pools[2]);
+    free(a), free(b), free(g1), free(g2), free(first);
+}
+END_TEST
+
 START_TEST(shapes_and_errors)
 {
     const mx_op_def *op = mx_op_find("ElementWiseSum");
@@ -107,6 +184,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, forward_backward_against_reference);
     tcase_add_test(tc, in_place_and_aliases);
+    tcase_add_test(tc, large_shapes_on_every_width);
+    tcase_add_test(tc, large_in_place_on_threads);
     tcase_add_test(tc, shapes_and_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,4 +1,5 @@
 /* test_op_leaky_relu.c - LeakyReLU against a float64 reference. */
+#include "parallel/parallel.h"
 #include "support/opcheck.h"
 
 #include <check.h>
@@ -128,6 +129,115 @@ START_TEST(backward_in_place_keeps_gamma_gradient)
 }
 END_TEST
 
+static const char *const widths[] = {"portable", "avx2", "avx512"};
+
+/* Sizes split across the kernel pool (over 32K elements, an odd count),
+ * prelu's gamma gradient split by channel, on every vector width. */
+START_TEST(large_shapes_on_every_width)
+{
+    const mx_shape none = {0};
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        const char *acts[] = {"leaky", "elu", "selu", "gelu", "prelu", "prelu"};
+        for (int a = 0; a < 6; a++) {
+            const char *keys[] = {"act_type", "slope"};
+            const char *values[] = {acts[a], "0.3"};
+            opcheck_case c = {.op = "LeakyReLU", .keys = keys, .values = values, .n_params = 2, .ref = lrelu_ref,
+                              .init = init, .seed = 900 + (uint64_t)(10 * w + a), .max_points = 48};
+            c.in_shapes[0] = MX_SHAPE(3, 40, 17, 19); /* 38760 = 16 * 2422 + 8 */
+            c.in_shapes[1] = a == 5 ? MX_SHAPE(1) : none;
+            opcheck_run(&c);
+            run_case(MX_SHAPE(5, 3), acts[a], "0.3", a == 5 ? MX_SHAPE(1) : none, 950 + (uint64_t)(10 * w + a));
+        }
+    }
+    unsetenv("MX_SIMD");
+}
+END_TEST
+
+/* Forward then backward (write) on `pool`: y, dx and dgamma one after the
+ * other. */
+static float *run_on_pool(const char *act, mx_shape d, int64_t c, const float *x, const float *gamma, const float *dy,
+                          mx_threadpool *pool)
+{
+    const mx_op_def *op = mx_op_find("LeakyReLU");
+    _Alignas(16) char params[16384];
+    const char *k[] = {"act_type"}, *v[] = {act};
+    ck_assert_int_eq(mx_op_parse_params(op, k, v, 1, params), MX_OK);
+    int64_t n = mx_shape_size(&d);
+    float *r = malloc(sizeof(float) * (size_t)(2 * n + c));
+    mx_tensor in[2] = {{.data = (void *)x, .shape = d}, {.data = (void *)gamma, .shape = MX_SHAPE(c)}};
+    mx_tensor out[1] = {{.data = r, .shape = d}}, og[1] = {{.data = (void *)dy, .shape = d}};
+    mx_tensor ig[2] = {{.data = r + n, .shape = d}, {.data = r + 2 * n, .shape = MX_SHAPE(c)}};
+    mx_req req[2] = {MX_REQ_WRITE, MX_REQ_WRITE};
+    mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pool};
+    mx_op_ctx ctx = {.exec = &exec, .is_train = true};
+    ck_assert_int_eq(op->forward(&ctx, params, in, req, out, NULL), MX_OK);
+    ck_assert_int_eq(op->backward(&ctx, params, og, in, out, req, ig, NULL), MX_OK);
+    return r;
+}
+
+/* Bit for bit the same results on 1, 2 and 3 threads, gamma's gradient
+ * (a reduction) included, per channel and shared. */
+START_TEST(results_do_not_depend_on_the_split)
+{
+    const mx_shape d = MX_SHAPE(3, 40, 17, 19);
+    const int64_t n = mx_shape_size(&d);
+    float *x = malloc(sizeof(float) * (size_t)n), *dy = malloc(sizeof(float) * (size_t)n), gamma[40];
+    uint64_t rng = 5;
+    init(0, x, n, &rng);
+    init(1, gamma, 40, &rng);
+    for (int64_t i = 0; i < n; i++) dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+    mx_threadpool *p2, *p3;
+    ck_assert_int_eq(mx_threadpool_create(2, &p2), MX_OK);
+    ck_assert_int_eq(mx_threadpool_create(3, &p3), MX_OK);
+    const char *acts[] = {"leaky", "elu", "selu", "gelu", "prelu", "prelu"};
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        for (int a = 0; a < 6; a++) {
+            int64_t c = a == 5 ? 1 : 40, m = 2 * n + (a >= 4 ? c : 0);
+            float *r1 = run_on_pool(acts[a], d, c, x, gamma, dy, NULL);
+            float *r2 = run_on_pool(acts[a], d, c, x, gamma, dy, p2), *r3 = run_on_pool(acts[a], d, c, x, gamma, dy, p3);
+            ck_assert_msg(!memcmp(r1, r2, sizeof(float) * (size_t)m) && !memcmp(r1, r3, sizeof(float) * (size_t)m),
+                          "%s (%lld gamma) on %s: results differ with the thread count", acts[a], (long long)c,
+                          widths[w]);
+            free(r1), free(r2), free(r3);
+        }
+    }
+    unsetenv("MX_SIMD");
+    mx_threadpool_free(p2);
+    mx_threadpool_free(p3);
+    free(x);
+    free(dy);
+}
+END_TEST
+
+/* elu's expm1 on every width against the double function over a dense
+ * grid of negative inputs, tighter than the op tests' tolerance. */
+START_TEST(elu_is_accurate_on_every_width)
+{
+    enum { N = 30000 };
+    const mx_shape d = MX_SHAPE(N);
+    float *x = malloc(sizeof(float) * N), *dy = malloc(sizeof(float) * N), gamma[1] = {0};
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(-1e-6 * pow(3e7, (double)i / (N - 1))); /* -1e-6 .. -30 */
+        dy[i] = 1.0f;
+    }
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        float *r = run_on_pool("elu", d, 1, x, gamma, dy, NULL); /* slope 0.25 */
+        for (int i = 0; i < N; i++) {
+            double want = 0.25 * expm1((double)x[i]);
+            ck_assert_msg(fabs(r[i] - want) <= 3e-7 * fabs(want), "%s: elu(%.9g) = %.9g, want %.9g", widths[w], x[i],
+                          r[i], want);
+        }
+        free(r);
+    }
+    unsetenv("MX_SIMD");
+    free(x);
+    free(dy);
+}
+END_TEST
+
 START_TEST(bad_parameters_name_op_key_and_value)
 {
     const mx_op_def *op = mx_op_find("LeakyReLU");
@@ -164,6 +274,9 @@ int main(void)
     tcase_add_test(tc, forward_backward_against_reference);
     tcase_add_test(tc, default_is_leaky_with_slope_quarter);
     tcase_add_test(tc, backward_in_place_keeps_gamma_gradient);
+    tcase_add_test(tc, large_shapes_on_every_width);
+    tcase_add_test(tc, results_do_not_depend_on_the_split);
+    tcase_add_test(tc, elu_is_accurate_on_every_width);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

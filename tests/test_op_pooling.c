@@ -1,4 +1,5 @@
 /* test_op_pooling.c - Pooling against a float64 reference. */
+#include "parallel/parallel.h"
 #include "support/opcheck.h"
 
 #include <check.h>
@@ -191,6 +192,216 @@ START_TEST(pooling_3d)
 }
 END_TEST
 
+/* The reference backward in double, from the kernel's own float output:
+ * max gives each output's gradient to the first element of its window (in
+ * raster order) equal to it, avg / sum spread it (divided) over the window. */
+static void pool_ref_backward(const void *params, const float *x, const float *y, const float *dy, const mx_shape *d,
+                              const mx_shape *o, double *dx)
+{
+    const mx_tuple *kernel = field(params, "kernel"), *stride = field(params, "stride"), *pad = field(params, "pad");
+    int type = *(const int *)field(params, "pool_type");
+    bool global = *(const bool *)field(params, "global_pool");
+    bool incl = *(const bool *)field(params, "count_include_pad");
+    int nsp = d->ndim - 2;
+    int64_t k[3], s[3], p[3], X[3], O[3], in_plane = 1, out_plane = 1;
+    for (int a = 0; a < nsp; a++) {
+        X[a] = d->dims[2 + a];
+        O[a] = o->dims[2 + a];
+        k[a] = global ? X[a] : kernel->v[a];
+        s[a] = global || stride->ndim == 0 ? 1 : stride->v[a];
+        p[a] = global || pad->ndim == 0 ? 0 : pad->v[a];
+        in_plane *= X[a];
+        out_plane *= O[a];
+    }
+    int64_t planes = d->dims[0] * d->dims[1];
+    memset(dx, 0, sizeof(double) * (size_t)(planes * in_plane));
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t oi = 0; oi < out_plane; oi++) {
+            int64_t idx[3] = {0}, rem = oi, lo[3] = {0}, hi[3] = {0}, size_incl = 1, size_excl = 1;
+            for (int a = nsp - 1; a >= 0; a--) {
+                idx[a] = rem % O[a];
+                rem /= O[a];
+            }
+            bool empty = false;
+            for (int a = 0; a < nsp; a++) {
+                int64_t start = idx[a] * s[a] - p[a];
+                int64_t end = start + k[a] < X[a] + p[a] ? start + k[a] : X[a] + p[a];
+                lo[a] = start < 0 ? 0 : start;
+                hi[a] = end < X[a] ? end : X[a];
+                size_incl *= end - start;
+                size_excl *= hi[a] - lo[a];
+                empty |= lo[a] >= hi[a];
+            }
+            double g = dy[pl * out_plane + oi];
+            if (type == 1) {
+                int64_t size = incl ? size_incl : size_excl;
+                g = size == 0 ? 0 : g / (double)size;
+            }
+            int64_t cur[3] = {lo[0], nsp > 1 ? lo[1] : 0, nsp > 2 ? lo[2] : 0};
+            while (!empty) {
+                int64_t flat = 0;
+                for (int a = 0; a < nsp; a++) flat = flat * X[a] + cur[a];
+                int64_t i = pl * in_plane + flat;
+                if (type != 0) {
+                    dx[i] += g;
+                } else if (x[i] == y[pl * out_plane + oi]) {
+                    dx[i] += g;
+                    break;
+                }
+                int a = nsp - 1;
+                while (a >= 0 && ++cur[a] == hi[a]) {
+                    cur[a] = lo[a];
+                    a--;
+                }
+                if (a < 0) break;
+            }
+        }
+}
+
+/* Forward then backward (req write) on `pool`; returns y followed by dx
+ * (*ny and *nx floats). The workspace is whatever the op asks for. */
+static float *run_on_pool(const void *params, mx_shape d, const float *x, const float *dy_src, mx_threadpool *pool,
+                          int64_t *ny, int64_t *nx)
+{
+    const mx_op_def *op = mx_op_find("Pooling");
+    mx_shape in_s[1] = {d}, out_s[1];
+    ck_assert_int_eq(op->infer_shape(params, in_s, 1, out_s, 1), MX_OK);
+    *ny = mx_shape_size(&out_s[0]);
+    *nx = mx_shape_size(&d);
+    float *r = malloc(sizeof(float) * (size_t)(*ny + *nx));
+    for (int64_t i = 0; i < *ny + *nx; i++) r[i] = 12345.0f; /* garbage the kernels must overwrite */
+    size_t wb = op->workspace(params, in_s, out_s, false), wb2 = op->workspace(params, in_s, out_s, true);
+    void *ws = malloc((wb > wb2 ? wb : wb2) + 1);
+    mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pool};
+    mx_op_ctx ctx = {.exec = &exec, .is_train = true, .workspace = ws, .workspace_bytes = wb > wb2 ? wb : wb2};
+    mx_tensor tx = {.data = (void *)x, .shape = d}, ty = {.data = r, .shape = out_s[0]};
+    mx_tensor tdy = {.data = (void *)dy_src, .shape = out_s[0]}, tdx = {.data = r + *ny, .shape = d};
+    mx_req req[1] = {MX_REQ_WRITE};
+    ck_assert_int_eq(op->forward(&ctx, params, &tx, req, &ty, NULL), MX_OK);
+    ck_assert_int_eq(op->backward(&ctx, params, &tdy, &tx, &ty, req, &tdx, NULL), MX_OK);
+    free(ws);
+    return r;
+}
+
+static const char *const widths[] = {"portable", "avx2", "avx512"};
+
+/* One geometry through every path the kernels pick for it: opcheck (on
+ * the calling thread and 3 threads), the whole gradient against the
+ * reference backward, and bit-identical results on 1, 2 and 3 threads;
+ * on every vector width. */
+static void run_big_init(mx_shape data, const char *const *kv, uint64_t seed, bool ties)
+{
+    const char *keys[16], *values[16];
+    int n = 0;
+    for (; kv[2 * n]; n++) {
+        keys[n] = kv[2 * n];
+        values[n] = kv[2 * n + 1];
+    }
+    const mx_op_def *op = mx_op_find("Pooling");
+    _Alignas(16) char params[16384];
+    ck_assert_int_eq(mx_op_parse_params(op, keys, values, n, params), MX_OK);
+    mx_shape in_s[1] = {data}, out_s[1];
+    ck_assert_int_eq(op->infer_shape(params, in_s, 1, out_s, 1), MX_OK);
+    int64_t nx = mx_shape_size(&data), ny = mx_shape_size(&out_s[0]);
+    float *x = malloc(sizeof(float) * (size_t)nx), *dy = malloc(sizeof(float) * (size_t)ny);
+    double *want = malloc(sizeof(double) * (size_t)nx);
+    uint64_t rng = seed;
+    distinct_values(0, x, nx, &rng);
+    if (ties) /* a few levels: windows full of ties, max must pick the first */
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)((int)(opcheck_uniform(&rng, 0, 3)) - 1);
+    for (int64_t i = 0; i < ny; i++) dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+    double *xd = malloc(sizeof(double) * (size_t)nx), *yd = malloc(sizeof(double) * (size_t)ny);
+    for (int64_t i = 0; i < nx; i++) xd[i] = x[i];
+    pool_ref(params, (const double *const[]){xd}, &data, (double *const[]){yd}, &out_s[0]);
+    mx_threadpool *p2, *p3;
+    ck_assert_int_eq(mx_threadpool_create(2, &p2), MX_OK);
+    ck_assert_int_eq(mx_threadpool_create(3, &p3), MX_OK);
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        opcheck_case c = {.op = "Pooling", .keys = keys, .values = values, .n_params = n, .ref = pool_ref,
+                          .init = distinct_values, .seed = seed + (uint64_t)w, .max_points = 24};
+        c.in_shapes[0] = data;
+        if (!ties) opcheck_run(&c); /* finite differences need no ties */
+        int64_t a, b;
+        float *r1 = run_on_pool(params, data, x, dy, NULL, &a, &b);
+        float *r2 = run_on_pool(params, data, x, dy, p2, &a, &b), *r3 = run_on_pool(params, data, x, dy, p3, &a, &b);
+        ck_assert_msg(!memcmp(r1, r2, sizeof(float) * (size_t)(ny + nx)) &&
+                          !memcmp(r1, r3, sizeof(float) * (size_t)(ny + nx)),
+                      "%s: results differ with the thread count", widths[w]);
+        for (int64_t i = 0; i < ny; i++)
+            ck_assert_msg(fabs(r1[i] - yd[i]) <= 1e-5 + 1e-5 * fabs(yd[i]), "%s: y[%lld] = %.8g, want %.8g", widths[w],
+                          (long long)i, r1[i], yd[i]);
+        pool_ref_backward(params, x, r1, dy, &data, &out_s[0], want);
+        for (int64_t i = 0; i < nx; i++)
+            ck_assert_msg(fabs(r3[ny + i] - want[i]) <= 1e-6 + 1e-5 * fabs(want[i]), "%s: dx[%lld] = %.8g, want %.8g",
+                          widths[w], (long long)i, r3[ny + i], want[i]);
+        free(r1), free(r2), free(r3);
+    }
+    unsetenv("MX_SIMD");
+    mx_threadpool_free(p2);
+    mx_threadpool_free(p3);
+    free(x), free(dy), free(want), free(xd), free(yd);
+}
+
+static void run_big(mx_shape data, const char *const *kv, uint64_t seed)
+{
+    run_big_init(data, kv, seed, false);
+    run_big_init(data, kv, seed, true);
+}
+
+/* Every kernel variant, with sizes that are not multiples of the vector
+ * width and big enough (over 32K elements) to be split across threads. */
+START_TEST(specialised_kernels_odd_sizes_and_threads)
+{
+    const char *types[] = {"max", "avg", "sum"};
+    for (int t = 0; t < 3; t++) {
+        uint64_t sd = 1000 + 100 * (uint64_t)t;
+        /* LeNet's 2x2/2: short rows written directly; and 2x2/2 on odd sizes
+         * (a remainder row and column no window covers). */
+        run_big(MX_SHAPE(8, 20, 24, 24), (const char *[]){"kernel", "(2,2)", "stride", "(2,2)", "pool_type", types[t],
+                                                          NULL}, sd + 1);
+        run_big(MX_SHAPE(4, 9, 25, 27), (const char *[]){"kernel", "(2,2)", "stride", "(2,2)", "pool_type", types[t],
+                                                         NULL}, sd + 2);
+        /* ...with the full convention: the last window clipped, not tiling. */
+        run_big(MX_SHAPE(4, 9, 25, 27), (const char *[]){"kernel", "(2,2)", "stride", "(2,2)", "pooling_convention",
+                                                         "full", "pool_type", types[t], NULL}, sd + 3);
+        /* 3x3/2 valid (AlexNet) and 3x3/1, short rows; 3x3/2 pad 1 (ResNet)
+         * with a border column; odd output widths around 16 and 32. */
+        run_big(MX_SHAPE(4, 9, 27, 29), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pool_type", types[t],
+                                                         NULL}, sd + 4);
+        run_big(MX_SHAPE(4, 8, 21, 19), (const char *[]){"kernel", "(3,3)", "stride", "(1,1)", "pool_type", types[t],
+                                                         NULL}, sd + 5);
+        run_big(MX_SHAPE(4, 8, 30, 34), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                         "pool_type", types[t], NULL}, sd + 6);
+        run_big(MX_SHAPE(2, 8, 30, 67), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                         "pooling_convention", "full", "pool_type", types[t], NULL},
+                sd + 7);
+        /* Other kernel widths and strides: (3,2)/(2,1) short rows, stride 3
+         * (the scalar path), 3-D with stride 2 along x. */
+        run_big(MX_SHAPE(4, 8, 20, 21), (const char *[]){"kernel", "(3,2)", "stride", "(2,1)", "pool_type", types[t],
+                                                         NULL}, sd + 8);
+        run_big(MX_SHAPE(4, 8, 25, 26), (const char *[]){"kernel", "(3,3)", "stride", "(3,3)", "pad", "(1,1)",
+                                                         "pool_type", types[t], NULL}, sd + 9);
+        run_big(MX_SHAPE(2, 3, 5, 12, 29), (const char *[]){"kernel", "(2,3,3)", "stride", "(2,2,2)", "pad", "(0,1,1)",
+                                                            "pool_type", types[t], NULL}, sd + 10);
+        /* Long rows in several chunks: 2x2/2 and 3x3/2 pad 1 full over 600
+         * columns, and stride 1 (the box-filtered avg / sum backward). */
+        run_big(MX_SHAPE(2, 3, 11, 600), (const char *[]){"kernel", "(2,2)", "stride", "(2,2)", "pool_type", types[t],
+                                                          NULL}, sd + 11);
+        run_big(MX_SHAPE(2, 3, 9, 601), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                         "pooling_convention", "full", "pool_type", types[t], NULL},
+                sd + 12);
+        run_big(MX_SHAPE(2, 4, 9, 531), (const char *[]){"kernel", "(3,5)", "stride", "(1,1)", "pad", "(1,2)",
+                                                         "pool_type", types[t], NULL}, sd + 13);
+        run_big(MX_SHAPE(4, 8, 31, 37), (const char *[]){"kernel", "(3,3)", "stride", "(1,1)", "pad", "(1,1)",
+                                                         "pool_type", types[t], "count_include_pad", "False", NULL},
+                sd + 14);
+        /* Global pooling over planes that are not a multiple of 16. */
+        run_big(MX_SHAPE(6, 7, 31, 33), (const char *[]){"global_pool", "True", "pool_type", types[t], NULL}, sd + 15);
+    }
+}
+END_TEST
+
 /* Runs forward then backward directly on small arrays. */
 static void run_direct(const char *const *keys, const char *const *values, int n, mx_shape dshape, const float *x,
                        float *y, const float *dy, float *dx, mx_req fwd_req, mx_req bwd_req)
@@ -256,6 +467,31 @@ START_TEST(windows_of_only_padding)
     run_direct(k, vex, 4, MX_SHAPE(1, 1, 1), x, y, dy, dx, MX_REQ_WRITE, MX_REQ_WRITE);
     ck_assert(isnan(y[0]) && y[1] == 7 && isnan(y[2]));
     ck_assert(dx[0] == 1);
+}
+END_TEST
+
+/* Global max over planes of negative values whose size is not a multiple
+ * of any vector width: padding lanes must not take part (a 0 would win). */
+START_TEST(global_max_of_negative_planes)
+{
+    const char *k[] = {"global_pool", "pool_type"}, *v[] = {"True", "max"};
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        for (int n = 1; n <= 37; n += 4) {
+            float x[2 * 37], y[2], dy[2] = {1, 2}, dx[2 * 37];
+            for (int i = 0; i < 2 * n; i++) x[i] = -1.0f - (float)((i * 7) % (2 * n));
+            run_direct(k, v, 2, MX_SHAPE(1, 2, n), x, y, dy, dx, MX_REQ_WRITE, MX_REQ_WRITE);
+            for (int p = 0; p < 2; p++) {
+                float m = -FLT_MAX;
+                int at = -1;
+                for (int i = 0; i < n; i++)
+                    if (x[p * n + i] > m) m = x[p * n + i], at = i;
+                ck_assert_msg(y[p] == m, "%s, plane of %d: max %g, want %g", widths[w], n, y[p], m);
+                for (int i = 0; i < n; i++) ck_assert(dx[p * n + i] == (i == at ? dy[p] : 0.0f));
+            }
+        }
+    }
+    unsetenv("MX_SIMD");
 }
 END_TEST
 
@@ -364,12 +600,14 @@ int main(void)
 {
     Suite *s = suite_create("op_pooling");
     TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, pooling_1d);
     tcase_add_test(tc, pooling_2d);
     tcase_add_test(tc, pooling_3d);
+    tcase_add_test(tc, specialised_kernels_odd_sizes_and_threads);
     tcase_add_test(tc, max_ties_route_to_first_maximum);
     tcase_add_test(tc, windows_of_only_padding);
+    tcase_add_test(tc, global_max_of_negative_planes);
     tcase_add_test(tc, output_shapes_follow_mxnet_formulas);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
     tcase_add_test(tc, param_defaults_are_mxnet_style);

@@ -1,5 +1,6 @@
 /* test_op_softmax.c - softmax and log_softmax against a float64 reference,
  * over every axis position, with temperature and (softmax) length masks. */
+#include "parallel/parallel.h"
 #include "support/opcheck.h"
 
 #include <check.h>
@@ -114,6 +115,82 @@ START_TEST(softmax_with_length)
     ck_assert_int_eq(op->forward(&ctx, params, tin, req, &tout, NULL), MX_OK);
     ck_assert(fabsf(y[0] - 0.26894142f) < 1e-6f && fabsf(y[1] - 0.73105858f) < 1e-6f);
     for (int i = 2; i < 8; i++) ck_assert_msg(y[i] == 0.0f, "y[%d] = %g", i, y[i]);
+}
+END_TEST
+
+/* Sizes split across the kernel pool (over 32K elements): rows, several
+ * chunks of lanes per outer index, and lengths. */
+START_TEST(large_shapes_split_across_threads)
+{
+    const char *ops[] = {"softmax", "log_softmax"};
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < 3; c++) {
+            mx_shape shapes[] = {MX_SHAPE(300, 130), MX_SHAPE(3, 7, 1700), MX_SHAPE(40, 30, 31)};
+            const char *axes[] = {"-1", "1", "1"};
+            bool len = c == 2 && k == 0;
+            g_op = ops[k];
+            g_axis_len = shapes[c].dims[1]; /* the lengths case: axis 1 */
+            const char *keys[] = {"axis", "temperature", "use_length"};
+            const char *values[] = {axes[c], "1.5", len ? "True" : "False"};
+            opcheck_case oc = {.op = ops[k], .keys = keys, .values = values, .n_params = 3, .ref = sm_ref,
+                               .init = sm_init, .skip_grad = 2, .seed = 3000 + (uint64_t)(10 * k + c),
+                               .max_points = 24};
+            oc.in_shapes[0] = shapes[c];
+            opcheck_run(&oc);
+        }
+}
+END_TEST
+
+/* Forward then backward (write) on `pool`; y followed by dx. */
+static float *run_on_pool(const char *op_name, mx_shape d, const char *axis, const float *x, const float *dy,
+                          mx_threadpool *pool)
+{
+    const mx_op_def *op = mx_op_find(op_name);
+    _Alignas(16) char params[16384];
+    const char *k[] = {"axis"}, *v[] = {axis};
+    ck_assert_int_eq(mx_op_parse_params(op, k, v, 1, params), MX_OK);
+    int64_t n = mx_shape_size(&d);
+    float *r = malloc(sizeof(float) * (size_t)(2 * n));
+    mx_tensor tx = {.data = (void *)x, .shape = d}, ty = {.data = r, .shape = d};
+    mx_tensor tdy = {.data = (void *)dy, .shape = d}, tdx = {.data = r + n, .shape = d};
+    mx_req req[1] = {MX_REQ_WRITE};
+    mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pool};
+    mx_op_ctx ctx = {.exec = &exec, .is_train = true};
+    ck_assert_int_eq(op->forward(&ctx, params, &tx, req, &ty, NULL), MX_OK);
+    ck_assert_int_eq(op->backward(&ctx, params, &tdy, &tx, &ty, req, &tdx, NULL), MX_OK);
+    return r;
+}
+
+/* Bit for bit the same on 1, 2 and 3 threads. */
+START_TEST(results_do_not_depend_on_the_split)
+{
+    const char *ops[] = {"softmax", "log_softmax"};
+    mx_shape shapes[] = {MX_SHAPE(300, 130), MX_SHAPE(3, 7, 1700)};
+    const char *axes[] = {"-1", "1"};
+    mx_threadpool *p2, *p3;
+    ck_assert_int_eq(mx_threadpool_create(2, &p2), MX_OK);
+    ck_assert_int_eq(mx_threadpool_create(3, &p3), MX_OK);
+    for (int c = 0; c < 2; c++) {
+        int64_t n = mx_shape_size(&shapes[c]);
+        float *x = malloc(sizeof(float) * (size_t)n), *dy = malloc(sizeof(float) * (size_t)n);
+        uint64_t rng = 9 + (uint64_t)c;
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = (float)opcheck_uniform(&rng, -3, 3);
+            dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+        }
+        for (int k = 0; k < 2; k++) {
+            float *r1 = run_on_pool(ops[k], shapes[c], axes[c], x, dy, NULL);
+            float *r2 = run_on_pool(ops[k], shapes[c], axes[c], x, dy, p2);
+            float *r3 = run_on_pool(ops[k], shapes[c], axes[c], x, dy, p3);
+            ck_assert_msg(!memcmp(r1, r2, sizeof(float) * (size_t)(2 * n)) &&
+                              !memcmp(r1, r3, sizeof(float) * (size_t)(2 * n)),
+                          "%s, case %d: results differ with the thread count", ops[k], c);
+            free(r1), free(r2), free(r3);
+        }
+        free(x), free(dy);
+    }
+    mx_threadpool_free(p2);
+    mx_threadpool_free(p3);
 }
 END_TEST
 
@@ -261,6 +338,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, softmax_against_reference);
     tcase_add_test(tc, softmax_with_length);
+    tcase_add_test(tc, large_shapes_split_across_threads);
+    tcase_add_test(tc, results_do_not_depend_on_the_split);
     tcase_add_test(tc, in_place_matches);
     tcase_add_test(tc, large_inputs_stay_finite);
     tcase_add_test(tc, exp_accuracy_over_range);

@@ -206,6 +206,17 @@ START_TEST(multi_output_against_reference)
 }
 END_TEST
 
+/* Sizes split across the kernel pool (over 32K elements): rows, and
+ * multi_output with several chunks of positions per instance. */
+START_TEST(large_shapes_split_across_threads)
+{
+    const char *k[] = {"grad_scale", "normalization"}, *v[] = {"1", "batch"};
+    run(MX_SHAPE(400, 100), (mx_shape){0}, k, v, 2, false, 0, 0, 200);
+    const char *km[] = {"multi_output", "use_ignore", "ignore_label"}, *vm[] = {"True", "True", "2"};
+    run(MX_SHAPE(4, 10, 1000), (mx_shape){0}, km, vm, 3, false, 7, 2, 201);
+}
+END_TEST
+
 START_TEST(probability_labels)
 {
     const char *k[] = {"grad_scale", "normalization"}, *v[] = {"0.5", "batch"};
@@ -362,6 +373,7 @@ int main(void)
     tcase_add_test(tc, rows_against_reference);
     tcase_add_test(tc, normalization_ignore_and_smoothing);
     tcase_add_test(tc, multi_output_against_reference);
+    tcase_add_test(tc, large_shapes_split_across_threads);
     tcase_add_test(tc, probability_labels);
     tcase_add_test(tc, out_grad_multiplies);
     tcase_add_test(tc, forward_in_place_and_add);

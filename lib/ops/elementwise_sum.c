@@ -1,9 +1,11 @@
 /*
  * elementwise_sum.c - ElementWiseSum (alias add_n): out = arg0 + arg1 +
  * ... of num_args inputs of one shape. Forward may run in place on arg0;
- * backward hands every input the output gradient.
+ * backward hands every input the output gradient. Both run in vectors
+ * (simd.h), large tensors split across the kernel pool.
  */
 #include "ops/op.h"
+#include "ops/simd.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -61,50 +63,93 @@ static mx_status esum_infer_shape(const void *p, mx_shape *in, int n_in, mx_shap
     return MX_OK;
 }
 
+/* One kernel call over a range of elements: forward sums the inputs, in
+ * chunks of ESUM_CHUNK (every input of a chunk read before its output is
+ * written, so the output may be any of the inputs); backward copies or
+ * adds dy into each input's gradient. */
 #define ESUM_CHUNK 512
+#define ESUM_PIECE 16384 /* elements per piece on the kernel pool */
 
-/* Sums a chunk before writing it, so the output may be any of the inputs. */
+typedef struct esum_job {
+    int na, level;
+    const float *const *x; /* forward inputs */
+    const float *dy;
+    float *const *dx;      /* backward: per input, NULL when not requested */
+    const mx_req *req;
+    float *y;
+    bool add;
+} esum_job;
+
+#define ESUM_KERNELS(P, W, TARGET)                                                                                  \
+    TARGET static void esum_forward_##P(const esum_job *j, int64_t lo, int64_t hi)                                 \
+    {                                                                                                               \
+        _Alignas(64) float acc[ESUM_CHUNK];                                                                         \
+        for (int64_t i0 = lo; i0 < hi; i0 += ESUM_CHUNK) {                                                          \
+            const int64_t w = hi - i0 < ESUM_CHUNK ? hi - i0 : ESUM_CHUNK;                                          \
+            memcpy(acc, j->x[0] + i0, (size_t)w * sizeof(float));                                                  \
+            for (int k = 1; k < j->na; k++) {                                                                       \
+                const float *xk = j->x[k] + i0;                                                                     \
+                MX_SIMD_MAP2(P, W, acc, xk, acc, 0, w, false, v + u);                                               \
+            }                                                                                                       \
+            if (j->add) MX_SIMD_MAP2(P, W, acc, j->y + i0, j->y + i0, 0, w, false, v + u);                          \
+            else memcpy(j->y + i0, acc, (size_t)w * sizeof(float));                                                 \
+        }                                                                                                           \
+    }                                                                                                               \
+    TARGET static void esum_backward_##P(const esum_job *j, int64_t lo, int64_t hi)                                \
+    {                                                                                                               \
+        for (int k = 0; k < j->na; k++) {                                                                           \
+            float *dx = j->dx[k];                                                                                   \
+            if (!dx) continue;                                                                                      \
+            if (j->req[k] == MX_REQ_ADD) MX_SIMD_MAP2(P, W, j->dy, dx, dx, lo, hi, false, v + u);                   \
+            else memcpy(dx + lo, j->dy + lo, (size_t)(hi - lo) * sizeof(float));                                   \
+        }                                                                                                           \
+    }
+
+MX_SIMD_INSTANTIATE(ESUM_KERNELS)
+
+static void esum_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const esum_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, esum_forward, j, lo, hi);
+}
+
+static void esum_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const esum_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, esum_backward, j, lo, hi);
+}
+
 static mx_status esum_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                               mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
+    (void)aux;
     const esum_params *ep = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    int na = (int)ep->num_args;
-    int64_t n = mx_shape_size(&out[0].shape);
-    float *y = out[0].data, acc[ESUM_CHUNK];
-    bool add = req[0] == MX_REQ_ADD;
-    for (int64_t i0 = 0; i0 < n; i0 += ESUM_CHUNK) {
-        int64_t w = n - i0 < ESUM_CHUNK ? n - i0 : ESUM_CHUNK;
-        const float *x0 = (const float *)in[0].data + i0;
-        for (int64_t i = 0; i < w; i++) acc[i] = x0[i];
-        for (int k = 1; k < na; k++) {
-            const float *xk = (const float *)in[k].data + i0;
-            for (int64_t i = 0; i < w; i++) acc[i] += xk[i];
-        }
-        if (add)
-            for (int64_t i = 0; i < w; i++) y[i0 + i] += acc[i];
-        else
-            memcpy(y + i0, acc, (size_t)w * sizeof(float));
-    }
+    const float *x[MX_OP_MAX_IO];
+    for (int k = 0; k < ep->num_args; k++) x[k] = in[k].data;
+    esum_job j = {.na = (int)ep->num_args, .level = mx_simd_level(), .x = x, .y = out[0].data,
+                  .add = req[0] == MX_REQ_ADD};
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape), ESUM_PIECE, esum_forward_range, &j);
     return MX_OK;
 }
 
 static mx_status esum_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                                const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)ctx, (void)in, (void)out, (void)aux;
+    (void)in, (void)out, (void)aux;
     const esum_params *ep = p;
-    int64_t n = mx_shape_size(&out_grad[0].shape);
-    const float *dy = out_grad[0].data;
+    float *dx[MX_OP_MAX_IO];
+    bool any = false;
     for (int k = 0; k < ep->num_args; k++) {
-        float *dx = in_grad[k].data;
-        if (req[k] == MX_REQ_NULL) continue;
-        if (req[k] == MX_REQ_ADD)
-            for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
-        else if (dx != dy)
-            memcpy(dx, dy, (size_t)n * sizeof(float));
+        dx[k] = in_grad[k].data;
+        if (req[k] == MX_REQ_NULL || (req[k] != MX_REQ_ADD && dx[k] == out_grad[0].data)) dx[k] = NULL;
+        any |= dx[k] != NULL;
     }
+    if (!any) return MX_OK;
+    esum_job j = {.na = (int)ep->num_args, .level = mx_simd_level(), .dy = out_grad[0].data, .dx = dx, .req = req};
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out_grad[0].shape), ESUM_PIECE, esum_backward_range, &j);
     return MX_OK;
 }
 

@@ -14,12 +14,13 @@
  * Lp pooling, the 'same' convention and channels-last layouts are refused
  * with MX_ERR_UNSUPPORTED.
  *
- * Kernels work an output row at a time: for each input row of the window
- * and each kernel tap along x, one strided pass over the outputs
- * (vectorisable when stride 1); when windows are wider than the output
- * row (global pooling), one contiguous reduction per output instead.
+ * Kernels work a plane at a time (planes are split across the kernel
+ * pool), an output row at a time: the columns whose windows lie inside the
+ * row W outputs at a time in vectors (strides 1 and 2, see POOL_KERNELS),
+ * the others one by one; global pooling reduces each plane contiguously.
  */
 #include "ops/op.h"
+#include "ops/simd.h"
 
 #include <float.h>
 #include <math.h>
@@ -193,21 +194,16 @@ static mx_status pool_infer_shape(const void *p, mx_shape *in, int n_in, mx_shap
     return MX_OK;
 }
 
-/* Workspace: per output column, an accumulator, the avg divisor factor
- * and the clipped x window [wlo, whi). */
-typedef struct pool_ws {
-    float *acc, *div;
-    int32_t *wlo, *whi;
-} pool_ws;
-
-static size_t pool_ws_bytes(int64_t ow) { return 4 * (size_t)ow * sizeof(float) + 64; }
-
+/* No workspace: the kernels keep their state in registers and small stack
+ * buffers. (The function stays so that callers sizing every op's workspace
+ * get 0.) */
 static size_t pool_workspace(const void *p, const mx_shape *in, const mx_shape *out, bool backward)
 {
     (void)p;
     (void)in;
+    (void)out;
     (void)backward;
-    return pool_ws_bytes(out[0].dims[out[0].ndim - 1]);
+    return 0;
 }
 
 /* Window extent along one axis at output index o: the clipped range
@@ -223,107 +219,629 @@ static inline int64_t axis_window(const pool_geom *g, int a, int64_t o, bool inc
     return include_pad ? padded : *hi - *lo;
 }
 
-/* Outputs ow in [*lo, *hi) whose window includes x tap kx inside the data:
- * 0 <= ow*s - p + kx < W. */
-static inline void tap_range(const pool_geom *g, int64_t kx, int64_t *lo, int64_t *hi)
+/* One kernel call, split across the kernel pool by planes (N*C): a plane's
+ * outputs, and in backward its input gradient, belong to one piece, so
+ * overlapping windows never race and every sum runs in one fixed order. */
+typedef struct pool_job {
+    pool_geom g;
+    int type, level;
+    bool incl, add;
+    bool whole;  /* every window is its whole plane (global pooling) */
+    bool direct; /* backward writes: windows tile the input, each element written once */
+    bool fast;   /* 2-D, every window inside, rows of at most 2 vectors: pool_short */
+    int64_t in_plane, out_plane;
+    int64_t c0, c1; /* output columns whose x window lies inside the row (vector path) */
+    const float *x, *y, *dy, *xend;
+    float *out; /* forward y, backward dx */
+} pool_job;
+
+/* Rows (d, h) of an output row's window and the avg divisor factor they
+ * contribute. */
+typedef struct pool_rows {
+    int64_t d0, d1, h0, h1;
+    float f;
+} pool_rows;
+
+static inline pool_rows pool_rows_at(const pool_job *j, int64_t od, int64_t oh)
 {
-    int64_t s = g->s[2], first = g->p[2] - kx, last = g->in[2] - 1 + g->p[2] - kx;
-    *lo = first <= 0 ? 0 : (first + s - 1) / s;
-    *hi = last < 0 ? 0 : last / s + 1;
-    if (*hi > g->out[2]) *hi = g->out[2];
-    if (*lo > *hi) *lo = *hi;
+    pool_rows r;
+    int64_t nd = axis_window(&j->g, 0, od, j->incl, &r.d0, &r.d1);
+    int64_t nh = axis_window(&j->g, 1, oh, j->incl, &r.h0, &r.h1);
+    r.f = (float)(nd * nh);
+    return r;
 }
 
-static mx_status pool_setup(const mx_op_ctx *ctx, const pool_params *pp, const pool_geom *g, pool_ws *w)
+/* One output of a border column (its window clipped by the row's ends):
+ * max, or the sum divided as avg asks, in raster order. */
+static float pool_one(const pool_job *j, const float *x, const pool_rows *r, int64_t ow)
 {
-    const int64_t OW = g->out[2];
-    if (ctx->workspace_bytes < pool_ws_bytes(OW) - 64 || (OW > 0 && !ctx->workspace))
-        return MX_ERROR(MX_ERR_RUNTIME, "Pooling: workspace of %zu bytes is too small (%zu needed)",
-                        ctx->workspace_bytes, pool_ws_bytes(OW));
-    w->acc = ctx->workspace;
-    w->div = w->acc + OW;
-    w->wlo = (int32_t *)(w->div + OW);
-    w->whi = w->wlo + OW;
-    for (int64_t ow = 0; ow < OW; ow++) {
-        int64_t lo, hi;
-        w->div[ow] = (float)axis_window(g, 2, ow, pp->count_include_pad, &lo, &hi);
-        w->wlo[ow] = (int32_t)lo;
-        w->whi[ow] = (int32_t)(hi > lo ? hi : lo);
-    }
-    return MX_OK;
-}
-
-/* Max / sum of n contiguous floats in 8 independent lanes (vectorisable;
- * the max ignores NaN as MXNet's `if (v > max)` does). */
-#define POOL_LANES 8
-
-static float reduce_max(const float *x, int64_t n)
-{
-    float lane[POOL_LANES];
-    for (int l = 0; l < POOL_LANES; l++) lane[l] = -FLT_MAX;
-    int64_t i = 0;
-    for (; i + POOL_LANES <= n; i += POOL_LANES)
-        for (int l = 0; l < POOL_LANES; l++) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
-    float m = -FLT_MAX;
-    for (int l = 0; l < POOL_LANES; l++) m = lane[l] > m ? lane[l] : m;
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-static float reduce_sum(const float *x, int64_t n)
-{
-    float lane[POOL_LANES] = {0};
-    int64_t i = 0;
-    for (; i + POOL_LANES <= n; i += POOL_LANES)
-        for (int l = 0; l < POOL_LANES; l++) lane[l] += x[i + l];
-    float s = 0;
-    for (int l = 0; l < POOL_LANES; l++) s += lane[l];
-    for (; i < n; i++) s += x[i];
-    return s;
-}
-
-/* Accumulates one input row into the output row's accumulators. With
- * windows wider than the output row (global pooling, 7x7 on 7x7), one
- * contiguous reduction per output; otherwise one strided pass over the
- * outputs per kernel tap. */
-static void pool_row(const pool_geom *g, const pool_ws *w, bool is_max, const float *row)
-{
-    const int64_t OW = g->out[2], sx = g->s[2], px = g->p[2];
-    float *acc = w->acc;
-    if (OW < g->k[2]) {
-        for (int64_t ow = 0; ow < OW; ow++) {
-            const float *src = row + w->wlo[ow];
-            const int64_t n = w->whi[ow] - w->wlo[ow];
-            if (is_max) {
-                float m = reduce_max(src, n);
-                acc[ow] = m > acc[ow] ? m : acc[ow];
-            } else {
-                acc[ow] += reduce_sum(src, n);
+    const pool_geom *g = &j->g;
+    int64_t lo, hi;
+    float div = (float)axis_window(g, 2, ow, j->incl, &lo, &hi);
+    float acc = j->type == POOL_MAX ? -FLT_MAX : 0.0f;
+    for (int64_t d = r->d0; d < r->d1; d++)
+        for (int64_t h = r->h0; h < r->h1; h++) {
+            const float *row = x + (d * g->in[1] + h) * g->in[2];
+            for (int64_t i = lo; i < hi; i++) {
+                if (j->type == POOL_MAX) acc = row[i] > acc ? row[i] : acc;
+                else acc += row[i];
             }
         }
-        return;
+    if (j->type == POOL_AVG) {
+        float size = r->f * div;
+        acc = size == 0.0f ? NAN : acc / size;
     }
-    for (int64_t kx = 0; kx < g->k[2]; kx++) {
-        int64_t lo, hi;
-        tap_range(g, kx, &lo, &hi);
-        const int64_t n = hi - lo;
-        const float *src = row + (lo * sx + kx - px); /* input of output lo */
-        float *a = acc + lo;
-        if (is_max) {
-            if (sx == 1)
-                for (int64_t i = 0; i < n; i++) a[i] = src[i] > a[i] ? src[i] : a[i];
-            else
-                for (int64_t i = 0; i < n; i++) {
-                    float v = src[i * sx];
-                    a[i] = v > a[i] ? v : a[i];
+    return acc;
+}
+
+/* Backward of one border output: max routes gy to the first element of
+ * the window equal to yv; avg / sum spread it (divided) over the window. */
+static void pool_one_back(const pool_job *j, const float *x, float *dx, const pool_rows *r, int64_t ow, float yv,
+                          float gy)
+{
+    const pool_geom *g = &j->g;
+    int64_t lo, hi;
+    float div = (float)axis_window(g, 2, ow, j->incl, &lo, &hi);
+    if (j->type != POOL_MAX) {
+        float size = j->type == POOL_AVG ? r->f * div : 1.0f;
+        gy = size == 0.0f ? 0.0f : gy / size; /* an empty window has nothing to feed */
+    }
+    for (int64_t d = r->d0; d < r->d1; d++)
+        for (int64_t h = r->h0; h < r->h1; h++) {
+            const int64_t base = (d * g->in[1] + h) * g->in[2];
+            for (int64_t i = lo; i < hi; i++) {
+                if (j->type != POOL_MAX) {
+                    dx[base + i] += gy;
+                } else if (x[base + i] == yv) {
+                    dx[base + i] += gy;
+                    return;
                 }
-        } else {
-            if (sx == 1)
-                for (int64_t i = 0; i < n; i++) a[i] += src[i];
-            else
-                for (int64_t i = 0; i < n; i++) a[i] += src[i * sx];
+            }
         }
+}
+
+/* Backward with direct writes leaves the elements no window covers
+ * (past out*k on an axis) to be zeroed here. */
+static void pool_zero_uncovered(const pool_job *j, float *dx)
+{
+    const pool_geom *g = &j->g;
+    const int64_t H = g->in[1], IW = g->in[2];
+    const int64_t cd = g->out[0] * g->k[0], ch = g->out[1] * g->k[1], cw = g->out[2] * g->k[2];
+    for (int64_t d = 0; d < g->in[0]; d++) {
+        float *slab = dx + d * H * IW;
+        if (d >= cd) {
+            memset(slab, 0, (size_t)(H * IW) * sizeof(float));
+            continue;
+        }
+        if (cw < IW)
+            for (int64_t h = 0; h < ch; h++) memset(slab + h * IW + cw, 0, (size_t)(IW - cw) * sizeof(float));
+        if (ch < H) memset(slab + ch * IW, 0, (size_t)((H - ch) * IW) * sizeof(float));
     }
+}
+
+/*
+ * The vector kernels, one per width (simd.h). An output row's interior
+ * columns [c0, c1) go W at a time: per input row of the window and kernel
+ * tap, a vector of inputs, contiguous for stride 1 or the even or odd
+ * lanes of two loads for stride 2 (taps k and k+1 share them). Loads may
+ * run past the row (never past the buffer): those lanes are not stored.
+ * Border columns, and every column of other strides, go through the
+ * scalar pool_one / pool_one_back.
+ *
+ * Three layouts of the loops:
+ *   - planes whose windows all lie inside and whose output rows are at
+ *     most 2 vectors (LeNet's 2x2/2, AlexNet's 3x3/2 on 13x13) run
+ *     straight-line rows with the kernel width and stride as constants
+ *     (pool_short);
+ *   - other short rows keep their accumulators in registers;
+ *   - long rows go in chunks of up to POOL_CHUNK outputs with the
+ *     accumulators in a buffer, sweeping the window's input rows one after
+ *     the other (one sequential stream: alternating rows per vector halves
+ *     the bandwidth) and, in backward, the taps one after the other (so no
+ *     load of dx waits for the overlapping store of the previous tap).
+ *
+ * Max backward keeps, per output lane, a mask of whether its maximum was
+ * found already, so each output feeds only its first match in raster
+ * order. Where windows tile the input (`direct`) the gradients of a tap
+ * pair are interleaved back and written over exactly the elements the
+ * valid lanes cover; where they overlap, the position of each lane's first
+ * maximum is tracked and one scalar add per output follows. avg / sum at
+ * stride 1 add a box filter of the gradients to each input row instead of
+ * one pass per tap.
+ */
+#define POOL_CHUNK 256
+#define POOL_BOX_MAX 32 /* widest kernel of the avg / sum stride-1 backward */
+
+#define POOL_KERNELS(P, W, TARGET)                                                                                  \
+    /* acc combined with the taps of one input row; s = the row at lane 0's                                         \
+     * window start. */                                                                                             \
+    TARGET MX_SIMD_INLINE P##_f P##_pool_taps(P##_f acc, const float *s, int64_t sx, int64_t kx, bool is_max,       \
+                                              const float *xend)                                                    \
+    {                                                                                                               \
+        for (int64_t k = 0; k < kx; k += sx) {                                                                      \
+            P##_f a = P##_load_upto(s + k, xend);                                                                   \
+            if (sx == 1) {                                                                                          \
+                acc = is_max ? P##_max(a, acc) : acc + a;                                                           \
+                continue;                                                                                           \
+            }                                                                                                       \
+            P##_f b = P##_load_upto(s + k + W, xend), t = P##_even(a, b);                                           \
+            acc = is_max ? P##_max(t, acc) : acc + t;                                                               \
+            if (k + 1 < kx) {                                                                                       \
+                t = P##_odd(a, b);                                                                                  \
+                acc = is_max ? P##_max(t, acc) : acc + t;                                                           \
+            }                                                                                                       \
+        }                                                                                                           \
+        return acc;                                                                                                 \
+    }                                                                                                               \
+    /* Writes (or adds) lanes [0, cnt) of a finished output vector. */                                              \
+    TARGET MX_SIMD_INLINE void P##_pool_put(float *dst, P##_f acc, int64_t cnt, bool avg, float size, bool add)     \
+    {                                                                                                               \
+        if (avg) acc = size == 0.0f ? P##_splat(NAN) : acc / size;                                                  \
+        if (cnt == W) {                                                                                             \
+            P##_store(dst, add ? P##_load(dst) + acc : acc);                                                        \
+            return;                                                                                                 \
+        }                                                                                                           \
+        if (add) acc += P##_load_part(dst, cnt);                                                                    \
+        P##_store_part(dst, acc, cnt);                                                                              \
+    }                                                                                                               \
+    /* Backward through the taps [k, k + sx) of one input row (xs, dxs: the                                         \
+     * row at lane 0's window start) for lanes `valid` = [0, cnt): max gives                                        \
+     * gy to each lane's first match (`found`: lanes done), avg / sum give it                                       \
+     * to every tap. Adds into dx, or writes it when `direct`. */                                                   \
+    TARGET MX_SIMD_INLINE P##_i P##_pool_tap_back(P##_i found, const float *xs, float *dxs, int64_t k, P##_f gy,     \
+                                                  P##_f yv, int64_t cnt, int64_t sx, int64_t kx, bool is_max,       \
+                                                  bool direct, const float *xend)                                   \
+    {                                                                                                               \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        const P##_i valid = P##_first(cnt);                                                                         \
+        const bool pair = sx == 2 && k + 1 < kx;                                                                    \
+        P##_f ge = gy, go = zero;                                                                                   \
+        if (is_max) {                                                                                               \
+            P##_f a = P##_load_upto(xs + k, xend), b = zero;                                                        \
+            if (sx == 2) b = P##_load_upto(xs + k + W, xend);                                                       \
+            P##_i m = ((sx == 1 ? a : P##_even(a, b)) == yv) & valid & ~found;                                      \
+            found |= m;                                                                                             \
+            ge = P##_select(m, gy, zero);                                                                           \
+            if (pair) {                                                                                             \
+                m = (P##_odd(a, b) == yv) & valid & ~found;                                                         \
+                found |= m;                                                                                         \
+                go = P##_select(m, gy, zero);                                                                       \
+            }                                                                                                       \
+        } else if (pair) {                                                                                          \
+            go = gy;                                                                                                \
+        }                                                                                                           \
+        float *dst = dxs + k;                                                                                       \
+        if (sx == 1) {                                                                                              \
+            if (!direct) ge += P##_load_part(dst, cnt);                                                             \
+            if (cnt == W) P##_store(dst, ge);                                                                       \
+            else P##_store_part(dst, ge, cnt);                                                                      \
+            return found;                                                                                           \
+        }                                                                                                           \
+        /* the elements of lanes [0, cnt): 2 cnt, the last odd one only for a pair */                               \
+        const int64_t span = 2 * cnt - (pair ? 0 : 1);                                                              \
+        const int64_t n0 = span < W ? span : W, n1 = span - n0;                                                     \
+        if (!direct) {                                                                                              \
+            P##_f da = P##_load_part(dst, n0), db = P##_load_part(dst + W, n1);                                     \
+            ge += P##_even(da, db);                                                                                 \
+            go += P##_odd(da, db);                                                                                  \
+        }                                                                                                           \
+        if (n0 == W) P##_store(dst, P##_zip_lo(ge, go));                                                            \
+        else P##_store_part(dst, P##_zip_lo(ge, go), n0);                                                           \
+        if (n1 == W) P##_store(dst + W, P##_zip_hi(ge, go));                                                        \
+        else if (n1 > 0) P##_store_part(dst + W, P##_zip_hi(ge, go), n1);                                           \
+        return found;                                                                                               \
+    }                                                                                                               \
+    /* Max backward where windows overlap: tracks in `at` the position (in the                                      \
+     * plane) of each lane's first maximum through the taps [k, k + sx) of one                                      \
+     * input row (xs: the row at lane 0's window start, position pos0). */                                          \
+    TARGET MX_SIMD_INLINE void P##_pool_tap_argmax(P##_i *found, P##_i *at, const float *xs, int64_t pos0,          \
+                                                   int64_t k, P##_f yv, int64_t cnt, int64_t sx, int64_t kx,        \
+                                                   const float *xend)                                               \
+    {                                                                                                               \
+        const P##_i valid = P##_first(cnt), pos = P##_iota() * (int32_t)sx + (int32_t)(pos0 + k);                  \
+        P##_f a = P##_load_upto(xs + k, xend), b = a;                                                               \
+        if (sx == 2) b = P##_load_upto(xs + k + W, xend);                                                           \
+        P##_i m = ((sx == 1 ? a : P##_even(a, b)) == yv) & valid & ~*found;                                         \
+        *found |= m;                                                                                                \
+        *at = (m & pos) | (~m & *at);                                                                               \
+        if (sx == 2 && k + 1 < kx) {                                                                                \
+            m = (P##_odd(a, b) == yv) & valid & ~*found;                                                            \
+            *found |= m;                                                                                            \
+            *at = (m & (pos + 1)) | (~m & *at);                                                                     \
+        }                                                                                                           \
+    }                                                                                                               \
+    /* dx[at] += gy for the lanes [0, cnt) that found their maximum, in order. */                                   \
+    TARGET MX_SIMD_INLINE void P##_pool_scatter(float *dx, P##_i found, P##_i at, P##_f gy, int64_t cnt)            \
+    {                                                                                                               \
+        int32_t f[W], a[W];                                                                                         \
+        float g[W];                                                                                                 \
+        memcpy(f, &found, sizeof(f));                                                                               \
+        memcpy(a, &at, sizeof(a));                                                                                  \
+        P##_store(g, gy);                                                                                           \
+        for (int64_t l = 0; l < cnt; l++)                                                                           \
+            if (f[l]) dx[a[l]] += g[l];                                                                             \
+    }                                                                                                               \
+    /* Planes whose windows all lie inside (no padding, nothing clipped) and                                        \
+     * whose output rows are at most 2 vectors: straight-line rows, the tap                                         \
+     * loops unrolled for the kernel and stride passed as constants. */                                             \
+    TARGET MX_SIMD_INLINE void P##_pool_fwd_short(const pool_job *j, const float *x, float *y, const int64_t kx,    \
+                                                  const int64_t sx, const bool is_max)                              \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t IW = g->in[2], OW = g->out[2], sy = g->s[1], ky = g->k[1];                                    \
+        const bool avg = j->type == POOL_AVG, add = j->add;                                                         \
+        const float init = is_max ? -FLT_MAX : 0.0f, size = (float)ky * (float)kx;                                  \
+        const int64_t n0 = OW < W ? OW : W, n1 = OW - n0;                                                           \
+        for (int64_t oh = 0; oh < g->out[1]; oh++, y += OW) {                                                       \
+            const float *row = x + oh * sy * IW;                                                                    \
+            P##_f acc0 = P##_splat(init), acc1 = acc0;                                                              \
+            for (int64_t h = 0; h < ky; h++, row += IW) {                                                           \
+                acc0 = P##_pool_taps(acc0, row, sx, kx, is_max, j->xend);                                           \
+                if (n1 > 0) acc1 = P##_pool_taps(acc1, row + W * sx, sx, kx, is_max, j->xend);                     \
+            }                                                                                                       \
+            P##_pool_put(y, acc0, n0, avg, size, add);                                                              \
+            if (n1 > 0) P##_pool_put(y + W, acc1, n1, avg, size, add);                                              \
+        }                                                                                                           \
+    }                                                                                                               \
+    TARGET MX_SIMD_INLINE void P##_pool_bwd_short(const pool_job *j, const float *x, const float *y,                \
+                                                  const float *dy, float *dx, const int64_t kx, const int64_t sx,   \
+                                                  const bool is_max)                                                \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t IW = g->in[2], OW = g->out[2], sy = g->s[1], ky = g->k[1];                                    \
+        const bool direct = j->direct;                                                                              \
+        const float size = j->type == POOL_AVG ? (float)ky * (float)kx : 1.0f;                                      \
+        const int64_t n0 = OW < W ? OW : W, n1 = OW - n0;                                                           \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        for (int64_t oh = 0; oh < g->out[1]; oh++, y += OW, dy += OW) {                                             \
+            P##_f gy0 = P##_load_part(dy, n0), gy1 = P##_load_part(dy + W, n1), yv0 = zero, yv1 = zero;             \
+            P##_i f0 = P##_first(0), f1 = f0;                                                                       \
+            if (is_max) {                                                                                           \
+                yv0 = P##_load_part(y, n0);                                                                         \
+                yv1 = P##_load_part(y + W, n1);                                                                     \
+            } else if (size != 1.0f) {                                                                              \
+                gy0 = gy0 / size;                                                                                   \
+                gy1 = gy1 / size;                                                                                   \
+            }                                                                                                       \
+            int64_t o = oh * sy * IW;                                                                               \
+            if (is_max && !direct) { /* overlapping windows: first maxima, then one add each */                     \
+                P##_i at0 = f0, at1 = f0;                                                                           \
+                for (int64_t h = 0; h < ky; h++, o += IW)                                                           \
+                    for (int64_t k = 0; k < kx; k += sx) {                                                          \
+                        P##_pool_tap_argmax(&f0, &at0, x + o, o, k, yv0, n0, sx, kx, j->xend);                      \
+                        if (n1 > 0)                                                                                 \
+                            P##_pool_tap_argmax(&f1, &at1, x + o + W * sx, o + W * sx, k, yv1, n1, sx, kx, j->xend); \
+                    }                                                                                               \
+                P##_pool_scatter(dx, f0, at0, gy0, n0);                                                             \
+                if (n1 > 0) P##_pool_scatter(dx, f1, at1, gy1, n1);                                                 \
+                continue;                                                                                           \
+            }                                                                                                       \
+            for (int64_t h = 0; h < ky; h++, o += IW)                                                               \
+                for (int64_t k = 0; k < kx; k += sx) {                                                              \
+                    f0 = P##_pool_tap_back(f0, x + o, dx + o, k, gy0, yv0, n0, sx, kx, is_max, direct, j->xend);    \
+                    if (n1 > 0)                                                                                     \
+                        f1 = P##_pool_tap_back(f1, x + o + W * sx, dx + o + W * sx, k, gy1, yv1, n1, sx, kx,        \
+                                               is_max, direct, j->xend);                                            \
+                }                                                                                                   \
+        }                                                                                                           \
+    }                                                                                                               \
+    /* The common kernels with constant kernel width and stride. */                                                 \
+    TARGET static void pool_short_##P(const pool_job *j, const float *x, const float *y, const float *dy,          \
+                                      float *out, bool backward)                                                    \
+    {                                                                                                               \
+        const int64_t kx = j->g.k[2], sx = j->g.s[2];                                                               \
+        const bool is_max = j->type == POOL_MAX;                                                                    \
+        if (backward) {                                                                                             \
+            if (kx == 2 && sx == 2 && is_max) P##_pool_bwd_short(j, x, y, dy, out, 2, 2, true);                     \
+            else if (kx == 3 && sx == 2 && is_max) P##_pool_bwd_short(j, x, y, dy, out, 3, 2, true);                \
+            else if (kx == 2 && sx == 2) P##_pool_bwd_short(j, x, y, dy, out, 2, 2, false);                         \
+            else if (kx == 3 && sx == 1) P##_pool_bwd_short(j, x, y, dy, out, 3, 1, is_max);                        \
+            else P##_pool_bwd_short(j, x, y, dy, out, kx, sx, is_max);                                              \
+            return;                                                                                                 \
+        }                                                                                                           \
+        if (kx == 2 && sx == 2 && is_max) P##_pool_fwd_short(j, x, out, 2, 2, true);                                \
+        else if (kx == 3 && sx == 2 && is_max) P##_pool_fwd_short(j, x, out, 3, 2, true);                           \
+        else if (kx == 2 && sx == 2) P##_pool_fwd_short(j, x, out, 2, 2, false);                                    \
+        else if (kx == 3 && sx == 1) P##_pool_fwd_short(j, x, out, 3, 1, is_max);                                   \
+        else P##_pool_fwd_short(j, x, out, kx, sx, is_max);                                                         \
+    }                                                                                                               \
+    TARGET static void pool_forward_##P(const pool_job *j, int64_t p0, int64_t p1)                                 \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t H = g->in[1], IW = g->in[2], OW = g->out[2], sx = g->s[2], px = g->p[2], kx = g->k[2];        \
+        const bool is_max = j->type == POOL_MAX, avg = j->type == POOL_AVG, add = j->add;                           \
+        const float init = is_max ? -FLT_MAX : 0.0f;                                                                \
+        _Alignas(64) float accb[POOL_CHUNK];                                                                        \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
+            const float *x = j->x + pl * j->in_plane;                                                               \
+            float *y = j->out + pl * j->out_plane;                                                                  \
+            if (j->whole) { /* one contiguous reduction per plane */                                                \
+                const int64_t n = j->in_plane;                                                                      \
+                P##_f acc = P##_splat(init);                                                                        \
+                int64_t i = 0;                                                                                      \
+                for (; i + W <= n; i += W) {                                                                        \
+                    P##_f v = P##_load(x + i);                                                                      \
+                    acc = is_max ? P##_max(v, acc) : acc + v;                                                       \
+                }                                                                                                   \
+                if (i < n) {                                                                                        \
+                    P##_f v = P##_select(P##_first(n - i), P##_load_part(x + i, n - i), P##_splat(init));            \
+                    acc = is_max ? P##_max(v, acc) : acc + v;                                                       \
+                }                                                                                                   \
+                float lanes[W], r = init;                                                                           \
+                P##_store(lanes, acc);                                                                              \
+                for (int l = 0; l < W; l++) r = is_max ? (lanes[l] > r ? lanes[l] : r) : r + lanes[l];              \
+                if (avg) {                                                                                          \
+                    float size = (float)(g->in[0] * g->in[1]) * (float)g->in[2];                                    \
+                    r = size == 0.0f ? NAN : r / size;                                                              \
+                }                                                                                                   \
+                y[0] = add ? y[0] + r : r;                                                                          \
+                continue;                                                                                           \
+            }                                                                                                       \
+            if (j->fast) {                                                                                          \
+                pool_short_##P(j, x, NULL, NULL, y, false);                                                         \
+                continue;                                                                                           \
+            }                                                                                                       \
+            for (int64_t od = 0; od < g->out[0]; od++)                                                              \
+                for (int64_t oh = 0; oh < g->out[1]; oh++, y += OW) {                                               \
+                    const pool_rows r = pool_rows_at(j, od, oh);                                                    \
+                    const float size = r.f * (float)kx;                                                             \
+                    for (int64_t ow0 = j->c0; ow0 < j->c1; ow0 += POOL_CHUNK) {                                     \
+                        const int64_t n = j->c1 - ow0 < POOL_CHUNK ? j->c1 - ow0 : POOL_CHUNK;                      \
+                        const float *x0 = x + ow0 * sx - px;                                                        \
+                        if (n <= 2 * W) {                                                                           \
+                            P##_f acc0 = P##_splat(init), acc1 = acc0;                                              \
+                            for (int64_t d = r.d0; d < r.d1; d++)                                                   \
+                                for (int64_t h = r.h0; h < r.h1; h++) {                                             \
+                                    const float *src = x0 + (d * H + h) * IW;                                       \
+                                    acc0 = P##_pool_taps(acc0, src, sx, kx, is_max, j->xend);                       \
+                                    if (n > W) acc1 = P##_pool_taps(acc1, src + W * sx, sx, kx, is_max, j->xend);   \
+                                }                                                                                   \
+                            P##_pool_put(y + ow0, acc0, n < W ? n : W, avg, size, add);                             \
+                            if (n > W) P##_pool_put(y + ow0 + W, acc1, n - W, avg, size, add);                      \
+                            continue;                                                                               \
+                        }                                                                                           \
+                        for (int64_t v = 0; v < n; v += W) P##_store(accb + v, P##_splat(init));                    \
+                        for (int64_t d = r.d0; d < r.d1; d++)                                                       \
+                            for (int64_t h = r.h0; h < r.h1; h++) {                                                 \
+                                const float *src = x0 + (d * H + h) * IW;                                           \
+                                for (int64_t v = 0; v < n; v += W)                                                  \
+                                    P##_store(accb + v,                                                             \
+                                              P##_pool_taps(P##_load(accb + v), src + v * sx, sx, kx, is_max,      \
+                                                            j->xend));                                              \
+                            }                                                                                       \
+                        for (int64_t v = 0; v < n; v += W)                                                          \
+                            P##_pool_put(y + ow0 + v, P##_load(accb + v), n - v < W ? n - v : W, avg, size, add);   \
+                    }                                                                                               \
+                    for (int64_t ow = 0; ow < OW; ow++) {                                                           \
+                        if (ow == j->c0) ow = j->c1;                                                                \
+                        if (ow >= OW) break;                                                                        \
+                        float v = pool_one(j, x, &r, ow);                                                           \
+                        y[ow] = add ? y[ow] + v : v;                                                                \
+                    }                                                                                               \
+                }                                                                                                   \
+        }                                                                                                           \
+    }                                                                                                               \
+    TARGET static void pool_backward_##P(const pool_job *j, int64_t p0, int64_t p1)                                \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t H = g->in[1], IW = g->in[2], OW = g->out[2], sx = g->s[2], px = g->p[2], kx = g->k[2];        \
+        const bool is_max = j->type == POOL_MAX, direct = j->direct, add = j->add;                                  \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        _Alignas(64) float gyb[POOL_CHUNK];                                                                         \
+        _Alignas(64) int32_t foundb[POOL_CHUNK], atb[POOL_CHUNK];                                                   \
+        _Alignas(64) float boxb[POOL_CHUNK + 2 * POOL_BOX_MAX + 2 * W], tb[POOL_CHUNK + POOL_BOX_MAX + W];          \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
+            const float *x = j->x + pl * j->in_plane, *y = j->y + pl * j->out_plane;                                \
+            const float *dy = j->dy + pl * j->out_plane;                                                            \
+            float *dx = j->out + pl * j->in_plane;                                                                  \
+            if (j->whole) {                                                                                         \
+                const int64_t n = j->in_plane;                                                                      \
+                const pool_rows r = {0, g->in[0], 0, g->in[1], (float)(g->in[0] * g->in[1])};                      \
+                if (is_max) {                                                                                       \
+                    if (!add) memset(dx, 0, (size_t)n * sizeof(float));                                             \
+                    pool_one_back(j, x, dx, &r, 0, y[0], dy[0]);                                                    \
+                    continue;                                                                                       \
+                }                                                                                                   \
+                float size = j->type == POOL_AVG ? r.f * (float)g->in[2] : 1.0f;                                    \
+                const P##_f gs = P##_splat(size == 0.0f ? 0.0f : dy[0] / size);                                     \
+                MX_SIMD_MAP1(P, W, x, dx, 0, n, add, gs + 0.0f * v);                                                \
+                continue;                                                                                           \
+            }                                                                                                       \
+            if (direct) pool_zero_uncovered(j, dx);                                                                 \
+            else if (!add) memset(dx, 0, (size_t)j->in_plane * sizeof(float));                                     \
+            if (j->fast) {                                                                                          \
+                pool_short_##P(j, x, y, dy, dx, true);                                                              \
+                continue;                                                                                           \
+            }                                                                                                       \
+            for (int64_t od = 0; od < g->out[0]; od++)                                                              \
+                for (int64_t oh = 0; oh < g->out[1]; oh++, y += OW, dy += OW) {                                     \
+                    const pool_rows r = pool_rows_at(j, od, oh);                                                    \
+                    const float size = j->type == POOL_AVG ? r.f * (float)kx : 1.0f;                                \
+                    for (int64_t ow0 = j->c0; ow0 < j->c1; ow0 += POOL_CHUNK) {                                     \
+                        const int64_t n = j->c1 - ow0 < POOL_CHUNK ? j->c1 - ow0 : POOL_CHUNK, o0 = ow0 * sx - px;  \
+                        if (!is_max && sx == 1 && kx <= POOL_BOX_MAX) {                                             \
+                            /* avg / sum at stride 1: the contributions to an input row,                            \
+                             * t[i] = sum over taps k of gs[i - k], once (a box filter of                           \
+                             * the chunk's gradients, zero-padded), then added to each                              \
+                             * input row of the window. */                                                          \
+                            const int64_t span = n + kx - 1;                                                        \
+                            float *gs = boxb + kx - 1;                                                              \
+                            memset(boxb, 0, sizeof(float) * (size_t)(kx - 1));                                      \
+                            for (int64_t v = 0; v < n; v += W) {                                                    \
+                                P##_f gv = P##_load_part(dy + ow0 + v, n - v < W ? n - v : W);                      \
+                                P##_store(gs + v, size == 0.0f ? zero : gv / size);                                 \
+                            }                                                                                       \
+                            memset(gs + n, 0, sizeof(float) * (size_t)(kx + W));                                    \
+                            for (int64_t i = 0; i < span; i += W) {                                                 \
+                                P##_f t = P##_load(gs + i);                                                         \
+                                for (int64_t k = 1; k < kx; k++) t += P##_load(gs + i - k);                         \
+                                P##_store(tb + i, t);                                                               \
+                            }                                                                                       \
+                            for (int64_t d = r.d0; d < r.d1; d++)                                                   \
+                                for (int64_t h = r.h0; h < r.h1; h++) {                                             \
+                                    float *dst = dx + o0 + (d * H + h) * IW;                                        \
+                                    for (int64_t i = 0; i < span; i += W) {                                         \
+                                        const int64_t cnt = span - i < W ? span - i : W;                            \
+                                        if (cnt == W) P##_store(dst + i, P##_load(dst + i) + P##_load(tb + i));     \
+                                        else P##_store_part(dst + i, P##_load_part(dst + i, cnt) + P##_load(tb + i), cnt); \
+                                    }                                                                               \
+                                }                                                                                   \
+                            continue;                                                                               \
+                        }                                                                                           \
+                        if (n <= 2 * W) {                                                                           \
+                            const int64_t n0 = n < W ? n : W, n1 = n - n0;                                          \
+                            P##_f gy0 = P##_load_part(dy + ow0, n0), gy1 = P##_load_part(dy + ow0 + W, n1);         \
+                            P##_f yv0 = zero, yv1 = zero;                                                           \
+                            P##_i f0 = P##_first(0), f1 = f0;                                                       \
+                            if (is_max) {                                                                           \
+                                yv0 = P##_load_part(y + ow0, n0);                                                   \
+                                yv1 = P##_load_part(y + ow0 + W, n1);                                               \
+                            } else {                                                                                \
+                                gy0 = size == 0.0f ? zero : gy0 / size;                                             \
+                                gy1 = size == 0.0f ? zero : gy1 / size;                                             \
+                            }                                                                                       \
+                            if (is_max && !direct) { /* first maxima, then one add each */                          \
+                                P##_i at0 = f0, at1 = f0;                                                           \
+                                for (int64_t d = r.d0; d < r.d1; d++)                                               \
+                                    for (int64_t h = r.h0; h < r.h1; h++) {                                         \
+                                        const int64_t o = o0 + (d * H + h) * IW;                                    \
+                                        for (int64_t k = 0; k < kx; k += sx) {                                      \
+                                            P##_pool_tap_argmax(&f0, &at0, x + o, o, k, yv0, n0, sx, kx, j->xend);  \
+                                            if (n1 > 0)                                                             \
+                                                P##_pool_tap_argmax(&f1, &at1, x + o + W * sx, o + W * sx, k, yv1,  \
+                                                                    n1, sx, kx, j->xend);                           \
+                                        }                                                                           \
+                                    }                                                                               \
+                                P##_pool_scatter(dx, f0, at0, gy0, n0);                                             \
+                                if (n1 > 0) P##_pool_scatter(dx, f1, at1, gy1, n1);                                 \
+                                continue;                                                                           \
+                            }                                                                                       \
+                            for (int64_t d = r.d0; d < r.d1; d++)                                                   \
+                                for (int64_t h = r.h0; h < r.h1; h++) {                                             \
+                                    const int64_t o = o0 + (d * H + h) * IW;                                        \
+                                    for (int64_t k = 0; k < kx; k += sx) {                                          \
+                                        f0 = P##_pool_tap_back(f0, x + o, dx + o, k, gy0, yv0, n0, sx, kx, is_max,  \
+                                                               direct, j->xend);                                    \
+                                        if (n1 > 0)                                                                 \
+                                            f1 = P##_pool_tap_back(f1, x + o + W * sx, dx + o + W * sx, k, gy1,     \
+                                                                   yv1, n1, sx, kx, is_max, direct, j->xend);       \
+                                    }                                                                               \
+                                }                                                                                   \
+                            continue;                                                                               \
+                        }                                                                                           \
+                        for (int64_t v = 0; v < n; v += W) {                                                        \
+                            P##_f gy = P##_load_part(dy + ow0 + v, n - v < W ? n - v : W);                          \
+                            if (!is_max) gy = size == 0.0f ? zero : gy / size;                                      \
+                            P##_store(gyb + v, gy);                                                                 \
+                            memset(foundb + v, 0, sizeof(int32_t) * W);                                             \
+                        }                                                                                           \
+                        if (is_max && !direct) { /* first maxima, then one add each */                              \
+                            for (int64_t d = r.d0; d < r.d1; d++)                                                   \
+                                for (int64_t h = r.h0; h < r.h1; h++) {                                             \
+                                    const int64_t o = o0 + (d * H + h) * IW;                                        \
+                                    for (int64_t v = 0; v < n; v += W) {                                            \
+                                        P##_i found, at;                                                            \
+                                        memcpy(&found, foundb + v, sizeof(found));                                  \
+                                        memcpy(&at, atb + v, sizeof(at));                                           \
+                                        const int64_t cnt = n - v < W ? n - v : W;                                  \
+                                        const P##_f yv = P##_load_part(y + ow0 + v, cnt);                           \
+                                        for (int64_t k = 0; k < kx; k += sx)                                        \
+                                            P##_pool_tap_argmax(&found, &at, x + o + v * sx, o + v * sx, k, yv,     \
+                                                                cnt, sx, kx, j->xend);                              \
+                                        memcpy(foundb + v, &found, sizeof(found));                                  \
+                                        memcpy(atb + v, &at, sizeof(at));                                           \
+                                    }                                                                               \
+                                }                                                                                   \
+                            for (int64_t v = 0; v < n; v += W) {                                                    \
+                                P##_i found, at;                                                                    \
+                                memcpy(&found, foundb + v, sizeof(found));                                          \
+                                memcpy(&at, atb + v, sizeof(at));                                                   \
+                                P##_pool_scatter(dx, found, at, P##_load(gyb + v), n - v < W ? n - v : W);          \
+                            }                                                                                       \
+                            continue;                                                                               \
+                        }                                                                                           \
+                        for (int64_t d = r.d0; d < r.d1; d++)                                                       \
+                            for (int64_t h = r.h0; h < r.h1; h++) {                                                 \
+                                const int64_t o = o0 + (d * H + h) * IW;                                            \
+                                for (int64_t k = 0; k < kx; k += sx)                                                \
+                                    for (int64_t v = 0; v < n; v += W) {                                            \
+                                        const int64_t cnt = n - v < W ? n - v : W;                                  \
+                                        P##_i found;                                                                \
+                                        memcpy(&found, foundb + v, sizeof(found));                                  \
+                                        P##_f yv = is_max ? P##_load_part(y + ow0 + v, cnt) : zero;                 \
+                                        found = P##_pool_tap_back(found, x + o + v * sx, dx + o + v * sx, k,        \
+                                                                  P##_load(gyb + v), yv, cnt, sx, kx, is_max,       \
+                                                                  direct, j->xend);                                 \
+                                        memcpy(foundb + v, &found, sizeof(found));                                  \
+                                    }                                                                               \
+                            }                                                                                       \
+                    }                                                                                               \
+                    for (int64_t ow = 0; ow < OW; ow++) {                                                           \
+                        if (ow == j->c0) ow = j->c1;                                                                \
+                        if (ow >= OW) break;                                                                        \
+                        pool_one_back(j, x, dx, &r, ow, y[ow], dy[ow]);                                             \
+                    }                                                                                               \
+                }                                                                                                   \
+        }                                                                                                           \
+    }
+
+MX_SIMD_INSTANTIATE(POOL_KERNELS)
+
+static void pool_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const pool_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, pool_forward, j, lo, hi);
+}
+
+static void pool_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const pool_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, pool_backward, j, lo, hi);
+}
+
+/* Input elements per piece on the kernel pool (whole planes). */
+#define POOL_PIECE 16384
+
+static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_shape *outp, pool_job *j)
+{
+    memset(j, 0, sizeof(*j));
+    pool_geometry(pp, data, outp, &j->g);
+    const pool_geom *g = &j->g;
+    j->type = pp->pool_type;
+    j->level = mx_simd_level();
+    j->incl = pp->count_include_pad;
+    j->in_plane = g->in[0] * g->in[1] * g->in[2];
+    j->out_plane = g->out[0] * g->out[1] * g->out[2];
+    j->whole = true;
+    for (int a = 0; a < 3; a++) j->whole &= g->k[a] == g->in[a] && g->p[a] == 0 && g->out[a] == 1;
+    /* Interior columns: ow*s - p >= 0 and ow*s - p + k <= W; strides 1 and
+     * 2 only (others take the scalar path). */
+    const int64_t sx = g->s[2], px = g->p[2], kx = g->k[2], IW = g->in[2], OW = g->out[2];
+    int64_t c0 = (px + sx - 1) / sx, c1 = IW + px - kx >= 0 ? (IW + px - kx) / sx + 1 : 0;
+    if (c0 > OW) c0 = OW;
+    if (c1 > OW) c1 = OW;
+    if (c1 < c0 || sx > 2) c1 = c0;
+    j->c0 = c0;
+    j->c1 = c1;
+    /* Windows that tile the input (stride = kernel, no padding, all inside)
+     * are backward-written directly by the vector path. */
+    bool tile = sx <= 2 && c0 == 0 && c1 == OW;
+    for (int a = 0; a < 3; a++) tile &= g->s[a] == g->k[a] && g->p[a] == 0 && g->out[a] * g->k[a] <= g->in[a];
+    j->direct = tile && !j->whole;
+    /* Short rows of windows that all lie inside (valid, no padding). */
+    const int64_t lanes = j->level >= MX_SIMD_AVX512 ? 16 : j->level == MX_SIMD_AVX2 ? 8 : 4;
+    j->fast = !j->whole && g->in[0] == 1 && g->k[0] == 1 && g->p[1] == 0 && c0 == 0 && c1 == OW && OW > 0 &&
+              OW <= 2 * lanes && (g->out[1] - 1) * g->s[1] + g->k[1] <= g->in[1];
+}
+
+static void pool_run(const mx_op_ctx *ctx, pool_job *j, mx_range_fn fn)
+{
+    const int64_t total = j->g.planes * j->in_plane;
+    mx_threadpool *pool = total >= 2 * POOL_PIECE ? mx_op_pool(ctx) : NULL;
+    int64_t per_piece = (POOL_PIECE + j->in_plane - 1) / (j->in_plane > 0 ? j->in_plane : 1);
+    mx_parallel_for(pool, j->g.planes, mx_parallel_grain(pool, j->g.planes, 4, per_piece), fn, j);
 }
 
 static mx_status pool_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
@@ -332,72 +850,14 @@ static mx_status pool_forward(const mx_op_ctx *ctx, const void *p, const mx_tens
     (void)aux;
     const pool_params *pp = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    pool_geom g;
-    pool_ws w;
-    pool_geometry(pp, &in[0].shape, &out[0].shape, &g);
-    MX_TRY(pool_setup(ctx, pp, &g, &w));
-    const int64_t OW = g.out[2], W = g.in[2];
-    const bool is_max = pp->pool_type == POOL_MAX, is_avg = pp->pool_type == POOL_AVG;
-    const bool incl = pp->count_include_pad;
-    const int64_t in_plane = g.in[0] * g.in[1] * W, out_plane = g.out[0] * g.out[1] * OW;
-    float *acc = w.acc;
-    for (int64_t pl = 0; pl < g.planes; pl++) {
-        const float *x = (const float *)in[0].data + pl * in_plane;
-        float *y = (float *)out[0].data + pl * out_plane;
-        for (int64_t od = 0; od < g.out[0]; od++) {
-            int64_t d0, d1, h0, h1;
-            int64_t nd = axis_window(&g, 0, od, incl, &d0, &d1);
-            for (int64_t oh = 0; oh < g.out[1]; oh++, y += OW) {
-                int64_t nh = axis_window(&g, 1, oh, incl, &h0, &h1);
-                float init = is_max ? -FLT_MAX : 0.0f;
-                for (int64_t ow = 0; ow < OW; ow++) acc[ow] = init;
-                for (int64_t d = d0; d < d1; d++)
-                    for (int64_t h = h0; h < h1; h++) pool_row(&g, &w, is_max, x + (d * g.in[1] + h) * W);
-                if (is_avg) {
-                    float f = (float)(nd * nh);
-                    for (int64_t ow = 0; ow < OW; ow++) {
-                        float size = f * w.div[ow];
-                        acc[ow] = size == 0.0f ? NAN : acc[ow] / size;
-                    }
-                }
-                if (req[0] == MX_REQ_ADD)
-                    for (int64_t ow = 0; ow < OW; ow++) y[ow] += acc[ow];
-                else
-                    memcpy(y, acc, (size_t)OW * sizeof(float));
-            }
-        }
-    }
+    pool_job j;
+    pool_job_init(pp, &in[0].shape, &out[0].shape, &j);
+    j.add = req[0] == MX_REQ_ADD;
+    j.x = in[0].data;
+    j.xend = j.x + j.g.planes * j.in_plane;
+    j.out = out[0].data;
+    pool_run(ctx, &j, pool_forward_range);
     return MX_OK;
-}
-
-/* Max backward: each output's gradient goes to the first element of its
- * window, in raster order, equal to the output (MXNet's CPU rule). */
-static void unpool_max(const pool_geom *g, const pool_ws *w, const float *x, const float *y, const float *dy,
-                       float *dx)
-{
-    const int64_t W = g->in[2], OW = g->out[2];
-    int64_t oi = 0;
-    for (int64_t od = 0; od < g->out[0]; od++) {
-        int64_t d0, d1, h0, h1;
-        axis_window(g, 0, od, true, &d0, &d1);
-        for (int64_t oh = 0; oh < g->out[1]; oh++) {
-            axis_window(g, 1, oh, true, &h0, &h1);
-            for (int64_t ow = 0; ow < OW; ow++, oi++) {
-                const int64_t w0 = w->wlo[ow], w1 = w->whi[ow];
-                const float target = y[oi];
-                for (int64_t d = d0; d < d1; d++)
-                    for (int64_t h = h0; h < h1; h++) {
-                        const int64_t base = (d * g->in[1] + h) * W;
-                        for (int64_t i = w0; i < w1; i++)
-                            if (x[base + i] == target) {
-                                dx[base + i] += dy[oi];
-                                goto next_output;
-                            }
-                    }
-            next_output:;
-            }
-        }
-    }
 }
 
 static mx_status pool_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
@@ -406,64 +866,16 @@ static mx_status pool_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
     (void)aux;
     const pool_params *pp = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    pool_geom g;
-    pool_ws w;
-    pool_geometry(pp, &in[0].shape, &out_grad[0].shape, &g);
-    MX_TRY(pool_setup(ctx, pp, &g, &w));
-    const int64_t OW = g.out[2], W = g.in[2], sx = g.s[2], px = g.p[2];
-    const int64_t in_plane = g.in[0] * g.in[1] * W, out_plane = g.out[0] * g.out[1] * OW;
-    if (req[0] != MX_REQ_ADD) memset(in_grad[0].data, 0, (size_t)(g.planes * in_plane) * sizeof(float));
-    const bool incl = pp->count_include_pad;
-
-    if (pp->pool_type == POOL_MAX) {
-        for (int64_t pl = 0; pl < g.planes; pl++)
-            unpool_max(&g, &w, (const float *)in[0].data + pl * in_plane, (const float *)out[0].data + pl * out_plane,
-                       (const float *)out_grad[0].data + pl * out_plane, (float *)in_grad[0].data + pl * in_plane);
-        return MX_OK;
-    }
-
-    /* avg / sum: spread each output's (scaled) gradient over its window. */
-    float *gs = w.acc;
-    const bool is_avg = pp->pool_type == POOL_AVG, by_window = OW < g.k[2];
-    for (int64_t pl = 0; pl < g.planes; pl++) {
-        const float *dy = (const float *)out_grad[0].data + pl * out_plane;
-        float *dx = (float *)in_grad[0].data + pl * in_plane;
-        for (int64_t od = 0; od < g.out[0]; od++) {
-            int64_t d0, d1, h0, h1;
-            int64_t nd = axis_window(&g, 0, od, incl, &d0, &d1);
-            for (int64_t oh = 0; oh < g.out[1]; oh++, dy += OW) {
-                int64_t nh = axis_window(&g, 1, oh, incl, &h0, &h1);
-                float f = is_avg ? (float)(nd * nh) : 1.0f;
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    float size = is_avg ? f * w.div[ow] : 1.0f;
-                    gs[ow] = size == 0.0f ? 0.0f : dy[ow] / size; /* an empty window has nothing to feed */
-                }
-                for (int64_t d = d0; d < d1; d++)
-                    for (int64_t h = h0; h < h1; h++) {
-                        float *row = dx + (d * g.in[1] + h) * W;
-                        if (by_window) {
-                            for (int64_t ow = 0; ow < OW; ow++) {
-                                float *dst = row + w.wlo[ow];
-                                const float gv = gs[ow];
-                                for (int64_t i = 0, n = w.whi[ow] - w.wlo[ow]; i < n; i++) dst[i] += gv;
-                            }
-                            continue;
-                        }
-                        for (int64_t kx = 0; kx < g.k[2]; kx++) {
-                            int64_t lo, hi;
-                            tap_range(&g, kx, &lo, &hi);
-                            const int64_t n = hi - lo;
-                            float *dst = row + (lo * sx + kx - px);
-                            const float *src = gs + lo;
-                            if (sx == 1)
-                                for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-                            else
-                                for (int64_t i = 0; i < n; i++) dst[i * sx] += src[i];
-                        }
-                    }
-            }
-        }
-    }
+    pool_job j;
+    pool_job_init(pp, &in[0].shape, &out_grad[0].shape, &j);
+    j.add = req[0] == MX_REQ_ADD;
+    j.direct &= !j.add;
+    j.x = in[0].data;
+    j.xend = j.x + j.g.planes * j.in_plane;
+    j.y = out[0].data;
+    j.dy = out_grad[0].data;
+    j.out = in_grad[0].data;
+    pool_run(ctx, &j, pool_backward_range);
     return MX_OK;
 }
 

@@ -11,6 +11,7 @@
  */
 #include "ops/op.h"
 #include "ops/softmax_simd.h"
+#include "parallel/parallel.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -176,14 +177,22 @@ static void sm_lane(const float *x, float *y, int64_t n, int64_t stride, int64_t
 
 #define SM_CHUNK 256
 
-/* All lanes at full length. Rows (inner == 1) run on contiguous memory;
- * the strided case runs SM_CHUNK lanes at once so the inner loops are
- * contiguous. y may be x when writing. */
-static void sm_forward_full(const float *x, float *y, int64_t outer, int64_t n, int64_t inner, float it, bool logsm,
-                            bool add)
+/* The work is cut into units: a row (inner == 1), or SM_CHUNK lanes of one
+ * outer index (inner > 1); each unit is computed whole by one piece, so
+ * results do not depend on how units are spread over threads. */
+static int64_t sm_units(int64_t outer, int64_t inner)
+{
+    return inner == 1 ? outer : outer * ((inner + SM_CHUNK - 1) / SM_CHUNK);
+}
+
+/* Units [u0, u1) at full length. Rows (inner == 1) run on contiguous
+ * memory; the strided case runs SM_CHUNK lanes at once so the inner loops
+ * are contiguous. y may be x when writing. */
+static void sm_forward_full(const float *x, float *y, int64_t u0, int64_t u1, int64_t n, int64_t inner, float it,
+                            bool logsm, bool add)
 {
     if (inner == 1) {
-        for (int64_t o = 0; o < outer; o++) {
+        for (int64_t o = u0; o < u1; o++) {
             const float *xr = x + o * n;
             float *yr = y + o * n;
             float m = sm_row_max(xr, n);
@@ -201,30 +210,30 @@ static void sm_forward_full(const float *x, float *y, int64_t outer, int64_t n, 
         return;
     }
     float m[SM_CHUNK], s[SM_CHUNK];
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t c0 = 0; c0 < inner; c0 += SM_CHUNK) {
-            int64_t w = inner - c0 < SM_CHUNK ? inner - c0 : SM_CHUNK;
-            const float *xb = x + o * n * inner + c0;
-            float *yb = y + o * n * inner + c0;
-            for (int64_t t = 0; t < w; t++) {
-                m[t] = -INFINITY;
-                s[t] = 0.0f;
-            }
-            for (int64_t j = 0; j < n; j++) sm_lanes_max(m, xb + j * inner, w);
-            bool store = !logsm && !add; /* keep the exps, then scale them */
-            for (int64_t j = 0; j < n; j++) sm_lanes_exp(xb + j * inner, store ? yb + j * inner : NULL, m, s, w, it);
-            if (logsm) {
-                for (int64_t t = 0; t < w; t++) s[t] = logf(s[t]);
-                for (int64_t j = 0; j < n; j++)
-                    for (int64_t t = 0; t < w; t++) put(&yb[j * inner + t], (xb[j * inner + t] - m[t]) * it - s[t], add);
-            } else {
-                for (int64_t t = 0; t < w; t++) s[t] = 1.0f / s[t];
-                for (int64_t j = 0; j < n; j++) {
-                    if (store)
-                        for (int64_t t = 0; t < w; t++) yb[j * inner + t] *= s[t];
-                    else
-                        sm_lanes_exp_add(xb + j * inner, yb + j * inner, m, s, w, it);
-                }
+    const int64_t chunks = (inner + SM_CHUNK - 1) / SM_CHUNK;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t o = u / chunks, c0 = u % chunks * SM_CHUNK;
+        const int64_t w = inner - c0 < SM_CHUNK ? inner - c0 : SM_CHUNK;
+        const float *xb = x + o * n * inner + c0;
+        float *yb = y + o * n * inner + c0;
+        for (int64_t t = 0; t < w; t++) {
+            m[t] = -INFINITY;
+            s[t] = 0.0f;
+        }
+        for (int64_t j = 0; j < n; j++) sm_lanes_max(m, xb + j * inner, w);
+        bool store = !logsm && !add; /* keep the exps, then scale them */
+        for (int64_t j = 0; j < n; j++) sm_lanes_exp(xb + j * inner, store ? yb + j * inner : NULL, m, s, w, it);
+        if (logsm) {
+            for (int64_t t = 0; t < w; t++) s[t] = logf(s[t]);
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t t = 0; t < w; t++) put(&yb[j * inner + t], (xb[j * inner + t] - m[t]) * it - s[t], add);
+        } else {
+            for (int64_t t = 0; t < w; t++) s[t] = 1.0f / s[t];
+            for (int64_t j = 0; j < n; j++) {
+                if (store)
+                    for (int64_t t = 0; t < w; t++) yb[j * inner + t] *= s[t];
+                else
+                    sm_lanes_exp_add(xb + j * inner, yb + j * inner, m, s, w, it);
             }
         }
     }
@@ -246,34 +255,71 @@ static int64_t length_at(const mx_tensor *len, int64_t i, int64_t n)
     return v >= (double)n ? n : (int64_t)v;
 }
 
-static mx_status sm_forward(const sm_params *sm, bool logsm, const mx_tensor *in, const mx_req *req, mx_tensor *out)
+/* One kernel call, split across the kernel pool by units (forward and
+ * backward at full length) or by outer index (lengths). */
+typedef struct sm_job {
+    const float *x, *y, *dy; /* forward: x; backward: y and dy */
+    float *out;              /* forward y, backward dx */
+    const mx_tensor *length; /* use_length forward: the lengths */
+    int64_t n, inner;
+    float it;
+    bool logsm, add;
+} sm_job;
+
+#define SM_PIECE 16384 /* elements per piece on the kernel pool */
+
+static void sm_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const sm_job *j = arg;
+    sm_forward_full(j->x, j->out, lo, hi, j->n, j->inner, j->it, j->logsm, j->add);
+}
+
+static void sm_length_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const sm_job *j = arg;
+    for (int64_t o = lo; o < hi; o++)
+        for (int64_t t = 0; t < j->inner; t++) {
+            int64_t off = o * j->n * j->inner + t;
+            sm_lane(j->x + off, j->out + off, j->n, j->inner, length_at(j->length, o * j->inner + t, j->n), j->it,
+                    j->logsm, j->add);
+        }
+}
+
+/* Runs fn over `units` units of `per_unit` elements each. */
+static void sm_parallel(const mx_op_ctx *ctx, int64_t units, int64_t per_unit, mx_range_fn fn, void *arg)
+{
+    mx_threadpool *pool = units * per_unit >= 2 * SM_PIECE ? mx_op_pool(ctx) : NULL;
+    int64_t min_units = (SM_PIECE + per_unit - 1) / (per_unit > 0 ? per_unit : 1);
+    mx_parallel_for(pool, units, mx_parallel_grain(pool, units, 4, min_units), fn, arg);
+}
+
+static mx_status sm_forward(const mx_op_ctx *ctx, const sm_params *sm, bool logsm, const mx_tensor *in,
+                            const mx_req *req, mx_tensor *out)
 {
     if (req[0] == MX_REQ_NULL) return MX_OK;
     int64_t outer, n, inner;
     sm_geometry(sm, &in[0].shape, &outer, &n, &inner);
-    float it = (float)(1.0 / sm_temperature(sm));
-    bool add = req[0] == MX_REQ_ADD;
+    sm_job j = {.x = in[0].data, .out = out[0].data, .n = n, .inner = inner,
+                .it = (float)(1.0 / sm_temperature(sm)), .logsm = logsm, .add = req[0] == MX_REQ_ADD};
     if (!sm->use_length) {
-        sm_forward_full(in[0].data, out[0].data, outer, n, inner, it, logsm, add);
+        int64_t units = sm_units(outer, inner);
+        sm_parallel(ctx, units, units ? outer * n * inner / units : 0, sm_forward_range, &j);
         return MX_OK;
     }
-    const float *x = in[0].data;
-    float *y = out[0].data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t t = 0; t < inner; t++) {
-            int64_t off = o * n * inner + t;
-            sm_lane(x + off, y + off, n, inner, length_at(&in[1], o * inner + t, n), it, logsm, add);
-        }
+    j.length = &in[1];
+    sm_parallel(ctx, outer, n * inner, sm_length_range, &j);
     return MX_OK;
 }
 
-/* dx from y and dy over SM_CHUNK lanes at once (or rows when inner == 1);
- * dx may be dy. */
-static void sm_backward_full(const float *y, const float *dy, float *dx, int64_t outer, int64_t n, int64_t inner,
-                             float it, bool logsm, bool add)
+/* dx from y and dy for units [u0, u1) (rows when inner == 1, else
+ * SM_CHUNK lanes of one outer index); dx may be dy. */
+static void sm_backward_full(const float *y, const float *dy, float *dx, int64_t u0, int64_t u1, int64_t n,
+                             int64_t inner, float it, bool logsm, bool add)
 {
     if (inner == 1) {
-        for (int64_t o = 0; o < outer; o++) {
+        for (int64_t o = u0; o < u1; o++) {
             const float *yr = y + o * n, *gr = dy + o * n;
             float *xr = dx + o * n, s = 0.0f;
             if (logsm) {
@@ -287,75 +333,81 @@ static void sm_backward_full(const float *y, const float *dy, float *dx, int64_t
         return;
     }
     float s[SM_CHUNK];
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t c0 = 0; c0 < inner; c0 += SM_CHUNK) {
-            int64_t w = inner - c0 < SM_CHUNK ? inner - c0 : SM_CHUNK;
-            int64_t base = o * n * inner + c0;
-            const float *yb = y + base, *gb = dy + base;
-            float *xb = dx + base;
-            for (int64_t t = 0; t < w; t++) s[t] = 0.0f;
-            if (logsm) {
-                for (int64_t j = 0; j < n; j++)
-                    for (int64_t t = 0; t < w; t++) s[t] += gb[j * inner + t];
-                for (int64_t j = 0; j < n; j++)
-                    sm_logsm_bwd(yb + j * inner, gb + j * inner, xb + j * inner, w, s, 1, it, add);
-            } else {
-                for (int64_t j = 0; j < n; j++)
-                    for (int64_t t = 0; t < w; t++) s[t] += gb[j * inner + t] * yb[j * inner + t];
-                for (int64_t j = 0; j < n; j++)
-                    for (int64_t t = 0; t < w; t++) {
-                        int64_t i = j * inner + t;
-                        put(&xb[i], yb[i] * (gb[i] - s[t]) * it, add);
-                    }
-            }
+    const int64_t chunks = (inner + SM_CHUNK - 1) / SM_CHUNK;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t o = u / chunks, c0 = u % chunks * SM_CHUNK;
+        const int64_t w = inner - c0 < SM_CHUNK ? inner - c0 : SM_CHUNK, base = o * n * inner + c0;
+        const float *yb = y + base, *gb = dy + base;
+        float *xb = dx + base;
+        for (int64_t t = 0; t < w; t++) s[t] = 0.0f;
+        if (logsm) {
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t t = 0; t < w; t++) s[t] += gb[j * inner + t];
+            for (int64_t j = 0; j < n; j++) sm_logsm_bwd(yb + j * inner, gb + j * inner, xb + j * inner, w, s, 1, it, add);
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t t = 0; t < w; t++) s[t] += gb[j * inner + t] * yb[j * inner + t];
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t t = 0; t < w; t++) {
+                    int64_t i = j * inner + t;
+                    put(&xb[i], yb[i] * (gb[i] - s[t]) * it, add);
+                }
         }
     }
 }
 
-static mx_status sm_backward(const sm_params *sm, bool logsm, const mx_tensor *out_grad, const mx_tensor *in,
-                             const mx_tensor *out, const mx_req *req, mx_tensor *in_grad)
+static void sm_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const sm_job *j = arg;
+    sm_backward_full(j->y, j->dy, j->out, lo, hi, j->n, j->inner, j->it, j->logsm, j->add);
+}
+
+static mx_status sm_backward(const mx_op_ctx *ctx, const sm_params *sm, bool logsm, const mx_tensor *out_grad,
+                             const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad)
 {
     if (sm->use_length && req[1] != MX_REQ_NULL && req[1] != MX_REQ_ADD) /* length gets no gradient */
         memset(in_grad[1].data, 0, (size_t)mx_shape_size(&in[1].shape) * mx_dtype_size(in_grad[1].dtype));
     if (req[0] == MX_REQ_NULL) return MX_OK;
     int64_t outer, n, inner;
     sm_geometry(sm, &in[0].shape, &outer, &n, &inner);
-    float it = (float)(1.0 / sm_temperature(sm));
     /* Entries past a length have y = 0, so softmax's formula already gives
      * them no gradient: the length input is not needed here. */
-    sm_backward_full(out[0].data, out_grad[0].data, in_grad[0].data, outer, n, inner, it, logsm,
-                     req[0] == MX_REQ_ADD);
+    sm_job j = {.y = out[0].data, .dy = out_grad[0].data, .out = in_grad[0].data, .n = n, .inner = inner,
+                .it = (float)(1.0 / sm_temperature(sm)), .logsm = logsm, .add = req[0] == MX_REQ_ADD};
+    int64_t units = sm_units(outer, inner);
+    sm_parallel(ctx, units, units ? outer * n * inner / units : 0, sm_backward_range, &j);
     return MX_OK;
 }
 
 static mx_status softmax_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                                  mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
-    return sm_forward(p, false, in, req, out);
+    (void)aux;
+    return sm_forward(ctx, p, false, in, req, out);
 }
 
 static mx_status log_softmax_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                                      mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
-    return sm_forward(p, true, in, req, out);
+    (void)aux;
+    return sm_forward(ctx, p, true, in, req, out);
 }
 
 static mx_status softmax_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
                                   const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
                                   mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
-    return sm_backward(p, false, out_grad, in, out, req, in_grad);
+    (void)aux;
+    return sm_backward(ctx, p, false, out_grad, in, out, req, in_grad);
 }
 
 static mx_status log_softmax_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
                                       const mx_tensor *in, const mx_tensor *out, const mx_req *req,
                                       mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
-    return sm_backward(p, true, out_grad, in, out, req, in_grad);
+    (void)aux;
+    return sm_backward(ctx, p, true, out_grad, in, out, req, in_grad);
 }
 
 static const mx_inplace sm_inplace[] = {{0, 0}, {-1, -1}};

@@ -18,6 +18,7 @@
  */
 #include "ops/op.h"
 #include "ops/softmax_simd.h"
+#include "parallel/parallel.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -140,14 +141,23 @@ static mx_status so_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape 
     return MX_OK;
 }
 
-/* y = softmax of x over k entries spaced `inner` apart, for every (outer,
- * inner) position; req write (x may be y) or add. Rows run contiguous; the
- * strided case takes SO_CHUNK positions at once. */
+/* The work is cut into units: a row (inner == 1) or SO_CHUNK positions of
+ * one outer index; each unit is computed whole by one piece of the kernel
+ * pool, so results do not depend on the thread count. */
 #define SO_CHUNK 256
-static void softmax_strided(const float *x, float *y, int64_t outer, int64_t k, int64_t inner, bool add)
+#define SO_PIECE 16384 /* elements per piece */
+
+static int64_t so_units(int64_t outer, int64_t inner)
+{
+    return inner == 1 ? outer : outer * ((inner + SO_CHUNK - 1) / SO_CHUNK);
+}
+
+/* y = softmax of x over k entries spaced `inner` apart, for units [u0, u1);
+ * req write (x may be y) or add. */
+static void softmax_strided(const float *x, float *y, int64_t u0, int64_t u1, int64_t k, int64_t inner, bool add)
 {
     if (inner == 1) {
-        for (int64_t o = 0; o < outer; o++) {
+        for (int64_t o = u0; o < u1; o++) {
             const float *xr = x + o * k;
             float *yr = y + o * k;
             float m = sm_row_max(xr, k);
@@ -162,37 +172,61 @@ static void softmax_strided(const float *x, float *y, int64_t outer, int64_t k, 
         return;
     }
     float m[SO_CHUNK], s[SO_CHUNK];
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t c0 = 0; c0 < inner; c0 += SO_CHUNK) {
-            int64_t w = inner - c0 < SO_CHUNK ? inner - c0 : SO_CHUNK;
-            const float *xb = x + o * k * inner + c0;
-            float *yb = y + o * k * inner + c0;
-            for (int64_t t = 0; t < w; t++) {
-                m[t] = -INFINITY;
-                s[t] = 0.0f;
-            }
-            for (int64_t j = 0; j < k; j++) sm_lanes_max(m, xb + j * inner, w);
-            for (int64_t j = 0; j < k; j++) sm_lanes_exp(xb + j * inner, add ? NULL : yb + j * inner, m, s, w, 1.0f);
-            for (int64_t t = 0; t < w; t++) s[t] = 1.0f / s[t];
-            for (int64_t j = 0; j < k; j++) {
-                if (!add)
-                    for (int64_t t = 0; t < w; t++) yb[j * inner + t] *= s[t];
-                else
-                    sm_lanes_exp_add(xb + j * inner, yb + j * inner, m, s, w, 1.0f);
-            }
+    const int64_t chunks = (inner + SO_CHUNK - 1) / SO_CHUNK;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t o = u / chunks, c0 = u % chunks * SO_CHUNK;
+        const int64_t w = inner - c0 < SO_CHUNK ? inner - c0 : SO_CHUNK;
+        const float *xb = x + o * k * inner + c0;
+        float *yb = y + o * k * inner + c0;
+        for (int64_t t = 0; t < w; t++) {
+            m[t] = -INFINITY;
+            s[t] = 0.0f;
+        }
+        for (int64_t j = 0; j < k; j++) sm_lanes_max(m, xb + j * inner, w);
+        for (int64_t j = 0; j < k; j++) sm_lanes_exp(xb + j * inner, add ? NULL : yb + j * inner, m, s, w, 1.0f);
+        for (int64_t t = 0; t < w; t++) s[t] = 1.0f / s[t];
+        for (int64_t j = 0; j < k; j++) {
+            if (!add)
+                for (int64_t t = 0; t < w; t++) yb[j * inner + t] *= s[t];
+            else
+                sm_lanes_exp_add(xb + j * inner, yb + j * inner, m, s, w, 1.0f);
         }
     }
+}
+
+typedef struct so_fwd_job {
+    const float *x;
+    float *y;
+    int64_t k, inner;
+    bool add;
+} so_fwd_job;
+
+static void so_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const so_fwd_job *j = arg;
+    softmax_strided(j->x, j->y, lo, hi, j->k, j->inner, j->add);
+}
+
+/* Runs fn over `units` units of `per_unit` elements on the kernel pool
+ * when there is enough work. */
+static void so_parallel(const mx_op_ctx *ctx, int64_t units, int64_t per_unit, mx_range_fn fn, void *arg)
+{
+    mx_threadpool *pool = units * per_unit >= 2 * SO_PIECE ? mx_op_pool(ctx) : NULL;
+    int64_t min_units = (SO_PIECE + per_unit - 1) / (per_unit > 0 ? per_unit : 1);
+    mx_parallel_for(pool, units, mx_parallel_grain(pool, units, 4, min_units), fn, arg);
 }
 
 static mx_status so_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                             mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx;
     (void)aux;
     if (req[0] == MX_REQ_NULL) return MX_OK;
     int64_t outer, k, inner;
     so_geometry(p, &in[0].shape, &outer, &k, &inner);
-    softmax_strided(in[0].data, out[0].data, outer, k, inner, req[0] == MX_REQ_ADD);
+    so_fwd_job j = {.x = in[0].data, .y = out[0].data, .k = k, .inner = inner, .add = req[0] == MX_REQ_ADD};
+    int64_t units = so_units(outer, inner);
+    so_parallel(ctx, units, units ? outer * k * inner / units : 0, so_forward_range, &j);
     return MX_OK;
 }
 
@@ -210,10 +244,42 @@ static inline void put(float *dst, float v, bool add)
     else *dst = v;
 }
 
+/* Backward over outer indices [lo, hi) (the label-index form). */
+typedef struct so_bwd_job {
+    const so_params *so;
+    const float *y, *label, *og;
+    float *g;
+    int64_t k, inner, ignore;
+    float sc, on, off;
+    bool add;
+} so_bwd_job;
+
+static void so_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const so_bwd_job *j = arg;
+    const int64_t k = j->k, inner = j->inner;
+    for (int64_t o = lo; o < hi; o++) {
+        for (int64_t t = 0; t < inner; t++) {
+            int64_t li = label_index(j->label[o * inner + t]);
+            int64_t base = o * k * inner + t;
+            if (j->so->use_ignore && li == j->ignore) {
+                if (!j->add)
+                    for (int64_t c = 0; c < k; c++) j->g[base + c * inner] = 0.0f;
+                continue;
+            }
+            for (int64_t c = 0; c < k; c++) {
+                int64_t i = base + c * inner;
+                float v = j->sc * (j->y[i] - (c == li ? j->on : j->off));
+                put(&j->g[i], j->og ? v * j->og[i] : v, j->add);
+            }
+        }
+    }
+}
+
 static mx_status so_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)ctx;
     (void)aux;
     const so_params *so = p;
     const mx_shape *ds = &in[0].shape;
@@ -263,22 +329,9 @@ static mx_status so_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     float off = k > 1 ? alpha / (float)(k - 1) : 0.0f; /* what every other class gets */
     float on = 1.0f - alpha;                          /* what the labelled class gets */
 
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t t = 0; t < inner; t++) {
-            int64_t li = label_index(label[o * inner + t]);
-            int64_t base = o * k * inner + t;
-            if (so->use_ignore && li == ignore) {
-                if (!add)
-                    for (int64_t j = 0; j < k; j++) g[base + j * inner] = 0.0f;
-                continue;
-            }
-            for (int64_t j = 0; j < k; j++) {
-                int64_t i = base + j * inner;
-                float v = sc * (y[i] - (j == li ? on : off));
-                put(&g[i], og ? v * og[i] : v, add);
-            }
-        }
-    }
+    so_bwd_job j = {.so = so, .y = y, .label = label, .og = og, .g = g, .k = k, .inner = inner, .ignore = ignore,
+                    .sc = sc, .on = on, .off = off, .add = add};
+    so_parallel(ctx, outer, k * inner, so_backward_range, &j);
     return MX_OK;
 }
 

@@ -5,14 +5,16 @@
  * run SM_W floats at a time at the project's -O2 (which does not vectorise
  * loops of unknown length by itself) on any target.
  *
- * sm_vexp follows Cephes' expf: n = round(x log2 e), r = x - n ln 2 (in two
- * parts), exp(r) by a degree-5 polynomial, times 2^n through the exponent
- * bits; within 1 ulp of exp for -87 <= x <= 88.37. Below -87 it returns 0
- * (results under 1.7e-38 are flushed), above 88.37 it saturates at
- * exp(88.37) = 2.4e38 instead of overflowing; NaN stays NaN.
+ * sm_vexp is simd.h's portable exp (Cephes' expf: n = round(x log2 e),
+ * r = x - n ln 2 in two parts, exp(r) by a degree-5 polynomial, times 2^n
+ * through the exponent bits); within 1 ulp of exp for -87 <= x <= 88.37.
+ * Below -87 it returns 0 (results under 1.7e-38 are flushed), above 88.37 it
+ * saturates at exp(88.37) = 2.4e38 instead of overflowing; NaN stays NaN.
  */
 #ifndef MX_OPS_SOFTMAX_SIMD_H
 #define MX_OPS_SOFTMAX_SIMD_H
+
+#include "ops/simd.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -59,29 +61,8 @@ static inline sm_vf sm_select(sm_vi mask, sm_vf a, sm_vf b)
 
 static inline sm_vf sm_vmax(sm_vf a, sm_vf b) { return sm_select(a > b, a, b); }
 
-static inline sm_vf sm_vexp(sm_vf x)
-{
-    const sm_vf hi = SM_V(88.3762626647949f), lo = SM_V(-87.0f);
-    sm_vf xc = sm_select(x > hi, hi, x);
-    xc = sm_select(xc < lo, lo, xc);
-    /* n = round(x log2 e) by the 1.5 * 2^23 trick; its integer bits too. */
-    sm_vf t = xc * 1.44269504088896341f + 12582912.0f;
-    sm_vu n_int = (sm_vu)t - 0x4B400000u; /* two's complement n, shifted unsigned below */
-    sm_vf n = t - 12582912.0f;
-    sm_vf r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    sm_vf z = r * r;
-    sm_vf p = SM_V(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    sm_vf y = p * z + r + 1.0f;
-    y = (sm_vf)((sm_vu)y + (n_int << 23));
-    y = sm_select(x < lo, SM_V(0.0f), y);
-    return sm_select(x != x, x, y); /* NaN in, NaN out */
-}
+/* The portable-width exp of simd.h (mx4_exp, the same Cephes expf). */
+static inline sm_vf sm_vexp(sm_vf x) { return mx4_exp(x); }
 
 static inline float sm_hsum(sm_vf v)
 {
