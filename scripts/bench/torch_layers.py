@@ -40,7 +40,7 @@ def parse_tuple(text):
 
 
 def mxbench(path, *args):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(THREADS))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS))
     out = subprocess.run([path, *args], env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
@@ -211,8 +211,11 @@ def main():
     w("- Machine: %s, %d logical CPUs; load average at the start of each round: %s (other jobs shared "
       "the machine: read ratios, not absolute times)." %
       (cpu_model(), os.cpu_count() or 0, ", ".join("%.2f" % v for v in load)))
-    w("- **ours**: `build/bin/mxbench` timing the registered operators' CPU kernels (im2col + OpenBLAS "
-      "`cblas_sgemm`), `OPENBLAS_NUM_THREADS=%d`." % THREADS)
+    w("- **ours**: `build/bin/mxbench` timing the registered operators' CPU kernels on a kernel pool of "
+      "`OMP_NUM_THREADS=%d` threads: each thread takes its own images (im2col + single-threaded OpenBLAS "
+      "`cblas_sgemm`, or Winograd F(4x4,3x3) for 3x3 stride-1 layers with 4+ channels each side); "
+      "fully-connected products split into blocks of the output. The SGEMM reference runs on OpenBLAS's "
+      "own %d threads." % (THREADS, THREADS))
     w("- **torch**: PyTorch %s (Debian python3-torch), `torch.set_num_threads(%d)`, `F.conv2d` / `F.linear` "
       "with autograd; convolutions run on oneDNN %s. **torch im2col**: the same with oneDNN turned off "
       "(`torch.backends.mkldnn.flags(enabled=False)`), i.e. PyTorch's own im2col + BLAS convolution on the "
