@@ -23,11 +23,13 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #define OK(expr)                                                                 \
@@ -1292,6 +1294,465 @@ START_TEST(test_aug_jpeg_fast_path_matches_lib)
 }
 END_TEST
 
+/* The generic front end: mx_data_iter_set_log reaches the kind's hook;
+ * kinds without warnings have none and the call is a no-op. */
+START_TEST(test_set_log_through_io_registry)
+{
+    test_img imgs[12];
+    uint64_t off[12];
+    write_damaged_set(T("g.rec"), NULL, imgs, off);
+    mx_runtime *rt = rt_new();
+    const char *keys[] = {"path_imgrec", "data_shape", "batch_size", "round_batch"};
+    const char *values[] = {T("g.rec"), "1,12,16", "4", "0"};
+    mx_data_iter *it;
+    OK(mx_data_iter_create(rt, "imagerecord", keys, values, 4, &it));
+    log_lines log = {0};
+    mx_data_iter_set_log(it, collect, &log);
+    int samples = 0;
+    for (;;) {
+        mx_data_batch b;
+        bool has;
+        OK(mx_data_iter_next(it, &b, &has));
+        if (!has) break;
+        samples += 4 - b.pad;
+    }
+    ck_assert_int_eq(samples, 9);
+    ck_assert_int_eq(log.n, 3);
+    char want[600];
+    snprintf(want, sizeof(want),
+             "imagerecord: '%s': skipped the record at offset %llu: not a JPEG or PNG image (starts with 68 65 6c 6c)",
+             T("g.rec"), (unsigned long long)off[4]);
+    ck_assert_str_eq(log.lines[0], want);
+    /* cleared: later warnings are only counted */
+    mx_data_iter_set_log(it, NULL, NULL);
+    OK(mx_data_iter_reset(it));
+    mx_data_iter_free(it);
+    ck_assert_ptr_null(mx_data_iter_kind_find("mnist")->set_log);
+    ck_assert_ptr_null(mx_data_iter_kind_find("csv")->set_log);
+    ck_assert_ptr_nonnull(mx_data_iter_kind_find("imagerecord")->set_log);
+    for (int k = 0; k < 12; k++) free(imgs[k].data);
+    mx_runtime_free(rt);
+}
+END_TEST
+
+static const char *build_dir(void);
+
+/* True when `line` is one whole line of `log`. */
+static bool has_line(const char *log, const char *line)
+{
+    size_t n = strlen(line);
+    for (const char *p = log; (p = strstr(p, line)); p++)
+        if ((p == log || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0')) return true;
+    return false;
+}
+
+/* mxtrain training from .rec files with corrupt records: every skip
+ * warning of both iterators is a line on stderr, and training completes. */
+START_TEST(test_mxtrain_shows_skip_warnings)
+{
+    test_img imgs[12];
+    uint64_t off[12];
+    write_damaged_set(T("train.rec"), NULL, imgs, off);
+    for (int k = 0; k < 12; k++) free(imgs[k].data);
+    write_damaged_set(T("val.rec"), NULL, imgs, off); /* same layout, same offsets */
+    for (int k = 0; k < 12; k++) free(imgs[k].data);
+    char conf[4096];
+    snprintf(conf, sizeof(conf),
+             "[net]\ninputs = data\n\n"
+             "[layer fc1]\nop = FullyConnected\nnum_hidden = 12\n\n"
+             "[layer softmax]\nop = SoftmaxOutput\n\n"
+             "[train]\niter = imagerecord\npath_imgrec = %s\ndata_shape = 1,12,16\nbatch_size = 3\n"
+             "round_batch = 0\npreprocess_threads = 2\nscale = 0.00390625\n\n"
+             "[val]\niter = imagerecord\npath_imgrec = %s\ndata_shape = 1,12,16\nbatch_size = 3\n"
+             "round_batch = 0\nscale = 0.00390625\n\n"
+             "[optimizer]\ntype = sgd\nlr = 0.1\n\n"
+             "[fit]\nnum_epoch = 1\nctx = cpu\nmodel_prefix =\nmetric = acc\ndisp_batches = 1\n",
+             T("train.rec"), T("val.rec"));
+    spit(T("tiny.conf"), conf, strlen(conf));
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s/bin/mxtrain '%s' 2>'%s' >/dev/null", build_dir(), T("tiny.conf"), T("err.txt"));
+    int st = system(cmd);
+    size_t n;
+    char *err = (char *)slurp(T("err.txt"), &n);
+    err[n] = '\0';
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mxtrain failed:\n%s", err);
+    const char *files[2] = {T("train.rec"), T("val.rec")};
+    for (int f = 0; f < 2; f++) {
+        char want[3][700];
+        snprintf(want[0], sizeof(want[0]),
+                 "imagerecord: '%s': skipped the record at offset %llu: not a JPEG or PNG image (starts with 68 65 "
+                 "6c 6c)",
+                 files[f], (unsigned long long)off[4]);
+        snprintf(want[1], sizeof(want[1]),
+                 "imagerecord: '%s': skipped the record at offset %llu: truncated or corrupt JPEG: Premature end of "
+                 "JPEG file",
+                 files[f], (unsigned long long)off[7]);
+        snprintf(want[2], sizeof(want[2]),
+                 "imagerecord: '%s': skipped the record at offset %llu: not an image record: image record of 10 "
+                 "bytes is shorter than its 24-byte header",
+                 files[f], (unsigned long long)off[9]);
+        for (int i = 0; i < 3; i++) ck_assert_msg(has_line(err, want[i]), "no line '%s' in:\n%s", want[i], err);
+    }
+    ck_assert_msg(strstr(err, "Epoch[0] Validation-accuracy="), "%s", err);
+    ck_assert_msg(strstr(err, "Epoch[0] Time cost="), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* ---- the YCbCr fast path ------------------------------------------------------------------ */
+
+/* Params that write plain RGB values: out = pixel. */
+static mx_aug_params plain_rgb(int h, int w, bool portable)
+{
+    mx_aug_params p = {.channels = 3, .height = h, .width = w, .scale = 1.0f, .std = {1, 1, 1, 1},
+                       .portable = portable};
+    OK(mx_aug_prepare(&p));
+    return p;
+}
+
+/* libjpeg's YCbCr->RGB tables (jdcolor.c build_ycc_rgb_table), the reference. */
+typedef struct ycc_tables {
+    int cr_r[256], cb_b[256];
+    int64_t cr_g[256], cb_g[256];
+} ycc_tables;
+
+static void ycc_tables_init(ycc_tables *t)
+{
+    for (int i = 0; i < 256; i++) {
+        int64_t x = i - 128;
+        t->cr_r[i] = (int)((INT64_C(91881) * x + 32768) >> 16); /* FIX(1.40200) */
+        t->cb_b[i] = (int)((INT64_C(116130) * x + 32768) >> 16); /* FIX(1.77200) */
+        t->cr_g[i] = -INT64_C(46802) * x;                        /* -FIX(0.71414) */
+        t->cb_g[i] = -INT64_C(22554) * x + 32768;                /* -FIX(0.34414), + ONE_HALF */
+    }
+}
+
+static uint8_t limit(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+
+/* Every (Cb, Cr) pair, with four kinds of luma, through the 4:4:4 planes
+ * path (no upsampling), against TurboJPEG's own conversion of the same
+ * planes (tjDecodeYUVPlanes) and the tables: the AVX2 kernel's 16-bit
+ * formulation and the portable one both give libjpeg's values. */
+START_TEST(test_aug_ycc_every_value_matches_turbojpeg)
+{
+    enum { S = 256 };
+    uint8_t *pl[3];
+    for (int c = 0; c < 3; c++) pl[c] = malloc(S * S);
+    uint8_t *rgb = malloc(S * S * 3);
+    float *out = aligned_alloc(64, sizeof(float) * 3 * S * S); /* aligned as batch buffers: streamed */
+    ycc_tables tab;
+    ycc_tables_init(&tab);
+    tjhandle tj = tjInitDecompress();
+    ck_assert_ptr_nonnull(tj);
+    mx_aug_scratch scratch = {0};
+    for (int ykind = 0; ykind < 4; ykind++) {
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                pl[0][y * S + x] = ykind == 0 ? 0 : ykind == 1 ? 255 : ykind == 2 ? 128 : (uint8_t)(x * 7 + y * 13);
+                pl[1][y * S + x] = (uint8_t)x; /* Cb */
+                pl[2][y * S + x] = (uint8_t)y; /* Cr */
+            }
+        const unsigned char *src[3] = {pl[0], pl[1], pl[2]};
+        int strides[3] = {S, S, S};
+        ck_assert_int_eq(tjDecodeYUVPlanes(tj, src, strides, TJSAMP_444, rgb, S, 0, S, TJPF_RGB, 0), 0);
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                int Y = pl[0][y * S + x];
+                const uint8_t *q = rgb + (y * S + x) * 3;
+                ck_assert_int_eq(q[0], limit(Y + tab.cr_r[y]));
+                ck_assert_int_eq(q[1], limit(Y + (int)((tab.cb_g[x] + tab.cr_g[y]) >> 16)));
+                ck_assert_int_eq(q[2], limit(Y + tab.cb_b[x]));
+            }
+        for (int portable = 0; portable < 2; portable++)
+            for (int mirror = 0; mirror < 2; mirror++) {
+                mx_aug_params p = plain_rgb(S, S, portable);
+                p.mirror = mirror;
+                const uint8_t *cpl[3] = {pl[0], pl[1], pl[2]};
+                const int32_t st[3] = {S, S, S};
+                mx_aug_info info;
+                OK(mx_aug_process_planes(&p, &scratch, cpl, st, S, S, 1, 1, 0, out, &info));
+                ck_assert(info.planar);
+                for (int c = 0; c < 3; c++)
+                    for (int y = 0; y < S; y++)
+                        for (int x = 0; x < S; x++) {
+                            int sx = mirror ? S - 1 - x : x;
+                            float want = (float)rgb[(y * S + sx) * 3 + c], got = out[((size_t)c * S + y) * S + x];
+                            ck_assert_msg(got == want, "Y kind %d, Cb %d, Cr %d, plane %d, %s: %g, want %g", ykind, sx,
+                                          y, c, portable ? "portable" : "simd", got, want);
+                        }
+            }
+    }
+    tjDestroy(tj);
+    mx_aug_scratch_free(&scratch);
+    for (int c = 0; c < 3; c++) free(pl[c]);
+    free(rgb);
+    free(out);
+}
+END_TEST
+
+/* libjpeg's fancy upsampling written as jdsample.c writes it (special
+ * first and last columns; the rows above the first and below the last are
+ * those rows repeated, as jdmainct.c's context pointers give them): chroma
+ * plane (cw, ch) to the (w, h) image. */
+static void fancy_upsample_ref(const uint8_t *in, int cw, int ch, int vs, int w, int h, uint8_t *out)
+{
+    uint8_t *row = malloc((size_t)cw * 2 + 2);
+    for (int y = 0; y < h; y++) {
+        const uint8_t *in0 = in + (size_t)(vs == 2 ? y / 2 : y) * cw;
+        if (vs == 1) {
+            /* h2v1_fancy_upsample */
+            int o = 0;
+            int v = in0[0];
+            row[o++] = (uint8_t)v;
+            row[o++] = (uint8_t)((v * 3 + in0[1] + 2) >> 2);
+            for (int i = 1; i < cw - 1; i++) {
+                v = in0[i] * 3;
+                row[o++] = (uint8_t)((v + in0[i - 1] + 1) >> 2);
+                row[o++] = (uint8_t)((v + in0[i + 1] + 2) >> 2);
+            }
+            v = in0[cw - 1];
+            row[o++] = (uint8_t)((v * 3 + in0[cw - 2] + 1) >> 2);
+            row[o++] = (uint8_t)v;
+        } else {
+            /* h2v2_fancy_upsample: even rows lean on the row above, odd rows on the row below */
+            int cy = y / 2, fy = (y & 1) ? cy + 1 : cy - 1;
+            if (fy < 0) fy = 0;
+            if (fy > ch - 1) fy = ch - 1;
+            const uint8_t *in1 = in + (size_t)fy * cw;
+            int o = 0;
+            int this_sum = in0[0] * 3 + in1[0], next_sum = in0[1] * 3 + in1[1], last_sum;
+            row[o++] = (uint8_t)((this_sum * 4 + 8) >> 4);
+            row[o++] = (uint8_t)((this_sum * 3 + next_sum + 7) >> 4);
+            last_sum = this_sum;
+            this_sum = next_sum;
+            for (int i = 2; i < cw; i++) {
+                next_sum = in0[i] * 3 + in1[i];
+                row[o++] = (uint8_t)((this_sum * 3 + last_sum + 8) >> 4);
+                row[o++] = (uint8_t)((this_sum * 3 + next_sum + 7) >> 4);
+                last_sum = this_sum;
+                this_sum = next_sum;
+            }
+            row[o++] = (uint8_t)((this_sum * 3 + last_sum + 8) >> 4);
+            row[o++] = (uint8_t)((this_sum * 4 + 7) >> 4);
+        }
+        memcpy(out + (size_t)y * w, row, (size_t)w);
+    }
+    free(row);
+}
+
+static uint64_t test_rng(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* 4:2:2 and 4:2:0 planes of random samples, odd and even sizes, random
+ * crops and mirrors: the planes path against the reference upsampling and
+ * the tables, AVX2 and portable kernels alike. */
+START_TEST(test_aug_upsampling_matches_libjpeg_reference)
+{
+    static const int sizes[][2] = {{5, 3}, {6, 4}, {7, 7}, {17, 9}, {33, 31}, {64, 2}, {70, 5}, {101, 37}};
+    static const int shapes[][2] = {{1, 1}, {2, 3}, {3, 5}, {1, 16}, {2, 17}, {5, 33}};
+    ycc_tables tab;
+    ycc_tables_init(&tab);
+    mx_aug_scratch scratch = {0};
+    uint64_t seed = 12345;
+    for (int sub = 0; sub < 2; sub++) {
+        const int hs = 2, vs = sub ? 2 : 1;
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+            const int w = sizes[si][0], h = sizes[si][1], cw = (w + 1) / 2, ch = (h + vs - 1) / vs;
+            uint8_t *Y = malloc((size_t)w * h), *cb = malloc((size_t)cw * ch), *cr = malloc((size_t)cw * ch);
+            uint8_t *ucb = malloc((size_t)w * h), *ucr = malloc((size_t)w * h);
+            for (int i = 0; i < w * h; i++) Y[i] = (uint8_t)test_rng(&seed);
+            for (int i = 0; i < cw * ch; i++) {
+                cb[i] = (uint8_t)test_rng(&seed);
+                cr[i] = (uint8_t)test_rng(&seed);
+            }
+            fancy_upsample_ref(cb, cw, ch, vs, w, h, ucb);
+            fancy_upsample_ref(cr, cw, ch, vs, w, h, ucr);
+            const uint8_t *pl[3] = {Y, cb, cr};
+            const int32_t st[3] = {w, cw, cw};
+            for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]) + 1; k++) {
+                /* the listed shapes that fit, and the whole image */
+                int H = k < sizeof(shapes) / sizeof(shapes[0]) ? shapes[k][0] : h;
+                int W = k < sizeof(shapes) / sizeof(shapes[0]) ? shapes[k][1] : w;
+                if (H > h || W > w) continue;
+                float *out = malloc(sizeof(float) * 3 * (size_t)H * W);
+                for (int portable = 0; portable < 2; portable++)
+                    for (uint64_t key = 0; key < 6; key++) {
+                        mx_aug_params p = plain_rgb(H, W, portable);
+                        p.rand_crop = p.rand_mirror = true;
+                        mx_aug_info info;
+                        OK(mx_aug_process_planes(&p, &scratch, pl, st, w, h, hs, vs, key, out, &info));
+                        for (int y = 0; y < H; y++)
+                            for (int x = 0; x < W; x++) {
+                                int ix = info.crop_x + (info.mirrored ? W - 1 - x : x), iy = info.crop_y + y;
+                                size_t q = (size_t)iy * w + ix;
+                                int yy = Y[q], b = ucb[q], r = ucr[q];
+                                uint8_t want[3] = {limit(yy + tab.cr_r[r]),
+                                                   limit(yy + (int)((tab.cb_g[b] + tab.cr_g[r]) >> 16)),
+                                                   limit(yy + tab.cb_b[b])};
+                                for (int c = 0; c < 3; c++)
+                                    ck_assert_msg(out[((size_t)c * H + y) * W + x] == (float)want[c],
+                                                  "%dx%d %s, sample %dx%d, key %llu, %s: plane %d at (%d, %d): %g, "
+                                                  "want %d",
+                                                  w, h, vs == 2 ? "4:2:0" : "4:2:2", W, H, (unsigned long long)key,
+                                                  portable ? "portable" : "simd", c, x, y,
+                                                  out[((size_t)c * H + y) * W + x], want[c]);
+                            }
+                    }
+                free(out);
+            }
+            free(Y);
+            free(cb);
+            free(cr);
+            free(ucb);
+            free(ucr);
+        }
+    }
+    mx_aug_scratch_free(&scratch);
+}
+END_TEST
+
+/* Real JPEGs (4:4:4, 4:2:2, 4:2:0, baseline and progressive, odd sizes):
+ * the fast path gives the bits of decoding to RGB first (lib/image), for
+ * both kernels, with mean/std/scale and with random contrast and
+ * illumination; JPEGs it does not take (grey for C = 3) still match. */
+START_TEST(test_aug_yuv_path_matches_rgb_decode)
+{
+    static const int sizes[][2] = {{37, 29}, {64, 64}, {33, 18}, {250, 40}, {9, 300}, {101, 37}};
+    static const int samps[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_GRAY};
+    tjhandle tj = tjInitCompress();
+    ck_assert_ptr_nonnull(tj);
+    mx_aug_scratch scratch = {0};
+    uint64_t seed = 777;
+    int planar = 0;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        const int w = sizes[si][0], h = sizes[si][1];
+        uint8_t *img = malloc((size_t)w * h * 3);
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                for (int c = 0; c < 3; c++) {
+                    /* saturated gradients (clamping in the conversion) plus noise */
+                    int v = (x * 255 / w) * (c == 0) + (y * 255 / h) * (c == 1) + ((x + y) * 7 % 256) * (c == 2);
+                    img[((size_t)y * w + x) * 3 + c] = (uint8_t)(v + (int)(test_rng(&seed) % 41) - 20);
+                }
+        for (size_t sa = 0; sa < sizeof(samps) / sizeof(samps[0]); sa++)
+            for (int progressive = 0; progressive < 2; progressive++) {
+                unsigned char *jpg = NULL;
+                unsigned long jsz = 0;
+                /* a handle per image: libjpeg-turbo 2.1 writes a corrupt
+                 * baseline JPEG from a handle that did a progressive one */
+                tjhandle tjc = tjInitCompress();
+                ck_assert_ptr_nonnull(tjc);
+                ck_assert_int_eq(tjCompress2(tjc, img, w, 0, h, TJPF_RGB, &jpg, &jsz, samps[sa], 85,
+                                             TJFLAG_ACCURATEDCT | (progressive ? TJFLAG_PROGRESSIVE : 0)),
+                                 0);
+                tjDestroy(tjc);
+                float *fast = malloc(sizeof(float) * 3 * (size_t)h * w), *slow = malloc(sizeof(float) * 3 * (size_t)h * w);
+                /* variant bit 0: random contrast and illumination; bit 1:
+                 * the whole image (every edge row and column) instead of a crop */
+                for (int variant = 0; variant < 4; variant++)
+                    for (int portable = 0; portable < 2; portable++)
+                        for (uint64_t key = 0; key < 5; key++) {
+                            const int H = variant & 2 ? h : h > 20 ? 20 : h - 1;
+                            const int W = variant & 2 ? w : w > 24 ? 24 : w - 2;
+                            mx_aug_params p = {.channels = 3, .height = H, .width = W, .rand_crop = true,
+                                               .rand_mirror = true, .scale = 0.5f, .mean = {123.68f, 116.779f, 103.939f},
+                                               .std = {58.393f, 57.12f, 57.375f, 1}, .portable = portable};
+                            if (variant & 1) p.max_random_contrast = 0.3f, p.max_random_illumination = 20.0f;
+                            OK(mx_aug_prepare(&p));
+                            /* the reference: RGB decode, then the portable LUT path */
+                            mx_aug_params ref = p;
+                            ref.portable = true;
+                            OK(mx_aug_prepare(&ref));
+                            mx_aug_info fi, si2;
+                            mx_status fs = mx_aug_process(&p, &scratch, jpg, jsz, key, fast, &fi);
+                            ck_assert_msg(fs == MX_OK, "%dx%d samp %d%s %s variant %d key %llu: %s", w, h, samps[sa],
+                                          progressive ? " progressive" : "", portable ? "portable" : "simd", variant,
+                                          (unsigned long long)key, mx_last_error());
+                            OK(mx_aug_process(&ref, NULL, jpg, jsz, key, slow, &si2));
+                            ck_assert_msg(!memcmp(fast, slow, sizeof(float) * 3 * (size_t)H * W),
+                                          "%dx%d samp %d%s %s variant %d key %llu", w, h, samps[sa],
+                                          progressive ? " progressive" : "", portable ? "portable" : "simd", variant,
+                                          (unsigned long long)key);
+                            ck_assert_int_eq(fi.crop_x, si2.crop_x);
+                            ck_assert_int_eq(fi.crop_y, si2.crop_y);
+                            ck_assert_int_eq(fi.mirrored, si2.mirrored);
+                            ck_assert(!si2.planar);
+                            ck_assert_int_eq(fi.planar, samps[sa] != TJSAMP_GRAY && (p.avx2 || portable));
+                            planar += fi.planar;
+                        }
+                free(fast);
+                free(slow);
+                tjFree(jpg);
+            }
+        free(img);
+    }
+    ck_assert_int_gt(planar, 0);
+    /* a truncated colour JPEG: the fast path declines, the error is lib/image's */
+    unsigned char *jpg = NULL;
+    unsigned long jsz = 0;
+    uint8_t px3[64 * 48 * 3];
+    for (size_t i = 0; i < sizeof(px3); i++) px3[i] = (uint8_t)(i * 31);
+    ck_assert_int_eq(tjCompress2(tj, px3, 64, 0, 48, TJPF_RGB, &jpg, &jsz, TJSAMP_420, 90, 0), 0);
+    mx_aug_params p = plain_rgb(32, 32, false);
+    float out[3 * 32 * 32];
+    ck_assert_int_eq(mx_aug_process(&p, &scratch, jpg, jsz / 2, 0, out, NULL), MX_ERR_FORMAT);
+    char with[512];
+    snprintf(with, sizeof(with), "%s", mx_last_error());
+    ck_assert_int_eq(mx_aug_process(&p, NULL, jpg, jsz / 2, 0, out, NULL), MX_ERR_FORMAT);
+    ck_assert_str_eq(with, mx_last_error());
+    tjFree(jpg);
+    tjDestroy(tj);
+    mx_aug_scratch_free(&scratch);
+}
+END_TEST
+
+/* The AVX2 row kernels of the RGB/grey path (de-interleave, mirror,
+ * normalise, stream) give the portable LUT path's bits: grey and colour,
+ * widths around the 16-pixel step, mirrored or not, fixed and random
+ * contrast/illumination, with and without a resize, small samples and
+ * streamed large ones. */
+START_TEST(test_aug_row_kernels_match_portable)
+{
+    static const int widths[] = {1, 7, 15, 16, 17, 31, 32, 33, 40};
+    for (int c = 1; c <= 3; c += 2)
+        for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]) + 1; wi++) {
+            const bool big = wi == sizeof(widths) / sizeof(widths[0]); /* 150x152 (x3): streamed */
+            const int W = big ? 152 : widths[wi], H = big ? 150 : 9;
+            test_img im = make_img((int)wi, W + 5, H + 3, c);
+            size_t n;
+            uint8_t *png = png_of(&im, &n);
+            size_t floats = (size_t)c * H * W;
+            /* 64-byte aligned, as batch buffers are: the large case streams */
+            size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
+            float *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes);
+            for (int variant = 0; variant < 3; variant++)
+                for (uint64_t key = 0; key < 6; key++) {
+                    mx_aug_params p[2];
+                    for (int portable = 0; portable < 2; portable++) {
+                        p[portable] = (mx_aug_params){.channels = c, .height = H, .width = W, .rand_crop = true,
+                                                      .rand_mirror = true, .scale = 0.7f,
+                                                      .mean = {10.5f, 20.25f, 30.0f, 0}, .std = {3, 5, 7, 1},
+                                                      .portable = portable};
+                        if (variant == 1) p[portable].max_random_contrast = 0.4f, p[portable].max_random_illumination = 9;
+                        if (variant == 2) p[portable].resize = (H + 3) * 2;
+                        OK(mx_aug_prepare(&p[portable]));
+                    }
+                    OK(mx_aug_process(&p[0], NULL, png, n, key, a, NULL));
+                    OK(mx_aug_process(&p[1], NULL, png, n, key, b, NULL));
+                    ck_assert_msg(!memcmp(a, b, floats * sizeof(float)), "C %d, %dx%d, variant %d, key %llu", c, W, H,
+                                  variant, (unsigned long long)key);
+                }
+            free(a);
+            free(b);
+            mx_free(png);
+            free(im.data);
+        }
+}
+END_TEST
+
 /* ---- end to end: configs/lenet-rec.conf through mxtrain ------------------------------ */
 
 static const char *build_dir(void)
@@ -1343,6 +1804,10 @@ static Suite *suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_aug_generator);
     tcase_add_test(t, test_aug_jpeg_fast_path_matches_lib);
+    tcase_add_test(t, test_aug_ycc_every_value_matches_turbojpeg);
+    tcase_add_test(t, test_aug_upsampling_matches_libjpeg_reference);
+    tcase_add_test(t, test_aug_yuv_path_matches_rgb_decode);
+    tcase_add_test(t, test_aug_row_kernels_match_portable);
     tcase_add_test(t, test_centre_crop_rgb_and_grey_exact);
     tcase_add_test(t, test_large_sample_exact);
     tcase_add_test(t, test_resize_cover_and_pad_exact);
@@ -1357,6 +1822,8 @@ static Suite *suite(void)
     tcase_add_test(t, test_mean_img_computed_saved_and_loaded);
     tcase_add_test(t, test_parameter_and_file_errors);
     tcase_add_test(t, test_free_mid_epoch);
+    tcase_add_test(t, test_set_log_through_io_registry);
+    tcase_add_test(t, test_mxtrain_shows_skip_warnings);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("end_to_end");
     tcase_add_checked_fixture(e, setup, teardown);

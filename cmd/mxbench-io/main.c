@@ -3,7 +3,7 @@
  * TurboJPEG decode rate of the same images, measured in the same run.
  *
  *   mxbench-io --rec FILE [--data-shape C,H,W] [--batch N] [--threads 1,2]
- *              [--rounds R] [--epochs E] [--label NAME] [KEY=VALUE ...]
+ *              [--rounds R] [--epochs E] [--label NAME] [--yuv] [KEY=VALUE ...]
  *
  * Loads every image payload of FILE into memory, then for each thread
  * count T and each of R rounds (interleaved, so drift hits both sides):
@@ -19,7 +19,10 @@
  *         touching every batch.
  *   store one thread writing just the float32 samples (C*H*W floats per
  *         image) into a ring of batch buffers: the memory-bandwidth floor
- *         of any iterator producing float32, for reference.
+ *         of any iterator producing float32, for reference;
+ *   yuv   with --yuv (colour only), the raw side again but decoding to the
+ *         YCbCr planes (tjDecompressToYUV2: no upsampling or colour
+ *         conversion), the decode step of the iterator's fast path.
  * Prints one markdown table row per T with the best pass of each side
  * (images per second) and their ratio, and the CPU time per image of each
  * (process user + system time over the pass: all of the iterator's
@@ -45,13 +48,14 @@ typedef struct payloads {
     uint8_t **data;
     size_t *size;
     int *width, *height; /* read once here, so the timed loop only decodes */
-    size_t n, max_pixels;
+    size_t n, max_pixels, max_yuv;
 } payloads;
 
 typedef struct raw_job {
     const payloads *p;
     size_t lo, hi;
     int gray;
+    int yuv; /* decode to YCbCr planes instead */
     int failed;
     uint64_t checksum;
 } raw_job;
@@ -59,7 +63,7 @@ typedef struct raw_job {
 static int usage(void)
 {
     fputs("usage: mxbench-io --rec FILE [--data-shape C,H,W] [--batch N] [--threads 1,2] [--rounds R]\n"
-          "                  [--epochs E] [--label NAME] [KEY=VALUE ...]\n"
+          "                  [--epochs E] [--label NAME] [--yuv] [KEY=VALUE ...]\n"
           "Throughput of the imagerecord iterator (decode + crop + mirror + normalise) beside the raw\n"
           "TurboJPEG decode rate of the same images. KEY=VALUE: extra iterator parameters.\n"
           "exit status: 0 done, 1 a failure, 2 bad usage\n",
@@ -106,6 +110,8 @@ static int load_payloads(const char *path, payloads *out)
         out->width[out->n] = w;
         out->height[out->n] = h;
         if ((size_t)w * (size_t)h > out->max_pixels) out->max_pixels = (size_t)w * (size_t)h;
+        unsigned long yb = tjBufSizeYUV2(w, 1, h, sub);
+        if (yb != (unsigned long)-1 && yb > out->max_yuv) out->max_yuv = yb;
         out->data[out->n] = malloc(ir.image_size);
         if (!out->data[out->n]) return 1;
         memcpy(out->data[out->n], ir.image, ir.image_size);
@@ -120,7 +126,7 @@ static void *raw_main(void *arg)
 {
     raw_job *j = arg;
     tjhandle tj = tjInitDecompress();
-    size_t bytes = j->p->max_pixels * (j->gray ? 1 : 3);
+    size_t bytes = j->yuv ? j->p->max_yuv : j->p->max_pixels * (j->gray ? 1 : 3);
     uint8_t *buf = malloc(bytes);
     if (!tj || !buf) {
         j->failed = 1;
@@ -131,8 +137,11 @@ static void *raw_main(void *arg)
     uint64_t sum = 0; /* local: the jobs share cache lines */
     for (size_t i = j->lo; i < j->hi; i++) {
         int w = j->p->width[i], h = j->p->height[i];
-        if (tjDecompress2(tj, j->p->data[i], (unsigned long)j->p->size[i], buf, w, 0, h, j->gray ? TJPF_GRAY : TJPF_RGB,
-                          TJFLAG_ACCURATEDCT) != 0) {
+        int rc = j->yuv ? tjDecompressToYUV2(tj, j->p->data[i], (unsigned long)j->p->size[i], buf, w, 1, h,
+                                             TJFLAG_ACCURATEDCT)
+                        : tjDecompress2(tj, j->p->data[i], (unsigned long)j->p->size[i], buf, w, 0, h,
+                                        j->gray ? TJPF_GRAY : TJPF_RGB, TJFLAG_ACCURATEDCT);
+        if (rc != 0) {
             j->failed = 1;
             break;
         }
@@ -155,13 +164,14 @@ static double cpu_seconds(void)
 
 /* Images per second of T threads decoding every payload once; *cpu = CPU
  * seconds per image. */
-static double raw_rate(const payloads *p, int threads, int gray, double *cpu)
+static double raw_rate(const payloads *p, int threads, int gray, int yuv, double *cpu)
 {
     raw_job jobs[64];
     pthread_t th[64];
     double c0 = cpu_seconds(), t0 = mx_time_seconds();
     for (int i = 0; i < threads; i++) {
-        jobs[i] = (raw_job){p, p->n * (size_t)i / (size_t)threads, p->n * (size_t)(i + 1) / (size_t)threads, gray, 0, 0};
+        jobs[i] = (raw_job){p, p->n * (size_t)i / (size_t)threads, p->n * (size_t)(i + 1) / (size_t)threads, gray, yuv,
+                            0, 0};
         if (pthread_create(&th[i], NULL, raw_main, &jobs[i]) != 0) return -1;
     }
     int failed = 0;
@@ -245,7 +255,7 @@ static double iter_rate(const char *const *keys, const char *const *values, int 
 int main(int argc, char **argv)
 {
     const char *rec = NULL, *shape = "1,24,24", *batch = "128", *label = NULL;
-    int thread_list[16] = {1, 2}, n_threads = 2, rounds = 3, epochs = 2;
+    int thread_list[16] = {1, 2}, n_threads = 2, rounds = 3, epochs = 2, yuv = 0;
     const char *xkeys[MAX_KV], *xvalues[MAX_KV];
     int nx = 0;
     for (int i = 1; i < argc; i++) {
@@ -263,6 +273,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--batch") && v) {
             batch = v;
             i++;
+        } else if (!strcmp(a, "--yuv")) {
+            yuv = 1;
         } else if (!strcmp(a, "--label") && v) {
             label = v;
             i++;
@@ -294,6 +306,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_threads; i++)
         if (thread_list[i] < 1 || thread_list[i] > 64) return usage();
     int gray = shape[0] == '1';
+    if (gray) yuv = 0;
 
     payloads p;
     if (load_payloads(rec, &p) != 0) return 1;
@@ -327,20 +340,26 @@ int main(int argc, char **argv)
     if (sscanf(shape, "%" SCNd64 ",%" SCNd64 ",%" SCNd64, &dims[0], &dims[1], &dims[2]) != 3) return usage();
     int64_t sample = dims[0] * dims[1] * dims[2], batch_n = atoll(batch);
     printf("| threads | raw TurboJPEG decode (img/s) | iterator (img/s) | iterator / raw | raw CPU (us/img) | iterator CPU "
-           "(us/img) | raw CPU / iterator CPU | float32 output writes alone, 1 thread (img/s) |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "(us/img) | raw CPU / iterator CPU | float32 output writes alone, 1 thread (img/s) |%s\n",
+           yuv ? " raw decode to YCbCr planes (img/s) |" : "");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|%s\n", yuv ? "---:|" : "");
     double checksum = 0;
     for (int t = 0; t < n_threads; t++) {
         char tbuf[16];
         snprintf(tbuf, sizeof(tbuf), "%d", thread_list[t]);
         values[threads_at] = tbuf;
-        double best_raw = 0, best_iter = 0, best_store = 0, cpu_raw = 1e30, cpu_iter = 1e30;
+        double best_raw = 0, best_iter = 0, best_store = 0, best_yuv = 0, cpu_raw = 1e30, cpu_iter = 1e30;
         for (int r = 0; r < rounds; r++) {
             for (int e = 0; e < epochs; e++) { /* as many passes as the iterator's timed epochs */
-                double c, x = raw_rate(&p, thread_list[t], gray, &c);
+                double c, x = raw_rate(&p, thread_list[t], gray, 0, &c);
                 if (x < 0) return 1;
                 if (x > best_raw) best_raw = x;
                 if (c < cpu_raw) cpu_raw = c;
+            }
+            for (int e = 0; yuv && e < epochs; e++) {
+                double c, x = raw_rate(&p, thread_list[t], gray, 1, &c);
+                if (x < 0) return 1;
+                if (x > best_yuv) best_yuv = x;
             }
             double c, b = iter_rate(keys, values, n, epochs, &checksum, &c);
             if (b < 0) return 1;
@@ -350,8 +369,10 @@ int main(int argc, char **argv)
             if (w < 0) return 1;
             if (w > best_store) best_store = w;
         }
-        printf("| %d | %.0f | %.0f | %.0f%% | %.2f | %.2f | %.0f%% | %.0f |\n", thread_list[t], best_raw, best_iter,
+        printf("| %d | %.0f | %.0f | %.0f%% | %.2f | %.2f | %.0f%% | %.0f |", thread_list[t], best_raw, best_iter,
                100.0 * best_iter / best_raw, cpu_raw * 1e6, cpu_iter * 1e6, 100.0 * cpu_raw / cpu_iter, best_store);
+        if (yuv) printf(" %.0f |", best_yuv);
+        printf("\n");
         fflush(stdout);
         fprintf(stderr,
                 "{\"data\": \"%s\", \"threads\": %d, \"raw_img_s\": %.0f, \"iter_img_s\": %.0f, \"ratio\": %.3f, "

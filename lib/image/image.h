@@ -90,6 +90,21 @@ typedef struct mx_image_info {
 /* MX_ERR_FORMAT when the data is not a JPEG/PNG or its header is bad. */
 mx_status mx_image_probe(const void *data, size_t size, mx_image_info *info);
 
+/* A JPEG's frame layout, from its markers (no pixels decoded), for
+ * decoders that take the YCbCr planes (TurboJPEG's
+ * tjDecompressToYUVPlanes) rather than RGB pixels. */
+typedef struct mx_image_jpeg_layout {
+    int32_t width, height;
+    int32_t components;           /* 1, 3 or 4 */
+    int32_t h_samp[4], v_samp[4]; /* sampling factors of each component (1..4; 0 past `components`) */
+    int32_t ycbcr;                /* 3 components that libjpeg decodes as YCbCr (its default colour-space guess) */
+} mx_image_jpeg_layout;
+
+/* MX_ERR_FORMAT when the data is not a JPEG or its header is bad,
+ * MX_ERR_UNSUPPORTED for what lib/image does not decode (not 8-bit, not
+ * 1, 3 or 4 components). */
+mx_status mx_image_jpeg_layout_read(const void *data, size_t size, mx_image_jpeg_layout *out);
+
 typedef struct mx_image_decode_opts {
     int32_t color;              /* mx_image_color */
     uint64_t max_pixels;        /* 0: MX_IMAGE_MAX_PIXELS */

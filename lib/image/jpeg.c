@@ -26,6 +26,10 @@ typedef struct jpeg_header {
     int32_t width, height, components, precision;
     int found_sof;
     int orientation; /* 1..8 */
+    /* what libjpeg bases its colour-space guess on (jdapimin.c
+     * default_decompress_parms), and the sampling of each component */
+    int saw_jfif, saw_adobe, adobe_transform;
+    int32_t comp_id[4], h_samp[4], v_samp[4];
 } jpeg_header;
 
 static int exif_orientation(const uint8_t *p, size_t n)
@@ -98,6 +102,16 @@ static mx_status jpeg_parse_header(const uint8_t *d, size_t n, jpeg_header *h)
             h->width = (int32_t)be16(seg + 3);
             h->components = seg[5];
             h->found_sof = 1;
+            for (int c = 0; c < h->components && c < 4 && seg_len >= 6 + 3 * (size_t)(c + 1); c++) {
+                h->comp_id[c] = seg[6 + 3 * c];
+                h->h_samp[c] = seg[7 + 3 * c] >> 4;
+                h->v_samp[c] = seg[7 + 3 * c] & 15;
+            }
+        } else if (m == 0xE0 && seg_len >= 14 && !memcmp(seg, "JFIF", 5)) {
+            h->saw_jfif = 1;
+        } else if (m == 0xEE && seg_len >= 12 && !memcmp(seg, "Adobe", 5)) {
+            h->saw_adobe = 1;
+            h->adobe_transform = seg[11];
         } else if (m == 0xE1 && !exif_seen) {
             int o = exif_orientation(seg, seg_len);
             if (o) {
@@ -149,6 +163,32 @@ mx_status mx_image_jpeg_probe(const uint8_t *data, size_t size, mx_image_info *i
     info->height = h.height;
     info->channels = h.components == 1 ? 1 : 3;
     info->orientation = h.orientation;
+    return MX_OK;
+}
+
+mx_status mx_image_jpeg_layout_read(const void *data, size_t size, mx_image_jpeg_layout *out)
+{
+    if (!data || !out) return MX_ERROR(MX_ERR_INVALID, "mx_image_jpeg_layout_read: NULL argument");
+    jpeg_header h;
+    MX_TRY(jpeg_parse_header(data, size, &h));
+    MX_TRY(check_header(&h, UINT64_MAX));
+    memset(out, 0, sizeof(*out));
+    out->width = h.width;
+    out->height = h.height;
+    out->components = h.components;
+    for (int c = 0; c < h.components; c++) {
+        out->h_samp[c] = h.h_samp[c];
+        out->v_samp[c] = h.v_samp[c];
+    }
+    if (h.components == 3) {
+        /* libjpeg's guess: JFIF implies YCbCr; else an Adobe marker's
+         * transform (0 RGB, 1 YCbCr, others warned about: not claimed
+         * here); else component ids 'R','G','B' mean RGB, anything else
+         * YCbCr. */
+        if (h.saw_jfif) out->ycbcr = 1;
+        else if (h.saw_adobe) out->ycbcr = h.adobe_transform == 1;
+        else out->ycbcr = !(h.comp_id[0] == 'R' && h.comp_id[1] == 'G' && h.comp_id[2] == 'B');
+    }
     return MX_OK;
 }
 

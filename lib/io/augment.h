@@ -59,10 +59,14 @@ typedef struct mx_aug_params {
     float scale;
     float max_random_contrast, max_random_illumination;
     const float *mean_img;           /* (C, H, W), or NULL: mean[] */
+    bool portable;                   /* only the portable C kernels, also on the YCbCr path, which without
+                                        AVX2 is otherwise not taken (tests compare them with the SIMD ones) */
     /* Filled by mx_aug_prepare: the value of every byte in every plane when
-     * contrast and illumination are fixed. */
+     * contrast and illumination are fixed; whether the AVX2 kernels run. */
     float lut[4][256];
     bool lut_valid;
+    bool bias_matters; /* lut_valid and adding the bias changes some value (else it is left out) */
+    bool avx2;
 } mx_aug_params;
 
 /* What one call did, for tests and diagnostics. */
@@ -71,21 +75,35 @@ typedef struct mx_aug_info {
     int32_t width, height;  /* the image the crop was taken from */
     int32_t crop_x, crop_y;
     bool mirrored;
+    bool planar;            /* took the YCbCr fast path (mx_aug_scratch) */
 } mx_aug_info;
 
 /* Checks the params (MX_ERR_INVALID naming the problem) and fills the LUT. */
 mx_status mx_aug_prepare(mx_aug_params *p);
 
-/* One thread's reusable decoder state: a TurboJPEG handle and a pixel
- * buffer, so ordinary JPEGs (8-bit grey or YCbCr, within lib/image's size
+/* One thread's reusable decoder state: a TurboJPEG handle and pixel
+ * buffers, so ordinary JPEGs (8-bit grey or YCbCr, within lib/image's size
  * limits) decode without allocating; everything else (PNG, CMYK, data
  * TurboJPEG rejects) goes through lib/image's mx_image_decode_ex, whose
- * messages the errors then carry. Same flags and pixels either way. Start
- * it zeroed; one per thread. */
+ * messages the errors then carry. Same flags and pixels either way.
+ *
+ * The YCbCr fast path: a colour (C = 3) sample cropped straight from a
+ * YCbCr JPEG with 4:4:4, 4:2:2 or 4:2:0 sampling (no resize, pad or
+ * cover-upscale, no mean_img) is decoded to its Y, Cb and Cr planes
+ * (tjDecompressToYUVPlanes: no upsampling or colour conversion inside
+ * libjpeg), and only the cropped pixels are upsampled (libjpeg's "fancy"
+ * triangle filter), converted to RGB (libjpeg's fixed-point YCbCr->RGB)
+ * and normalised, row by row, into the output, with AVX2 (a CPU without
+ * it decodes to RGB as before): the same bits as decoding to RGB first
+ * (tests compare the two). Start it zeroed; one per thread. */
 typedef struct mx_aug_scratch {
     void *tj;     /* tjhandle */
-    uint8_t *buf;
+    uint8_t *buf; /* RGB / grey pixels */
     size_t cap;
+    uint8_t *yuv; /* Y, Cb, Cr planes */
+    size_t yuv_cap;
+    uint8_t *rows; /* one upsampled Cb and Cr row */
+    size_t rows_cap;
 } mx_aug_scratch;
 
 void mx_aug_scratch_free(mx_aug_scratch *s);
@@ -100,6 +118,16 @@ void mx_aug_scratch_free(mx_aug_scratch *s);
  * MX_ERR_NOMEM. */
 mx_status mx_aug_process(const mx_aug_params *p, mx_aug_scratch *scratch, const void *data, size_t size,
                          uint64_t key, float *out, mx_aug_info *info);
+
+/* The YCbCr fast path's second half (crop, upsample, convert, normalise)
+ * on planes given directly, for tests: Y is width x height, Cb and Cr
+ * ceil(width / hs) x ceil(height / vs) (hs x vs: 1x1, 2x1 or 2x2; with
+ * hs = 2 at least 5 columns), rows strides[] bytes apart. The planes are
+ * copied into `scratch` (required); C must be 3, the image must cover the
+ * sample, no mean_img. MX_ERR_INVALID otherwise. */
+mx_status mx_aug_process_planes(const mx_aug_params *p, mx_aug_scratch *scratch, const uint8_t *const planes[3],
+                                const int32_t strides[3], int32_t width, int32_t height, int32_t hs, int32_t vs,
+                                uint64_t key, float *out, mx_aug_info *info);
 
 /* The per-sample generator (splitmix64), exposed for tests. */
 typedef struct mx_aug_rng {

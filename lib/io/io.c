@@ -83,3 +83,8 @@ mx_status mx_data_iter_reset(mx_data_iter *it) { return it->kind->reset(it->stat
 mx_shape mx_data_iter_data_shape(const mx_data_iter *it) { return it->kind->data_shape(it->state); }
 mx_shape mx_data_iter_label_shape(const mx_data_iter *it) { return it->kind->label_shape(it->state); }
 int64_t mx_data_iter_num_samples(const mx_data_iter *it) { return it->kind->num_samples(it->state); }
+
+void mx_data_iter_set_log(mx_data_iter *it, mx_io_log_fn fn, void *user)
+{
+    if (it && it->kind->set_log) it->kind->set_log(it->state, fn, user);
+}

@@ -18,6 +18,10 @@
 
 typedef struct mx_data_iter mx_data_iter;
 
+/* Receives an iterator's warning lines (one line, no newline), on the
+ * thread that calls mx_data_iter_next() / mx_data_iter_reset(). */
+typedef void (*mx_io_log_fn)(void *user, const char *line);
+
 typedef struct mx_data_batch {
     mx_ndarray *data;  /* (batch_size, ...) float32 */
     mx_ndarray *label; /* (batch_size) or (batch_size, label_width) float32 */
@@ -42,6 +46,9 @@ typedef struct mx_data_iter_kind {
     mx_shape (*data_shape)(const void *state);  /* of one batch */
     mx_shape (*label_shape)(const void *state);
     int64_t (*num_samples)(const void *state);  /* in this part, per epoch; -1 unknown */
+    /* Optional: sets (fn = NULL clears) where the kind's warnings go (a
+     * skipped corrupt record, say). NULL for kinds that never warn. */
+    void (*set_log)(void *state, mx_io_log_fn fn, void *user);
 } mx_data_iter_kind;
 
 const mx_data_iter_kind *mx_data_iter_kind_find(const char *name);
@@ -57,5 +64,9 @@ mx_status mx_data_iter_reset(mx_data_iter *it);
 mx_shape mx_data_iter_data_shape(const mx_data_iter *it);
 mx_shape mx_data_iter_label_shape(const mx_data_iter *it);
 int64_t mx_data_iter_num_samples(const mx_data_iter *it);
+/* Sends the iterator's warning lines to fn (fn = NULL: only counted, as
+ * before the call). Lines already queued (found at creation) arrive at the
+ * next next()/reset(). A no-op for kinds without warnings. */
+void mx_data_iter_set_log(mx_data_iter *it, mx_io_log_fn fn, void *user);
 
 #endif /* MX_IO_H */

@@ -1266,4 +1266,5 @@ const mx_data_iter_kind mx_iter_imagerecord = {
     .data_shape = ir_data_shape,
     .label_shape = ir_label_shape,
     .num_samples = ir_num_samples,
+    .set_log = mx_imagerecord_set_log,
 };

@@ -27,8 +27,10 @@
  *        label count that does not match label_width, an id missing from
  *        path_imglist)
  *
- * These functions take the iterator kind's state (what mx_iter_imagerecord
- * .create returned), as io.h has no per-kind hook yet; see the report.
+ * Through io.h: mx_data_iter_set_log(it, fn, user) (the kind's set_log
+ * hook). The functions below take the iterator kind's state (what
+ * mx_iter_imagerecord.create returned) instead, for tests and tools that
+ * drive the kind directly.
  */
 #ifndef MX_IO_ITER_IMAGERECORD_H
 #define MX_IO_ITER_IMAGERECORD_H
@@ -36,8 +38,6 @@
 #include "io/io.h"
 
 #define MX_IMAGEREC_MAX_PENDING 256
-
-typedef void (*mx_io_log_fn)(void *user, const char *line);
 
 typedef struct mx_imagerecord_stats {
     int64_t records;          /* records in this part (scan, or .idx lines) */

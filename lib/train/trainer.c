@@ -80,6 +80,8 @@ static mx_status make_iter(trainer *t, const char *section, const mx_iter_settin
         snprintf(where, sizeof(where), "%s: [%s]", t->cfg->path, section);
         return mx_error_prefix(s, "%s", where);
     }
+    /* The iterator's warnings (skipped corrupt records, ...) are log lines. */
+    mx_data_iter_set_log(*out, t->opt->log, t->opt->log_user);
     return MX_OK;
 }
 
