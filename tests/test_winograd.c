@@ -26,14 +26,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bounds on the per-output error relative to the sum of |terms|. */
-static double err_bound(int m) { return m == 2 ? 2e-6 : m == 4 ? 2e-5 : 5e-5; }
-/* The same for the weight gradient (longer sums, products of two
- * transformed operands). */
-static double wgrad_bound(int m) { return m == 2 ? 2e-6 : m == 4 ? 2e-5 : 5e-5; }
-static double wgrad_bound_max(int m) { return m == 2 ? 2e-5 : m == 4 ? 1e-4 : 1e-4; }
-/* And on max |err| / max |ref| over a tensor. */
-static double err_bound_max(int m) { return m == 2 ? 1e-5 : m == 4 ? 1e-4 : 2e-4; }
+/* The tiles tested: index k of kinds[] is F(m x m, r x r). The error
+ * grows with alpha = m + r - 1 (the transforms' constants), so F(2, 5)
+ * has F(4, 3)'s bounds and F(4, 5) F(6, 3)'s. */
+typedef struct tile_kind {
+    int m, r;
+    double fwd, fwd_max;  /* per-output error / sum of |terms|; max |err| / max |ref| */
+    double wgrad, wgrad_max;
+} tile_kind;
+static const tile_kind kinds[] = {
+    {2, 3, 2e-6, 1e-5, 2e-6, 2e-5}, {4, 3, 2e-5, 1e-4, 2e-5, 1e-4}, {6, 3, 5e-5, 2e-4, 5e-5, 1e-4},
+    {2, 5, 2e-5, 1e-4, 2e-5, 1e-4}, {4, 5, 5e-5, 2e-4, 5e-5, 2e-4},
+};
+#define KINDS ((int)(sizeof(kinds) / sizeof(kinds[0])))
+/* im2col + SGEMM's own error, same measure (weight gradients of 5x5
+ * kernels sum the longest runs: 2.7e-6 seen) */
+#define IM2COL_BOUND 5e-6
+
+static int kind_of(int m, int r)
+{
+    for (int k = 0; k < KINDS; k++)
+        if (kinds[k].m == m && kinds[k].r == r) return k;
+    ck_abort_msg("no tile kind F(%d, %d)", m, r);
+    return 0;
+}
+static double err_bound(int m, int r) { return kinds[kind_of(m, r)].fwd; }
+static double err_bound_max(int m, int r) { return kinds[kind_of(m, r)].fwd_max; }
+static double wgrad_bound(int m, int r) { return kinds[kind_of(m, r)].wgrad; }
+static double wgrad_bound_max(int m, int r) { return kinds[kind_of(m, r)].wgrad_max; }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -55,17 +75,17 @@ static float *rand_floats(int64_t n)
     return p;
 }
 
-static mx_conv_geom geom(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw)
+static mx_conv_geom geom_r(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t r)
 {
     mx_conv_geom g = {.batch = n,
                       .in_c = c,
                       .in_h = h,
                       .in_w = w,
                       .out_c = f,
-                      .out_h = h + 2 * ph - 2,
-                      .out_w = w + 2 * pw - 2,
-                      .k_h = 3,
-                      .k_w = 3,
+                      .out_h = h + 2 * ph - (r - 1),
+                      .out_w = w + 2 * pw - (r - 1),
+                      .k_h = r,
+                      .k_w = r,
                       .stride_h = 1,
                       .stride_w = 1,
                       .dil_h = 1,
@@ -76,25 +96,30 @@ static mx_conv_geom geom(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, 
     return g;
 }
 
+static mx_conv_geom geom(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw)
+{
+    return geom_r(n, c, f, h, w, ph, pw, 3);
+}
+
 /* ref[n,f,oy,ox] = bias[f] + sum x * w in float64, and abs = the sum of |terms|. */
 static void ref_forward(const mx_conv_geom *g, const float *x, const float *w, const float *bias, double *ref,
                         double *abs_sum)
 {
-    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w;
+    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w, r = g->k_h;
     for (int64_t n = 0; n < g->batch; n++)
         for (int64_t f = 0; f < f_n; f++)
             for (int64_t oy = 0; oy < oh; oy++)
                 for (int64_t ox = 0; ox < ow; ox++) {
                     double acc = bias ? bias[f] : 0.0, a = bias ? fabs(bias[f]) : 0.0;
                     for (int64_t c = 0; c < c_n; c++)
-                        for (int64_t i = 0; i < 3; i++) {
+                        for (int64_t i = 0; i < r; i++) {
                             int64_t iy = oy - g->pad_h + i;
                             if (iy < 0 || iy >= h) continue;
-                            for (int64_t j = 0; j < 3; j++) {
+                            for (int64_t j = 0; j < r; j++) {
                                 int64_t ix = ox - g->pad_w + j;
                                 if (ix < 0 || ix >= wd) continue;
                                 double t = (double)x[((n * c_n + c) * h + iy) * wd + ix] *
-                                           (double)w[((f * c_n + c) * 3 + i) * 3 + j];
+                                           (double)w[((f * c_n + c) * r + i) * r + j];
                                 acc += t;
                                 a += fabs(t);
                             }
@@ -108,21 +133,21 @@ static void ref_forward(const mx_conv_geom *g, const float *x, const float *w, c
 /* dx[n,c,iy,ix] = sum over f, i, j of dy[n,f,iy+ph-i,ix+pw-j] * w[f,c,i,j] */
 static void ref_backward(const mx_conv_geom *g, const float *dy, const float *w, double *ref, double *abs_sum)
 {
-    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w;
+    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w, r = g->k_h;
     for (int64_t n = 0; n < g->batch; n++)
         for (int64_t c = 0; c < c_n; c++)
             for (int64_t iy = 0; iy < h; iy++)
                 for (int64_t ix = 0; ix < wd; ix++) {
                     double acc = 0, a = 0;
                     for (int64_t f = 0; f < f_n; f++)
-                        for (int64_t i = 0; i < 3; i++) {
+                        for (int64_t i = 0; i < r; i++) {
                             int64_t oy = iy + g->pad_h - i;
                             if (oy < 0 || oy >= oh) continue;
-                            for (int64_t j = 0; j < 3; j++) {
+                            for (int64_t j = 0; j < r; j++) {
                                 int64_t ox = ix + g->pad_w - j;
                                 if (ox < 0 || ox >= ow) continue;
                                 double t = (double)dy[((n * f_n + f) * oh + oy) * ow + ox] *
-                                           (double)w[((f * c_n + c) * 3 + i) * 3 + j];
+                                           (double)w[((f * c_n + c) * r + i) * r + j];
                                 acc += t;
                                 a += fabs(t);
                             }
@@ -136,11 +161,11 @@ static void ref_backward(const mx_conv_geom *g, const float *dy, const float *w,
 /* dw[f,c,i,j] = sum over n, oy, ox of dy[n,f,oy,ox] * x[n,c,oy-ph+i,ox-pw+j] */
 static void ref_weight(const mx_conv_geom *g, const float *x, const float *dy, double *ref, double *abs_sum)
 {
-    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w;
+    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w, r = g->k_h;
     for (int64_t f = 0; f < f_n; f++)
         for (int64_t c = 0; c < c_n; c++)
-            for (int64_t i = 0; i < 3; i++)
-                for (int64_t j = 0; j < 3; j++) {
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t j = 0; j < r; j++) {
                     double acc = 0, a = 0;
                     for (int64_t n = 0; n < g->batch; n++)
                         for (int64_t oy = 0; oy < oh; oy++) {
@@ -155,7 +180,7 @@ static void ref_weight(const mx_conv_geom *g, const float *x, const float *dy, d
                                 a += fabs(t);
                             }
                         }
-                    int64_t at = ((f * c_n + c) * 3 + i) * 3 + j;
+                    int64_t at = ((f * c_n + c) * r + i) * r + j;
                     ref[at] = acc;
                     abs_sum[at] = a;
                 }
@@ -181,33 +206,37 @@ static errs measure(const float *got, const float *base, const double *ref, cons
     return e;
 }
 
-static errs worst[7];   /* by tile size: forward and backward-data */
-static errs worst_w[7]; /* weight gradient */
+static errs worst[KINDS];   /* by tile kind: forward and backward-data */
+static errs worst_w[KINDS]; /* weight gradient */
 
-static void note_w(int m, errs e)
+static void note_w(int m, int r, errs e)
 {
-    if (e.rel_terms > worst_w[m].rel_terms) worst_w[m].rel_terms = e.rel_terms;
-    if (e.rel_max > worst_w[m].rel_max) worst_w[m].rel_max = e.rel_max;
+    int k = kind_of(m, r);
+    if (e.rel_terms > worst_w[k].rel_terms) worst_w[k].rel_terms = e.rel_terms;
+    if (e.rel_max > worst_w[k].rel_max) worst_w[k].rel_max = e.rel_max;
 }
 static errs worst_im2col;
 
-static void note(int m, errs e)
+static void note(int m, int r, errs e)
 {
-    if (e.rel_terms > worst[m].rel_terms) worst[m].rel_terms = e.rel_terms;
-    if (e.rel_max > worst[m].rel_max) worst[m].rel_max = e.rel_max;
+    int k = kind_of(m, r);
+    if (e.rel_terms > worst[k].rel_terms) worst[k].rel_terms = e.rel_terms;
+    if (e.rel_max > worst[k].rel_max) worst[k].rel_max = e.rel_max;
 }
 
 /* Prints the worst errors seen by the calling test (tests run in their own
  * processes). */
 static void print_worst(const char *what)
 {
-    for (int m = 2; m <= 6; m += 2)
-        printf("%s: F(%dx%d,3x3): max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g (bounds %.0e, %.0e)\n",
-               what, m, m, worst[m].rel_terms, worst[m].rel_max, err_bound(m), err_bound_max(m));
-    for (int m = 2; m <= 6; m += 2)
-        printf("%s: weight gradient F(%dx%d,3x3): max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g "
+    for (int k = 0; k < KINDS; k++) {
+        const tile_kind *t = &kinds[k];
+        if (worst[k].rel_terms == 0 && worst_w[k].rel_terms == 0) continue; /* not run by this test */
+        printf("%s: F(%dx%d,%dx%d): max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g (bounds %.0e, %.0e)\n",
+               what, t->m, t->m, t->r, t->r, worst[k].rel_terms, worst[k].rel_max, t->fwd, t->fwd_max);
+        printf("%s: weight gradient F(%dx%d,%dx%d): max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g "
                "(bounds %.0e, %.0e)\n",
-               what, m, m, worst_w[m].rel_terms, worst_w[m].rel_max, wgrad_bound(m), wgrad_bound_max(m));
+               what, t->m, t->m, t->r, t->r, worst_w[k].rel_terms, worst_w[k].rel_max, t->wgrad, t->wgrad_max);
+    }
     printf("%s: im2col+SGEMM:   max |err|/max sum|terms| = %.3g, max |err|/max|ref| = %.3g\n", what,
            worst_im2col.rel_terms, worst_im2col.rel_max);
 }
@@ -225,17 +254,17 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 /* One shape: forward (with/without bias, write/accumulate) and backward-data
  * (write/accumulate) for each tile size and vector path, against float64;
  * im2col + SGEMM on the same data. */
-static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw, bool bias_on,
-                        int isa_count)
+static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw, int r,
+                        bool bias_on, int isa_count)
 {
-    mx_conv_geom g = geom(n, c, f, h, w, ph, pw), gb;
+    mx_conv_geom g = geom_r(n, c, f, h, w, ph, pw, r), gb;
     ck_assert(mx_winograd_supported(&g));
     mx_winograd_backward_geom(&g, &gb);
     ck_assert(mx_winograd_supported(&gb));
     ck_assert_int_eq(gb.out_h, h);
     ck_assert_int_eq(gb.out_w, w);
     const int64_t nx = n * c * h * w, ny = n * f * g.out_h * g.out_w;
-    float *x = rand_floats(nx), *wt = rand_floats(f * c * 9), *bias = bias_on ? rand_floats(f) : NULL;
+    float *x = rand_floats(nx), *wt = rand_floats(f * c * r * r), *bias = bias_on ? rand_floats(f) : NULL;
     float *dy = rand_floats(ny), *y0 = rand_floats(ny), *dx0 = rand_floats(nx);
     float *y = malloc((size_t)ny * sizeof(float)), *dx = malloc((size_t)nx * sizeof(float));
     double *ref_y = malloc((size_t)ny * sizeof(double)), *abs_y = malloc((size_t)ny * sizeof(double));
@@ -243,13 +272,15 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
     ck_assert(y && dx && ref_y && abs_y && ref_dx && abs_dx);
     ref_forward(&g, x, wt, bias, ref_y, abs_y);
     ref_backward(&g, dy, wt, ref_dx, abs_dx);
-    const int64_t nw = f * c * 9;
+    const int64_t nw = f * c * r * r;
     float *dw = malloc((size_t)nw * sizeof(float)), *dw0 = rand_floats(nw);
     double *ref_w = malloc((size_t)nw * sizeof(double)), *abs_w = malloc((size_t)nw * sizeof(double));
     ck_assert(dw && ref_w && abs_w);
     ref_weight(&g, x, dy, ref_w, abs_w);
 
-    for (int m = 2; m <= 6; m += 2) {
+    for (int kind = 0; kind < KINDS; kind++) {
+        const int m = kinds[kind].m;
+        if (kinds[kind].r != r) continue;
         set_tile(m);
         ck_assert_int_eq(mx_winograd_tile(&g), m);
         /* 64-byte aligned: large transforms take the streaming-store path */
@@ -269,9 +300,9 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
             for (int64_t i = 0; i < ny; i++) y[i] = NAN;
             ck_assert_int_eq(mx_winograd_forward(&g, u, x, n, bias, false, y, scratch + 4), MX_OK);
             e = measure(y, NULL, ref_y, abs_y, ny);
-            note(m, e);
-            ck_assert_msg(e.rel_terms <= err_bound(m) && e.rel_max <= err_bound_max(m),
-                          "forward F(%d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m, isas[k],
+            note(m, r, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m, r) && e.rel_max <= err_bound_max(m, r),
+                          "forward F(%d, r %d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m, r, isas[k],
                           (long long)n, (long long)c, (long long)f, (long long)h, (long long)w, (long long)ph,
                           (long long)pw, e.rel_terms, e.rel_max);
             /* forward, accumulate, one image per call (pointers at the image) */
@@ -281,33 +312,33 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
                                                      y + i * f * g.out_h * g.out_w, scratch),
                                  MX_OK);
             e = measure(y, y0, ref_y, abs_y, ny);
-            note(m, e);
-            ck_assert_msg(e.rel_terms <= err_bound(m), "forward accumulate F(%d) %s: err %g", m, isas[k],
+            note(m, r, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m, r), "forward accumulate F(%d, r %d) %s: err %g", m, r, isas[k],
                           e.rel_terms);
             /* backward-data, write (scratch allocated by the call) */
             for (int64_t i = 0; i < nx; i++) dx[i] = NAN;
             ck_assert_int_eq(mx_winograd_forward(&gb, ub, dy, n, NULL, false, dx, NULL), MX_OK);
             e = measure(dx, NULL, ref_dx, abs_dx, nx);
-            note(m, e);
-            ck_assert_msg(e.rel_terms <= err_bound(m) && e.rel_max <= err_bound_max(m),
-                          "backward F(%d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m, isas[k],
+            note(m, r, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m, r) && e.rel_max <= err_bound_max(m, r),
+                          "backward F(%d, r %d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m, r, isas[k],
                           (long long)n, (long long)c, (long long)f, (long long)h, (long long)w, (long long)ph,
                           (long long)pw, e.rel_terms, e.rel_max);
             /* backward-data, accumulate */
             memcpy(dx, dx0, (size_t)nx * sizeof(float));
             ck_assert_int_eq(mx_winograd_forward(&gb, ub, dy, n, NULL, true, dx, scratch), MX_OK);
             e = measure(dx, dx0, ref_dx, abs_dx, nx);
-            note(m, e);
-            ck_assert_msg(e.rel_terms <= err_bound(m), "backward accumulate F(%d) %s: err %g", m, isas[k],
+            note(m, r, e);
+            ck_assert_msg(e.rel_terms <= err_bound(m, r), "backward accumulate F(%d, r %d) %s: err %g", m, r, isas[k],
                           e.rel_terms);
             /* weight gradient, write (whole batch) */
             for (int64_t i = 0; i < nw; i++) dw[i] = NAN;
             ck_assert_int_eq(mx_winograd_backward_weight(&g, x, dy, n, false, dw, NULL), MX_OK);
             e = measure(dw, NULL, ref_w, abs_w, nw);
-            note_w(m, e);
-            ck_assert_msg(e.rel_terms <= wgrad_bound(m) && e.rel_max <= wgrad_bound_max(m),
-                          "weight gradient F(%d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m,
-                          isas[k], (long long)n, (long long)c, (long long)f, (long long)h, (long long)w,
+            note_w(m, r, e);
+            ck_assert_msg(e.rel_terms <= wgrad_bound(m, r) && e.rel_max <= wgrad_bound_max(m, r),
+                          "weight gradient F(%d, r %d) %s (%lld,%lld,%lld,%lld,%lld) pad (%lld,%lld): err %g / %g", m,
+                          r, isas[k], (long long)n, (long long)c, (long long)f, (long long)h, (long long)w,
                           (long long)ph, (long long)pw, e.rel_terms, e.rel_max);
             /* weight gradient, accumulated one image at a time onto dw0 */
             memcpy(dw, dw0, (size_t)nw * sizeof(float));
@@ -319,8 +350,8 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
                                  MX_OK);
             free(ws);
             e = measure(dw, dw0, ref_w, abs_w, nw);
-            note_w(m, e);
-            ck_assert_msg(e.rel_terms <= wgrad_bound(m), "weight gradient accumulate F(%d) %s: err %g", m,
+            note_w(m, r, e);
+            ck_assert_msg(e.rel_terms <= wgrad_bound(m, r), "weight gradient accumulate F(%d, r %d) %s: err %g", m, r,
                           isas[k], e.rel_terms);
         }
         unsetenv("MX_WINOGRAD_ISA");
@@ -335,12 +366,12 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
     errs e = measure(y, NULL, ref_y, abs_y, ny);
     if (e.rel_terms > worst_im2col.rel_terms) worst_im2col.rel_terms = e.rel_terms;
     if (e.rel_max > worst_im2col.rel_max) worst_im2col.rel_max = e.rel_max;
-    ck_assert_msg(e.rel_terms <= err_bound(2), "im2col forward: err %g", e.rel_terms);
+    ck_assert_msg(e.rel_terms <= IM2COL_BOUND, "im2col forward: err %g", e.rel_terms);
     ck_assert_int_eq(mx_conv_backward(NULL, &g, x, wt, dy, dx, MX_REQ_WRITE, dw, MX_REQ_WRITE, NULL, 0), MX_OK);
     e = measure(dx, NULL, ref_dx, abs_dx, nx);
-    ck_assert_msg(e.rel_terms <= err_bound(2), "im2col backward: err %g", e.rel_terms);
+    ck_assert_msg(e.rel_terms <= IM2COL_BOUND, "im2col backward: err %g", e.rel_terms);
     e = measure(dw, NULL, ref_w, abs_w, nw);
-    ck_assert_msg(e.rel_terms <= wgrad_bound(2), "im2col weight gradient: err %g", e.rel_terms);
+    ck_assert_msg(e.rel_terms <= IM2COL_BOUND, "im2col weight gradient: err %g", e.rel_terms);
     /* Winograd's weight gradient (the geometry's own tile) against im2col's directly */
     float *dww = malloc((size_t)nw * sizeof(float));
     ck_assert_ptr_nonnull(dww);
@@ -350,7 +381,7 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
         if (abs_w[i] > max_abs_w) max_abs_w = abs_w[i];
         if (!(fabs((double)dww[i] - dw[i]) <= max_diff_w)) max_diff_w = fabs((double)dww[i] - dw[i]);
     }
-    ck_assert_msg(max_diff_w <= 2 * wgrad_bound(mx_winograd_tile(&g)) * max_abs_w,
+    ck_assert_msg(max_diff_w <= 2 * wgrad_bound(mx_winograd_tile(&g), r) * max_abs_w,
                   "winograd vs im2col weight gradient: %g (scale %g)", max_diff_w, max_abs_w);
     free(dww);
     /* and Winograd with the geometry's own tile against im2col directly */
@@ -365,7 +396,7 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
     double max_diff = 0;
     for (int64_t i = 0; i < ny; i++)
         if (!(fabs((double)yw[i] - y[i]) <= max_diff)) max_diff = fabs((double)yw[i] - y[i]);
-    ck_assert_msg(max_diff <= 2 * err_bound(mx_winograd_tile(&g)) * max_abs, "winograd vs im2col: %g (scale %g)",
+    ck_assert_msg(max_diff <= 2 * err_bound(mx_winograd_tile(&g), r) * max_abs, "winograd vs im2col: %g (scale %g)",
                   max_diff, max_abs);
     free(u);
     free(yw);
@@ -403,7 +434,7 @@ START_TEST(edge_shapes)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const int64_t *k = cases[i];
-        check_shape(k[0], k[1], k[2], k[3], k[4], k[5], k[6], i % 2 == 0, 3);
+        check_shape(k[0], k[1], k[2], k[3], k[4], k[5], k[6], 3, i % 2 == 0, 3);
     }
     print_worst("edge shapes");
 }
@@ -423,9 +454,40 @@ START_TEST(random_shapes)
             else n = 1;
         }
         if (h + 2 * ph < 3) h = 3;
-        check_shape(n, c, f, h, w, ph, pw, i % 3 != 0, 1);
+        check_shape(n, c, f, h, w, ph, pw, 3, i % 3 != 0, 1);
     }
     print_worst("random shapes");
+}
+END_TEST
+
+/* 5x5 kernels (F(2x2, 5x5) and F(4x4, 5x5)): edge shapes on every vector
+ * path, then random shapes on the best one; pads 0..4 per axis. */
+START_TEST(shapes_5x5)
+{
+    static const int64_t cases[][7] = {
+        /* n, c, f, h, w, ph, pw */
+        {1, 1, 1, 1, 1, 2, 2},  {1, 1, 1, 5, 5, 0, 0},    {2, 3, 5, 1, 1, 4, 4},   {1, 2, 3, 2, 3, 2, 1},
+        {3, 7, 9, 5, 8, 2, 2},  {2, 16, 16, 13, 13, 2, 2}, {5, 17, 33, 12, 10, 4, 0}, {4, 33, 17, 11, 15, 0, 3},
+        {2, 64, 70, 7, 7, 2, 2}, {1, 20, 50, 12, 12, 0, 0}, {1, 64, 48, 27, 27, 2, 2}, {1, 160, 144, 6, 7, 2, 2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t *k = cases[i];
+        check_shape(k[0], k[1], k[2], k[3], k[4], k[5], k[6], 5, i % 2 == 0, 3);
+    }
+    rng_state = 0x5555aaaa12345678ull;
+    for (int i = 0; i < 16; i++) {
+        int64_t n = irand(1, 4), c = irand(1, 50), f = irand(1, 50), ph = irand(0, 4), pw = irand(0, 4);
+        int64_t h = irand(1, 30), w = irand(1, 30);
+        while (n * c * f * h * w > 2000000) {
+            if (h > 6) h /= 2;
+            else if (c > 1) c /= 2;
+            else n = 1;
+        }
+        if (h + 2 * ph < 5) h = 5;
+        if (w + 2 * pw < 5) w = 5;
+        check_shape(n, c, f, h, w, ph, pw, 5, i % 3 != 0, 1);
+    }
+    print_worst("5x5 shapes");
 }
 END_TEST
 
@@ -433,10 +495,11 @@ END_TEST
  * one call gives, and scratch for fewer images is no larger. */
 START_TEST(image_ranges)
 {
-    mx_conv_geom g = geom(5, 24, 40, 9, 11, 1, 1);
-    for (int m = 2; m <= 6; m += 2) {
+    for (int kind = 0; kind < KINDS; kind++) {
+        const int m = kinds[kind].m, r = kinds[kind].r;
+        mx_conv_geom g = geom_r(5, 24, 40, 9 + r - 3, 11 + r - 3, 1, 1, r); /* output 9 x 11 */
         set_tile(m);
-        float *x = rand_floats(5 * 24 * 99), *wt = rand_floats(40 * 24 * 9), *bias = rand_floats(40);
+        float *x = rand_floats(5 * 24 * 99 * 2), *wt = rand_floats(40 * 24 * r * r), *bias = rand_floats(40);
         float *u = malloc(mx_winograd_filter_bytes(&g));
         float *y1 = malloc(5 * 40 * 99 * sizeof(float)), *y2 = malloc(5 * 40 * 99 * sizeof(float));
         ck_assert(u && y1 && y2);
@@ -445,7 +508,8 @@ START_TEST(image_ranges)
         void *s = malloc(mx_winograd_scratch_bytes(&g, 5));
         ck_assert_int_eq(mx_winograd_forward(&g, u, x, 5, bias, false, y1, s), MX_OK);
         ck_assert_int_eq(mx_winograd_forward(&g, u, x, 2, bias, false, y2, s), MX_OK);
-        ck_assert_int_eq(mx_winograd_forward(&g, u, x + 2 * 24 * 99, 3, bias, false, y2 + 2 * 40 * 99, s), MX_OK);
+        ck_assert_int_eq(mx_winograd_forward(&g, u, x + 2 * 24 * g.in_h * g.in_w, 3, bias, false, y2 + 2 * 40 * 99, s),
+                         MX_OK);
         int bad = 0;
         for (int i = 0; i < 5 * 40 * 99; i++) bad += !(fabsf(y1[i] - y2[i]) <= 1e-5f * (1 + fabsf(y1[i])));
         ck_assert_int_eq(bad, 0);
@@ -467,10 +531,11 @@ END_TEST
  * stores instead of streaming ones), gives the same bits as one call. */
 START_TEST(filter_parts_and_alignment)
 {
-    mx_conv_geom g = geom(1, 150, 170, 5, 5, 1, 1), gb;
-    mx_winograd_backward_geom(&g, &gb);
-    float *w = rand_floats(170 * 150 * 9);
-    for (int m = 2; m <= 6; m += 2) {
+    float *w = rand_floats(170 * 150 * 25);
+    for (int kind = 0; kind < KINDS; kind++) {
+        const int m = kinds[kind].m, r = kinds[kind].r;
+        mx_conv_geom g = geom_r(1, 150, 170, 5, 5, r / 2, r / 2, r), gb;
+        mx_winograd_backward_geom(&g, &gb);
         set_tile(m);
         for (int back = 0; back < 2; back++) {
             size_t bytes = mx_winograd_filter_bytes(back ? &gb : &g);
@@ -521,9 +586,27 @@ START_TEST(supported_geometries)
     b = g;
     b.k_h = b.k_w = 5;
     b.out_h = b.out_w = 8;
+    ck_assert(mx_winograd_supported(&b)); /* 5x5: F(2x2, 5x5) */
+    b.k_w = 3;
+    b.out_w = 10;
+    ck_assert(!mx_winograd_supported(&b)); /* not square */
+    b = g;
+    b.k_h = b.k_w = 7;
+    b.out_h = b.out_w = 6;
     ck_assert(!mx_winograd_supported(&b));
     ck_assert(!mx_winograd_profitable(&b));
     ck_assert_int_eq(mx_winograd_forward(&b, NULL, NULL, 1, NULL, false, NULL, NULL), MX_ERR_INVALID);
+    b = geom_r(2, 8, 8, 10, 10, 5, 0, 5); /* pad beyond r - 1 */
+    ck_assert(!mx_winograd_supported(&b));
+    for (int p = 0; p <= 4; p++) {
+        mx_conv_geom f = geom_r(1, 3, 4, 9, 6, p, 4 - p, 5), gb;
+        mx_winograd_backward_geom(&f, &gb);
+        ck_assert_int_eq(gb.pad_h, 4 - p);
+        ck_assert_int_eq(gb.pad_w, p);
+        ck_assert_int_eq(gb.out_h, 9);
+        ck_assert_int_eq(gb.out_w, 6);
+        ck_assert(mx_winograd_supported(&gb));
+    }
     /* the backward geometry of a pad-p conv has pad 2-p and gives back H x W */
     for (int p = 0; p <= 2; p++) {
         mx_conv_geom f = geom(1, 3, 4, 9, 6, p, 2 - p), gb;
@@ -561,6 +644,7 @@ int main(void)
     tcase_add_test(tc, filter_parts_and_alignment);
     tcase_add_test(tc, edge_shapes);
     tcase_add_test(tc, random_shapes);
+    tcase_add_test(tc, shapes_5x5);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,11 +1,11 @@
 /*
- * winograd.c - Winograd F(m x m, 3 x 3) convolution (see winograd.h).
+ * winograd.c - Winograd F(m x m, r x r) convolution, r = 3 or 5 (see winograd.h).
  *
  * One call processes images [0, images) in groups of `gi` images (enough
  * that a group has a block's worth of tiles); per group:
  *   1. pack:   x (gi, C, H, W) -> xp (gi, Hp, Wp, Cp), zero-padded, channel
  *              last, so that every tile reads an alpha x alpha patch of
- *              16-channel vectors (Hp = th*m + 2, Wp = tw*m + 2);
+ *              16-channel vectors (Hp = th*m + r - 1, Wp = tw*m + r - 1);
  *   2. per block of up to BLOCK_TILES tiles:
  *        input transform  xp -> V: nb tiles x T positions x Cp
  *        T products       M_t (nb, Fp) = V_t (nb, C) * u_t (C, Fp)
@@ -54,7 +54,7 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 /* ------------------------------------------------------------ the plan */
 
 typedef struct wplan {
-    int m, a, t;                   /* tile, alpha = m + 2, T = alpha^2 */
+    int m, r, a, t;                /* tile, kernel, alpha = m + r - 1, T = alpha^2 */
     int64_t c, f, cp, fp;          /* channels in and out, padded to LANES */
     int64_t h, w, oh, ow, ph, pw;
     int64_t th, tw, tpi;           /* tiles down, across, per image */
@@ -73,10 +73,11 @@ typedef struct wplan {
 
 bool mx_winograd_supported(const mx_conv_geom *g)
 {
-    return g->k_h == 3 && g->k_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dil_h == 1 && g->dil_w == 1 &&
-           g->groups == 1 && g->pad_h >= 0 && g->pad_h <= 2 && g->pad_w >= 0 && g->pad_w <= 2 && g->in_c > 0 &&
-           g->out_c > 0 && g->in_h > 0 && g->in_w > 0 && g->out_h == g->in_h + 2 * g->pad_h - 2 &&
-           g->out_w == g->in_w + 2 * g->pad_w - 2 && g->out_h > 0 && g->out_w > 0;
+    const int64_t r = g->k_h;
+    return (r == 3 || r == 5) && g->k_w == r && g->stride_h == 1 && g->stride_w == 1 && g->dil_h == 1 &&
+           g->dil_w == 1 && g->groups == 1 && g->pad_h >= 0 && g->pad_h < r && g->pad_w >= 0 && g->pad_w < r &&
+           g->in_c > 0 && g->out_c > 0 && g->in_h > 0 && g->in_w > 0 && g->out_h == g->in_h + 2 * g->pad_h - (r - 1) &&
+           g->out_w == g->in_w + 2 * g->pad_w - (r - 1) && g->out_h > 0 && g->out_w > 0;
 }
 
 /* Output positions computed per output position kept, for tile m. */
@@ -88,6 +89,14 @@ static double tile_waste(const mx_conv_geom *g, int m)
 int mx_winograd_tile(const mx_conv_geom *g)
 {
     const char *e = getenv("MX_WINOGRAD_TILE");
+    if (g->k_h == 5) {
+        if (e && (e[0] == '2' || e[0] == '4') && e[1] == '\0') return e[0] - '0';
+        /* Multiplications per output kept: F(2): 9 * waste, F(4): 4 * waste.
+         * F(4x4, 5x5) has alpha 8 like F(6x6, 3x3), but its forward error
+         * stays below F(4x4, 3x3)'s (tests/test_winograd.c) and it runs
+         * 1.6-1.8x faster than F(2x2, 5x5) on AlexNet conv2 and LeNet conv2. */
+        return 4.0 * tile_waste(g, 4) <= 9.0 * tile_waste(g, 2) ? 4 : 2;
+    }
     if (e && (e[0] == '2' || e[0] == '4' || e[0] == '6') && e[1] == '\0') return e[0] - '0';
     /* Multiplications per output kept: F(2): 4 * waste, F(4): 2.25 * waste.
      * F(6) (1.78 * waste) was never faster than F(4) on the benchmark
@@ -119,7 +128,8 @@ static void plan_init(wplan *p, const mx_conv_geom *g, int64_t images)
 {
     memset(p, 0, sizeof(*p));
     p->m = mx_winograd_tile(g);
-    p->a = p->m + 2;
+    p->r = (int)g->k_h;
+    p->a = p->m + p->r - 1;
     p->t = p->a * p->a;
     p->c = g->in_c;
     p->f = g->out_c;
@@ -136,8 +146,8 @@ static void plan_init(wplan *p, const mx_conv_geom *g, int64_t images)
     p->tpi = p->th * p->tw;
     p->oht = p->th * p->m;
     p->owt = p->tw * p->m;
-    p->hp = p->oht + 2;
-    p->wp = p->owt + 2;
+    p->hp = p->oht + p->r - 1;
+    p->wp = p->owt + p->r - 1;
     if (images < 1) images = 1;
     p->gi = ceil_div(BLOCK_TILES, p->tpi);
     if (p->gi > images) p->gi = images;
@@ -186,7 +196,7 @@ typedef struct filter_job {
     float *u;
 } filter_job;
 
-static void transform_filter(int m, const filter_job *j);
+static void transform_filter(int m, int r, const filter_job *j);
 
 static void part_range(int64_t n, int64_t part, int64_t parts, int64_t *lo, int64_t *hi)
 {
@@ -199,15 +209,16 @@ static void part_range(int64_t n, int64_t part, int64_t parts, int64_t *lo, int6
 
 size_t mx_winograd_filter_bytes(const mx_conv_geom *g)
 {
-    int m = mx_winograd_tile(g);
-    return (size_t)((m + 2) * (m + 2) * g->in_c * round_up(g->out_c, LANES)) * sizeof(float);
+    int64_t a = mx_winograd_tile(g) + g->k_h - 1;
+    return (size_t)(a * a * g->in_c * round_up(g->out_c, LANES)) * sizeof(float);
 }
 
 void mx_winograd_transform_filter_part(const mx_conv_geom *g, const float *w, float *u, int64_t part, int64_t parts)
 {
-    filter_job j = {.w = w, .cin = g->in_c, .cout = g->out_c, .so = g->in_c * 9, .si = 9, .u = u};
+    const int64_t taps = g->k_h * g->k_w;
+    filter_job j = {.w = w, .cin = g->in_c, .cout = g->out_c, .so = g->in_c * taps, .si = taps, .u = u};
     part_range(g->in_c, part, parts, &j.i0, &j.i1);
-    transform_filter(mx_winograd_tile(g), &j);
+    transform_filter(mx_winograd_tile(g), (int)g->k_h, &j);
 }
 
 void mx_winograd_transform_filter(const mx_conv_geom *g, const float *w, float *u)
@@ -224,8 +235,8 @@ void mx_winograd_backward_geom(const mx_conv_geom *g, mx_conv_geom *gb)
     gb->out_c = g->in_c;
     gb->out_h = g->in_h;
     gb->out_w = g->in_w;
-    gb->pad_h = 2 - g->pad_h;
-    gb->pad_w = 2 - g->pad_w;
+    gb->pad_h = g->k_h - 1 - g->pad_h;
+    gb->pad_w = g->k_w - 1 - g->pad_w;
 }
 
 void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const float *w, float *u_b, int64_t part,
@@ -233,10 +244,12 @@ void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const flo
 {
     mx_conv_geom gb;
     mx_winograd_backward_geom(g, &gb);
-    /* gb's filter (C, F, 3, 3): output channel c, input channel f is w[f, c] rotated. */
-    filter_job j = {.w = w, .cin = g->out_c, .cout = g->in_c, .so = 9, .si = g->in_c * 9, .rot = true, .u = u_b};
+    /* gb's filter (C, F, r, r): output channel c, input channel f is w[f, c] rotated. */
+    const int64_t taps = g->k_h * g->k_w;
+    filter_job j = {.w = w, .cin = g->out_c, .cout = g->in_c, .so = taps, .si = g->in_c * taps, .rot = true,
+                    .u = u_b};
     part_range(g->out_c, part, parts, &j.i0, &j.i1);
-    transform_filter(mx_winograd_tile(&gb), &j);
+    transform_filter(mx_winograd_tile(&gb), (int)g->k_h, &j);
 }
 
 void mx_winograd_transform_filter_backward(const mx_conv_geom *g, const float *w, float *u_b)
@@ -268,15 +281,24 @@ __attribute__((target("avx512f"))) static void stream_avx512(float *p, const v16
     _mm512_stream_ps(p, (__m512)*v);
 }
 
-/* 1-D transforms of alpha (B^T, input) or to m (A^T, output) vectors */
-INLINE void bt_1d(const int m, const v16f *d, v16f *o)
+/* 1-D transforms. The points are {0, 1, -1, inf} (alpha 4), {0, +-1, +-2,
+ * inf} (alpha 6) and {0, +-1, +-2, +-1/2, inf} (alpha 8). B^T depends on
+ * the points only, so F(4, 3) and F(2, 5) share the alpha-6 input
+ * transform, F(6, 3) and F(4, 5) the alpha-8 one; G = D V_r (row i: the
+ * point's powers 0..r-1 times a scale d_i that B^T absorbed the inverse
+ * of; the inf row picks the last tap), A^T row k = the points' k-th powers
+ * (inf: 1 in the last row only). Lavin & Gray's derivation; the constants
+ * are checked against a direct convolution in tests/test_winograd.c. */
+
+/* B^T d: alpha input points -> alpha */
+INLINE void bt_1d(const int a, const v16f *d, v16f *o)
 {
-    if (m == 2) {
+    if (a == 4) {
         o[0] = d[0] - d[2];
         o[1] = d[1] + d[2];
         o[2] = d[2] - d[1];
         o[3] = d[1] - d[3];
-    } else if (m == 4) {
+    } else if (a == 6) {
         o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
         v16f t1 = d[4] - 4.0f * d[2], t2 = d[3] - 4.0f * d[1];
         o[1] = t1 + t2;
@@ -302,38 +324,48 @@ INLINE void bt_1d(const int m, const v16f *d, v16f *o)
     }
 }
 
-INLINE void at_1d(const int m, const v16f *s, v16f *o)
+/* A^T s: alpha products -> m outputs */
+INLINE void at_1d(const int m, const int a, const v16f *s, v16f *o)
 {
-    if (m == 2) {
+    if (a == 4) {
         o[0] = s[0] + s[1] + s[2];
         o[1] = s[1] - s[2] - s[3];
-    } else if (m == 4) {
-        v16f a = s[1] + s[2], b = s[1] - s[2], c = s[3] + s[4], d = s[3] - s[4];
-        o[0] = s[0] + a + c;
-        o[1] = b + 2.0f * d;
-        o[2] = a + 4.0f * c;
-        o[3] = b + 8.0f * d + s[5];
+    } else if (a == 6) {
+        v16f e1 = s[1] + s[2], d1 = s[1] - s[2], e2 = s[3] + s[4], d2 = s[3] - s[4];
+        if (m == 2) {
+            o[0] = s[0] + e1 + e2;
+            o[1] = d1 + 2.0f * d2 + s[5];
+        } else {
+            o[0] = s[0] + e1 + e2;
+            o[1] = d1 + 2.0f * d2;
+            o[2] = e1 + 4.0f * e2;
+            o[3] = d1 + 8.0f * d2 + s[5];
+        }
     } else {
-        v16f a1 = s[1] + s[2], b1 = s[1] - s[2], a2 = s[3] + s[4], b2 = s[3] - s[4];
-        v16f a3 = s[5] + s[6], b3 = s[5] - s[6];
-        o[0] = s[0] + a1 + a2 + a3;
-        o[1] = b1 + 2.0f * b2 + 0.5f * b3;
-        o[2] = a1 + 4.0f * a2 + 0.25f * a3;
-        o[3] = b1 + 8.0f * b2 + 0.125f * b3;
-        o[4] = a1 + 16.0f * a2 + 0.0625f * a3;
-        o[5] = b1 + 32.0f * b2 + 0.03125f * b3 + s[7];
+        v16f e1 = s[1] + s[2], d1 = s[1] - s[2], e2 = s[3] + s[4], d2 = s[3] - s[4];
+        v16f e3 = s[5] + s[6], d3 = s[5] - s[6];
+        o[0] = s[0] + e1 + e2 + e3;
+        o[1] = d1 + 2.0f * d2 + 0.5f * d3;
+        o[2] = e1 + 4.0f * e2 + 0.25f * e3;
+        o[3] = d1 + 8.0f * d2 + 0.125f * d3;
+        if (m == 4) {
+            o[3] += s[7];
+        } else {
+            o[4] = e1 + 16.0f * e2 + 0.0625f * e3;
+            o[5] = d1 + 32.0f * d2 + 0.03125f * d3 + s[7];
+        }
     }
 }
 
-/* 1-D filter transform: 3 vectors -> alpha (G g) */
-INLINE void g_1d(const int m, const v16f *g, v16f *o)
+/* G g: r filter taps -> alpha */
+INLINE void g_1d(const int a, const int r, const v16f *g, v16f *o)
 {
-    if (m == 2) {
+    if (a == 4) {
         o[0] = g[0];
         o[1] = 0.5f * (g[0] + g[1] + g[2]);
         o[2] = 0.5f * (g[0] - g[1] + g[2]);
         o[3] = g[2];
-    } else if (m == 4) {
+    } else if (a == 6 && r == 3) {
         v16f e = g[0] + g[2], q = 0.25f * g[0] + g[2];
         o[0] = 0.25f * g[0];
         o[1] = (-1.0f / 6) * (e + g[1]);
@@ -341,28 +373,57 @@ INLINE void g_1d(const int m, const v16f *g, v16f *o)
         o[3] = (1.0f / 6) * (q + 0.5f * g[1]);
         o[4] = (1.0f / 6) * (q - 0.5f * g[1]);
         o[5] = g[2];
-    } else {
-        v16f e = g[0] + g[2], q = (1.0f / 90) * g[0] + (2.0f / 45) * g[2], r = (32.0f / 45) * g[0] + (8.0f / 45) * g[2];
+    } else if (a == 6) {
+        v16f e1 = g[0] + g[2] + g[4], d1 = g[1] + g[3];
+        v16f e2 = g[0] + 4.0f * g[2] + 16.0f * g[4], d2 = 2.0f * g[1] + 8.0f * g[3];
+        o[0] = 0.25f * g[0];
+        o[1] = (-1.0f / 6) * (e1 + d1);
+        o[2] = (-1.0f / 6) * (e1 - d1);
+        o[3] = (1.0f / 24) * (e2 + d2);
+        o[4] = (1.0f / 24) * (e2 - d2);
+        o[5] = g[4];
+    } else if (r == 3) {
+        v16f e = g[0] + g[2], q = (1.0f / 90) * g[0] + (2.0f / 45) * g[2], t = (32.0f / 45) * g[0] + (8.0f / 45) * g[2];
         o[0] = g[0];
         o[1] = (-2.0f / 9) * (e + g[1]);
         o[2] = (-2.0f / 9) * (e - g[1]);
         o[3] = q + (1.0f / 45) * g[1];
         o[4] = q - (1.0f / 45) * g[1];
-        o[5] = r + (16.0f / 45) * g[1];
-        o[6] = r - (16.0f / 45) * g[1];
+        o[5] = t + (16.0f / 45) * g[1];
+        o[6] = t - (16.0f / 45) * g[1];
         o[7] = g[2];
+    } else {
+        v16f e1 = g[0] + g[2] + g[4], d1 = g[1] + g[3];
+        v16f e2 = g[0] + 4.0f * g[2] + 16.0f * g[4], d2 = 2.0f * g[1] + 8.0f * g[3];
+        v16f e3 = g[0] + 0.25f * g[2] + 0.0625f * g[4], d3 = 0.5f * g[1] + 0.125f * g[3];
+        o[0] = g[0];
+        o[1] = (-2.0f / 9) * (e1 + d1);
+        o[2] = (-2.0f / 9) * (e1 - d1);
+        o[3] = (1.0f / 90) * (e2 + d2);
+        o[4] = (1.0f / 90) * (e2 - d2);
+        o[5] = (32.0f / 45) * (e3 + d3);
+        o[6] = (32.0f / 45) * (e3 - d3);
+        o[7] = g[4];
     }
 }
 
 /* Weight gradient, 1-D: alpha values from m (A y: the adjoint of at_1d) */
-INLINE void a_1d(const int m, const v16f *y, v16f *z)
+INLINE void a_1d(const int m, const int a, const v16f *y, v16f *z)
 {
-    if (m == 2) {
+    if (a == 4) {
         z[0] = y[0];
         z[1] = y[0] + y[1];
         z[2] = y[0] - y[1];
         z[3] = -y[1];
-    } else if (m == 4) {
+    } else if (a == 6 && m == 2) {
+        v16f t = 2.0f * y[1];
+        z[0] = y[0];
+        z[1] = y[0] + y[1];
+        z[2] = y[0] - y[1];
+        z[3] = y[0] + t;
+        z[4] = y[0] - t;
+        z[5] = y[1];
+    } else if (a == 6) {
         v16f e = y[0] + y[2], o = y[1] + y[3], e4 = y[0] + 4.0f * y[2], o8 = 2.0f * y[1] + 8.0f * y[3];
         z[0] = y[0];
         z[1] = e + o;
@@ -370,6 +431,18 @@ INLINE void a_1d(const int m, const v16f *y, v16f *z)
         z[3] = e4 + o8;
         z[4] = e4 - o8;
         z[5] = y[3];
+    } else if (m == 4) {
+        v16f e = y[0] + y[2], o = y[1] + y[3];
+        v16f e2 = y[0] + 4.0f * y[2], o2 = 2.0f * y[1] + 8.0f * y[3];
+        v16f eh = y[0] + 0.25f * y[2], oh = 0.5f * y[1] + 0.125f * y[3];
+        z[0] = y[0];
+        z[1] = e + o;
+        z[2] = e - o;
+        z[3] = e2 + o2;
+        z[4] = e2 - o2;
+        z[5] = eh + oh;
+        z[6] = eh - oh;
+        z[7] = y[3];
     } else {
         v16f e = y[0] + y[2] + y[4], o = y[1] + y[3] + y[5];
         v16f e2 = y[0] + 4.0f * y[2] + 16.0f * y[4], o2 = 2.0f * y[1] + 8.0f * y[3] + 32.0f * y[5];
@@ -385,24 +458,43 @@ INLINE void a_1d(const int m, const v16f *y, v16f *z)
     }
 }
 
-/* Weight gradient, 1-D: 3 values from alpha (G^T u: the adjoint of g_1d) */
-INLINE void gt_1d(const int m, const v16f *u, v16f *h)
+/* Weight gradient, 1-D: r taps from alpha (G^T u: the adjoint of g_1d) */
+INLINE void gt_1d(const int a, const int r, const v16f *u, v16f *h)
 {
-    if (m == 2) {
+    if (a == 4) {
         v16f e = 0.5f * (u[1] + u[2]);
         h[0] = u[0] + e;
         h[1] = 0.5f * (u[1] - u[2]);
         h[2] = e + u[3];
-    } else if (m == 4) {
+    } else if (a == 6 && r == 3) {
         v16f e1 = u[1] + u[2], e3 = u[3] + u[4];
         h[0] = 0.25f * u[0] - (1.0f / 6) * e1 + (1.0f / 24) * e3;
         h[1] = (-1.0f / 6) * (u[1] - u[2]) + (1.0f / 12) * (u[3] - u[4]);
         h[2] = (1.0f / 6) * (e3 - e1) + u[5];
-    } else {
+    } else if (a == 6) {
+        /* h_j = [j = 0] u0/4 - (u1 + (-1)^j u2)/6 + 2^j (u3 + (-1)^j u4)/24 + [j = 4] u5 */
+        v16f e1 = (-1.0f / 6) * (u[1] + u[2]), d1 = (-1.0f / 6) * (u[1] - u[2]);
+        v16f e2 = (1.0f / 24) * (u[3] + u[4]), d2 = (1.0f / 24) * (u[3] - u[4]);
+        h[0] = 0.25f * u[0] + e1 + e2;
+        h[1] = d1 + 2.0f * d2;
+        h[2] = e1 + 4.0f * e2;
+        h[3] = d1 + 8.0f * d2;
+        h[4] = e1 + 16.0f * e2 + u[5];
+    } else if (r == 3) {
         v16f e1 = u[1] + u[2], e3 = u[3] + u[4], e5 = u[5] + u[6];
         h[0] = u[0] - (2.0f / 9) * e1 + (1.0f / 90) * e3 + (32.0f / 45) * e5;
         h[1] = (-2.0f / 9) * (u[1] - u[2]) + (1.0f / 45) * (u[3] - u[4]) + (16.0f / 45) * (u[5] - u[6]);
         h[2] = (-2.0f / 9) * e1 + (2.0f / 45) * e3 + (8.0f / 45) * e5 + u[7];
+    } else {
+        /* as above with the points +-1/2 (scale 32/45) and the scales -2/9, 1/90 */
+        v16f e1 = (-2.0f / 9) * (u[1] + u[2]), d1 = (-2.0f / 9) * (u[1] - u[2]);
+        v16f e2 = (1.0f / 90) * (u[3] + u[4]), d2 = (1.0f / 90) * (u[3] - u[4]);
+        v16f e3 = (32.0f / 45) * (u[5] + u[6]), d3 = (32.0f / 45) * (u[5] - u[6]);
+        h[0] = u[0] + e1 + e2 + e3;
+        h[1] = d1 + 2.0f * d2 + 0.5f * d3;
+        h[2] = e1 + 4.0f * e2 + 0.25f * e3;
+        h[3] = d1 + 8.0f * d2 + 0.125f * d3;
+        h[4] = e1 + 16.0f * e2 + 0.0625f * e3 + u[7];
     }
 }
 
@@ -472,9 +564,9 @@ INLINE void transpose8(v8f *r)
  * rotated by 180 degrees when `rot`. Padding columns o >= cout are zero.
  * Large outputs are streamed past the caches when u is 64-byte aligned:
  * the products read them back once per block anyway. */
-INLINE void filter_body(const filter_job *j, const int m, const bool can_stream)
+INLINE void filter_body(const filter_job *j, const bool can_stream, const int m, const int r)
 {
-    const int a = m + 2;
+    const int a = m + r - 1, taps = r * r;
     const float *w = j->w;
     const int64_t cin = j->cin, cout = j->cout, so = j->so, si = j->si, coutp = round_up(cout, LANES);
     const bool rot = j->rot;
@@ -484,34 +576,34 @@ INLINE void filter_body(const filter_job *j, const int m, const bool can_stream)
     for (int64_t i = j->i0; i < j->i1; i++) {
         for (int64_t o0 = 0; o0 < coutp; o0 += LANES) {
             const int64_t no = cout - o0 < LANES ? cout - o0 : LANES;
-            float lanes[9][LANES]; /* [tap][o - o0] */
+            float lanes[25][LANES]; /* [tap][o - o0] */
             for (int64_t l = 0; l < LANES; l++) {
                 const float *k = w + (o0 + l) * so + i * si;
                 if (l >= no)
-                    for (int t = 0; t < 9; t++) lanes[t][l] = 0.0f;
+                    for (int t = 0; t < taps; t++) lanes[t][l] = 0.0f;
                 else if (rot)
-                    for (int t = 0; t < 9; t++) lanes[t][l] = k[8 - t];
+                    for (int t = 0; t < taps; t++) lanes[t][l] = k[taps - 1 - t];
                 else
-                    for (int t = 0; t < 9; t++) lanes[t][l] = k[t];
+                    for (int t = 0; t < taps; t++) lanes[t][l] = k[t];
             }
-            v16f col[3], out[8], tmp[8][3];
+            v16f col[5], out[8], tmp[8][5];
 #pragma GCC unroll 8
-            for (int s = 0; s < 3; s++) {
+            for (int s = 0; s < r; s++) {
 #pragma GCC unroll 8
-                for (int r = 0; r < 3; r++) col[r] = vload(lanes[r * 3 + s]);
-                g_1d(m, col, out);
+                for (int q = 0; q < r; q++) col[q] = vload(lanes[q * r + s]);
+                g_1d(a, r, col, out);
 #pragma GCC unroll 8
-                for (int r = 0; r < a; r++) tmp[r][s] = out[r];
+                for (int q = 0; q < a; q++) tmp[q][s] = out[q];
             }
             const int64_t f0 = o0 / PANEL * PANEL, pw = coutp - f0 < PANEL ? coutp - f0 : PANEL;
             float *dst = u + f0 * cin + i * pw + (o0 - f0);
 #pragma GCC unroll 8
-            for (int r = 0; r < a; r++) {
-                g_1d(m, tmp[r], out);
+            for (int q = 0; q < a; q++) {
+                g_1d(a, r, tmp[q], out);
 #pragma GCC unroll 8
                 for (int s = 0; s < a; s++) {
-                    if (stream) stream_avx512(dst + (r * a + s) * cin * coutp, &out[s]);
-                    else vstore(dst + (r * a + s) * cin * coutp, out[s]);
+                    if (stream) stream_avx512(dst + (q * a + s) * cin * coutp, &out[s]);
+                    else vstore(dst + (q * a + s) * cin * coutp, out[s]);
                 }
             }
         }
@@ -592,9 +684,9 @@ INLINE void pack_body(const wplan *p, const float *x, int64_t n, float *xp, cons
 }
 
 /* V rows [0, nt) = B^T d B of tiles [tile0, tile0 + nt) */
-INLINE void input_body(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v, const int m)
+INLINE void input_body(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v, const int m, const int r)
 {
-    const int a = m + 2;
+    const int a = m + r - 1;
     const int64_t cp = p->cp, rs = p->wp * cp, img_size = p->hp * p->wp * cp;
     for (int64_t j = 0; j < nt; j++) {
         int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
@@ -606,13 +698,13 @@ INLINE void input_body(const wplan *p, const float *xp, int64_t tile0, int64_t n
             for (int s = 0; s < a; s++) {
 #pragma GCC unroll 8
                 for (int i = 0; i < a; i++) col[i] = vload(src + i * rs + s * cp + c0);
-                bt_1d(m, col, out);
+                bt_1d(a, col, out);
 #pragma GCC unroll 8
                 for (int i = 0; i < a; i++) tmp[i][s] = out[i];
             }
 #pragma GCC unroll 8
             for (int i = 0; i < a; i++) {
-                bt_1d(m, tmp[i], out);
+                bt_1d(a, tmp[i], out);
 #pragma GCC unroll 8
                 for (int k = 0; k < a; k++) vstore(dst + (i * a + k) * p->vt + c0, out[k]);
             }
@@ -622,9 +714,9 @@ INLINE void input_body(const wplan *p, const float *xp, int64_t tile0, int64_t n
 
 /* Y tiles [tile0, tile0 + nt) = A^T M A (+ bias) */
 INLINE void output_body(const wplan *p, const float *mm, int64_t tile0, int64_t nt, const float *bias, float *y,
-                        const int m)
+                        const int m, const int r)
 {
-    const int a = m + 2;
+    const int a = m + r - 1;
     const int64_t fp = p->fp, rs = p->owt * fp, img_size = p->oht * p->owt * fp;
     for (int64_t j = 0; j < nt; j++) {
         int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
@@ -638,13 +730,13 @@ INLINE void output_body(const wplan *p, const float *mm, int64_t tile0, int64_t 
             for (int k = 0; k < a; k++) {
 #pragma GCC unroll 8
                 for (int i = 0; i < a; i++) col[i] = vload(src + (i * a + k) * p->mt + f0);
-                at_1d(m, col, out);
+                at_1d(m, a, col, out);
 #pragma GCC unroll 8
                 for (int i = 0; i < m; i++) tmp[i][k] = out[i];
             }
 #pragma GCC unroll 8
             for (int i = 0; i < m; i++) {
-                at_1d(m, tmp[i], out);
+                at_1d(m, a, tmp[i], out);
 #pragma GCC unroll 8
                 for (int k = 0; k < m; k++) vstore(dst + i * rs + k * fp + f0, out[k] + b);
             }
@@ -725,9 +817,9 @@ INLINE void unpack_body(const wplan *p, const float *yt, int64_t n, bool accumul
 
 /* Weight gradient: DM (tile-major, like V) = A dY A^T of the m x m output
  * gradient tiles [tile0, tile0 + nt), dyp (n, OHt, OWt, Fp) zero-padded. */
-INLINE void dm_body(const wplan *p, const float *dyp, int64_t tile0, int64_t nt, float *dm, const int m)
+INLINE void dm_body(const wplan *p, const float *dyp, int64_t tile0, int64_t nt, float *dm, const int m, const int r)
 {
-    const int a = m + 2;
+    const int a = m + r - 1;
     const int64_t fp = p->fp, rs = p->owt * fp, img_size = p->oht * p->owt * fp;
     for (int64_t j = 0; j < nt; j++) {
         int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
@@ -739,13 +831,13 @@ INLINE void dm_body(const wplan *p, const float *dyp, int64_t tile0, int64_t nt,
             for (int q = 0; q < m; q++) {
 #pragma GCC unroll 8
                 for (int i = 0; i < m; i++) col[i] = vload(src + i * rs + q * fp + f0);
-                a_1d(m, col, out);
+                a_1d(m, a, col, out);
 #pragma GCC unroll 8
                 for (int i = 0; i < a; i++) tmp[i][q] = out[i];
             }
 #pragma GCC unroll 8
             for (int i = 0; i < a; i++) {
-                a_1d(m, tmp[i], out);
+                a_1d(m, a, tmp[i], out);
 #pragma GCC unroll 8
                 for (int k = 0; k < a; k++) vstore(dst + (i * a + k) * p->mt + f0, out[k]);
             }
@@ -757,33 +849,33 @@ INLINE void dm_body(const wplan *p, const float *dyp, int64_t tile0, int64_t nt,
  * 16 output channels from f0, where dU row c (Fp floats) of position t is
  * at du + (c - c0)*Fp + t*ts. */
 INLINE void wfinal_one(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t c, int64_t f0,
-                       bool accumulate, float *dw, const int m)
+                       bool accumulate, float *dw, const int m, const int r)
 {
-    const int a = m + 2;
+    const int a = m + r - 1, taps = r * r;
     const int64_t nf = p->f - f0 < LANES ? p->f - f0 : LANES;
     const float *src = du + (c - c0) * p->fp + f0;
-    v16f tmp[3][8], col[8], out[3];
-    float lanes[9][LANES];
+    v16f tmp[5][8], col[8], out[5];
+    float lanes[25][LANES];
 #pragma GCC unroll 8
     for (int k = 0; k < a; k++) {
 #pragma GCC unroll 8
         for (int i = 0; i < a; i++) col[i] = vload(src + (i * a + k) * ts);
-        gt_1d(m, col, out);
-#pragma GCC unroll 3
-        for (int r = 0; r < 3; r++) tmp[r][k] = out[r];
+        gt_1d(a, r, col, out);
+#pragma GCC unroll 5
+        for (int q = 0; q < r; q++) tmp[q][k] = out[q];
     }
-#pragma GCC unroll 3
-    for (int r = 0; r < 3; r++) {
-        gt_1d(m, tmp[r], out);
-#pragma GCC unroll 3
-        for (int q = 0; q < 3; q++) vstore(lanes[r * 3 + q], out[q]);
+#pragma GCC unroll 5
+    for (int q = 0; q < r; q++) {
+        gt_1d(a, r, tmp[q], out);
+#pragma GCC unroll 5
+        for (int s = 0; s < r; s++) vstore(lanes[q * r + s], out[s]);
     }
     for (int64_t l = 0; l < nf; l++) {
-        float *d = dw + ((f0 + l) * p->c + c) * 9;
+        float *d = dw + ((f0 + l) * p->c + c) * taps;
         if (accumulate)
-            for (int k = 0; k < 9; k++) d[k] += lanes[k][l];
+            for (int k = 0; k < taps; k++) d[k] += lanes[k][l];
         else
-            for (int k = 0; k < 9; k++) d[k] = lanes[k][l];
+            for (int k = 0; k < taps; k++) d[k] = lanes[k][l];
     }
 }
 
@@ -791,14 +883,14 @@ INLINE void wfinal_one(const wplan *p, const float *du, int64_t ts, int64_t c0, 
  * outer, so that each lane writes its run of dw in order; a whole dU: c
  * outer, reading dU in order. */
 INLINE void wfinal_body(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t nc, bool accumulate,
-                        float *dw, const int m)
+                        float *dw, const int m, const int r)
 {
     if (nc <= GEMM_ROWS) {
         for (int64_t f0 = 0; f0 < p->fp; f0 += LANES)
-            for (int64_t c = c0; c < c0 + nc; c++) wfinal_one(p, du, ts, c0, c, f0, accumulate, dw, m);
+            for (int64_t c = c0; c < c0 + nc; c++) wfinal_one(p, du, ts, c0, c, f0, accumulate, dw, m, r);
     } else {
         for (int64_t c = c0; c < c0 + nc; c++)
-            for (int64_t f0 = 0; f0 < p->fp; f0 += LANES) wfinal_one(p, du, ts, c0, c, f0, accumulate, dw, m);
+            for (int64_t f0 = 0; f0 < p->fp; f0 += LANES) wfinal_one(p, du, ts, c0, c, f0, accumulate, dw, m, r);
     }
 }
 
@@ -1090,7 +1182,7 @@ __attribute__((target("avx2,fma"))) static void wgemm_avx2(const wplan *p, const
 /* ------------------------------------------------ per-target variants */
 
 typedef struct wkernels {
-    void (*filter)(int m, const filter_job *j);
+    void (*filter)(int m, int r, const filter_job *j);
     void (*pack)(const wplan *p, const float *x, int64_t n, float *xp);
     void (*input)(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v);
     void (*output)(const wplan *p, const float *mm, int64_t tile0, int64_t nt, const float *bias, float *y);
@@ -1102,12 +1194,22 @@ typedef struct wkernels {
     void (*wfinal)(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t nc, bool accumulate, float *dw);
 } wkernels;
 
+/* BODY(args..., m, r) with m and r as constants, for each supported pair:
+ * every transform is then straight-line code. */
+#define TILE_DISPATCH(M, R, BODY, ...)                                                                                 \
+    do {                                                                                                               \
+        if ((R) == 5) {                                                                                                \
+            if ((M) == 2) BODY(__VA_ARGS__, 2, 5);                                                                     \
+            else BODY(__VA_ARGS__, 4, 5);                                                                              \
+        } else if ((M) == 2) BODY(__VA_ARGS__, 2, 3);                                                                  \
+        else if ((M) == 4) BODY(__VA_ARGS__, 4, 3);                                                                    \
+        else BODY(__VA_ARGS__, 6, 3);                                                                                  \
+    } while (0)
+
 #define DEFINE_KERNELS(NAME, TARGET, XPOSE, STREAM, GEMM, WGEMM)                                                       \
-    TARGET static void filter_##NAME(int m, const filter_job *j)                                                       \
+    TARGET static void filter_##NAME(int m, int r, const filter_job *j)                                                \
     {                                                                                                                  \
-        if (m == 2) filter_body(j, 2, STREAM);                                                                         \
-        else if (m == 4) filter_body(j, 4, STREAM);                                                                    \
-        else filter_body(j, 6, STREAM);                                                                                \
+        TILE_DISPATCH(m, r, filter_body, j, STREAM);                                                                   \
     }                                                                                                                  \
     TARGET static void pack_##NAME(const wplan *p, const float *x, int64_t n, float *xp)                               \
     {                                                                                                                  \
@@ -1115,16 +1217,12 @@ typedef struct wkernels {
     }                                                                                                                  \
     TARGET static void input_##NAME(const wplan *p, const float *xp, int64_t tile0, int64_t nt, float *v)              \
     {                                                                                                                  \
-        if (p->m == 2) input_body(p, xp, tile0, nt, v, 2);                                                             \
-        else if (p->m == 4) input_body(p, xp, tile0, nt, v, 4);                                                        \
-        else input_body(p, xp, tile0, nt, v, 6);                                                                       \
+        TILE_DISPATCH(p->m, p->r, input_body, p, xp, tile0, nt, v);                                                    \
     }                                                                                                                  \
     TARGET static void output_##NAME(const wplan *p, const float *mm, int64_t tile0, int64_t nt,                       \
                                      const float *bias, float *y)                                                      \
     {                                                                                                                  \
-        if (p->m == 2) output_body(p, mm, tile0, nt, bias, y, 2);                                                      \
-        else if (p->m == 4) output_body(p, mm, tile0, nt, bias, y, 4);                                                 \
-        else output_body(p, mm, tile0, nt, bias, y, 6);                                                                \
+        TILE_DISPATCH(p->m, p->r, output_body, p, mm, tile0, nt, bias, y);                                             \
     }                                                                                                                  \
     TARGET static void unpack_##NAME(const wplan *p, const float *yt, int64_t n, bool accumulate, float *y)            \
     {                                                                                                                  \
@@ -1132,16 +1230,12 @@ typedef struct wkernels {
     }                                                                                                                  \
     TARGET static void dm_##NAME(const wplan *p, const float *dyp, int64_t tile0, int64_t nt, float *dm)               \
     {                                                                                                                  \
-        if (p->m == 2) dm_body(p, dyp, tile0, nt, dm, 2);                                                              \
-        else if (p->m == 4) dm_body(p, dyp, tile0, nt, dm, 4);                                                         \
-        else dm_body(p, dyp, tile0, nt, dm, 6);                                                                        \
+        TILE_DISPATCH(p->m, p->r, dm_body, p, dyp, tile0, nt, dm);                                                     \
     }                                                                                                                  \
     TARGET static void wfinal_##NAME(const wplan *p, const float *du, int64_t ts, int64_t c0, int64_t nc,              \
                                      bool accumulate, float *dw)                                                       \
     {                                                                                                                  \
-        if (p->m == 2) wfinal_body(p, du, ts, c0, nc, accumulate, dw, 2);                                              \
-        else if (p->m == 4) wfinal_body(p, du, ts, c0, nc, accumulate, dw, 4);                                         \
-        else wfinal_body(p, du, ts, c0, nc, accumulate, dw, 6);                                                        \
+        TILE_DISPATCH(p->m, p->r, wfinal_body, p, du, ts, c0, nc, accumulate, dw);                                     \
     }                                                                                                                  \
     static const wkernels kernels_##NAME = {filter_##NAME, pack_##NAME, input_##NAME, output_##NAME,                   \
                                             unpack_##NAME, GEMM,        dm_##NAME,    WGEMM,                           \
@@ -1165,7 +1259,7 @@ static const wkernels *pick_kernels(void)
     return level == 2 ? &kernels_avx512 : level == 1 ? &kernels_avx2 : &kernels_sse;
 }
 
-static void transform_filter(int m, const filter_job *j) { pick_kernels()->filter(m, j); }
+static void transform_filter(int m, int r, const filter_job *j) { pick_kernels()->filter(m, r, j); }
 
 /* ------------------------------------------------------------- driver */
 
@@ -1277,7 +1371,7 @@ mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, con
 {
     if (!mx_winograd_supported(g)) return MX_ERROR(MX_ERR_INVALID, "winograd: unsupported convolution geometry");
     if (images <= 0) {
-        if (!accumulate) memset(dw, 0, (size_t)(g->out_c * g->in_c * 9) * sizeof(float));
+        if (!accumulate) memset(dw, 0, (size_t)(g->out_c * g->in_c * g->k_h * g->k_w) * sizeof(float));
         return MX_OK;
     }
     wgplan q;

@@ -1,8 +1,10 @@
 /*
- * winograd.h - 3x3 stride-1 convolution by Winograd minimal filtering
- * (Lavin & Gray 2015, "Fast Algorithms for Convolutional Neural Networks"),
- * F(m x m, 3 x 3) with output tiles of m = 2, 4 or 6 (alpha = m + 2 input
- * points, T = alpha^2 tile positions):
+ * winograd.h - 3x3 and 5x5 stride-1 convolution by Winograd minimal
+ * filtering (Lavin & Gray 2015, "Fast Algorithms for Convolutional Neural
+ * Networks"), F(m x m, r x r) with output tiles of m = 2, 4 or 6 for r = 3
+ * and m = 2 or 4 for r = 5 (alpha = m + r - 1 input points, T = alpha^2
+ * tile positions; F(4, 3) and F(2, 5) share the alpha-6 input transform,
+ * F(6, 3) and F(4, 5) the alpha-8 one):
  *
  *   filter transform   U = G g G^T           u (T, C, Fp)      once per w
  *   input transform    V = B^T d B           V (tiles, T, C)   per block
@@ -31,12 +33,14 @@
  * weights uniform in [-1, 1), up to 160 channels; tests/test_winograd.c):
  * forward and backward-data F(2x2) 2.3e-7 (im2col + SGEMM: 2.8e-7),
  * F(4x4) 3.5e-6, F(6x6) 6.4e-6; weight gradient F(2x2) 2.5e-7, F(4x4)
- * 1.8e-6, F(6x6) 3.0e-6.
+ * 1.8e-6, F(6x6) 3.0e-6. 5x5: forward and backward-data F(2x2, 5x5)
+ * 1.7e-6, F(4x4, 5x5) 2.6e-6; weight gradient 4.2e-6 and 1.1e-5.
  *
  * Tile size: mx_winograd_tile() chooses m from the geometry (never from
  * the batch size, so transform_filter and forward agree; F(4) unless the
- * output is so small that F(2) computes fewer products). The environment
- * variable MX_WINOGRAD_TILE=2|4|6 overrides it (tests and benchmarks; set
+ * output is so small that F(2) computes fewer products, for both kernel
+ * sizes). The environment variable MX_WINOGRAD_TILE=2|4|6 (2|4 for 5x5)
+ * overrides it (tests and benchmarks; set
  * it before transforming the filters), and MX_WINOGRAD_ISA=sse|avx2|avx512
  * caps the vector code used.
  */
@@ -49,8 +53,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* True when g is a 3x3, stride-1, dilation-1, groups-1 convolution with
- * pads 0..2 (each axis) and a non-empty output, which Winograd handles. */
+/* True when g is a 3x3 or 5x5, stride-1, dilation-1, groups-1 convolution
+ * with pads 0..r-1 (each axis) and a non-empty output, which Winograd
+ * handles. */
 bool mx_winograd_supported(const mx_conv_geom *g);
 
 /* True when Winograd is expected to beat im2col + SGEMM on one thread for
@@ -65,7 +70,7 @@ bool mx_winograd_profitable(const mx_conv_geom *g);
 int mx_winograd_tile(const mx_conv_geom *g);
 
 /* Bytes of the transformed filters for g, and the transform itself:
- * w (F, C, 3, 3) -> u (T, C, Fp), each u_t stored as column panels of 32
+ * w (F, C, r, r) -> u (T, C, Fp), each u_t stored as column panels of 32
  * output channels. Any alignment, but allocate u 64-byte aligned: large
  * transforms (>= 2 MB) are then written with streaming stores, 2-3x
  * faster (they are bound by memory bandwidth). */
@@ -91,9 +96,9 @@ mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float
 
 /* Backward-data as a Winograd convolution too: dx is the full correlation
  * of dy with w rotated by 180 degrees and its channel axes swapped, i.e. a
- * 3x3 stride-1 convolution of dy (F, OH, OW) with pad 2 - pad giving
+ * r x r stride-1 convolution of dy (F, OH, OW) with pad r - 1 - pad giving
  * (C, H, W). gb gets that geometry (in_c = F, out_c = C, in = OH x OW,
- * out = H x W, pad 2 - pad, same batch); u_b (filter_bytes(gb) bytes) its
+ * out = H x W, pad r - 1 - pad, same batch); u_b (filter_bytes(gb) bytes) its
  * transformed filter. Then
  *   mx_winograd_forward(&gb, u_b, dy, images, NULL, accumulate, dx, scratch)
  * with scratch of mx_winograd_scratch_bytes(&gb, images) bytes. */
@@ -104,7 +109,7 @@ void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const flo
 
 /* Weight gradient as Winograd products too: with U = G g G^T and
  * Y = A^T (U . V) A per tile, dL/dU = sum over tiles of (A dY A^T) . V,
- * and dw = G^T (dL/dU) G. dw (F, C, 3, 3) = the weight gradient over
+ * and dw = G^T (dL/dU) G. dw (F, C, r, r) = the weight gradient over
  * images [0, images) of x (N, C, H, W) and dy (N, F, OH, OW) (pointers at
  * the first image); with accumulate, dw += it. Single-threaded; for data
  * parallelism give each thread its own dw (then sum them) or run the
