@@ -8,10 +8,16 @@
  *   backward-data    dcol_g (K, P) = w_g^T (K, F/G) * dy_g (F/G, P),
  *                    then col2im adds dcol back onto dx.
  * P grows to B*P when B images are lowered side by side.
+ *
+ * Layers where another method is faster take it instead, with the same
+ * split of the batch across threads: Winograd (3x3 and 5x5, stride 1;
+ * ops/winograd.h) and direct implicit-GEMM kernels (strided layers;
+ * ops/conv_direct.h).
  */
 #include "ops/im2col.h"
 
 #include "blas/blas.h"
+#include "ops/conv_direct.h"
 #include "ops/winograd.h"
 
 #include <stdatomic.h>
@@ -367,6 +373,8 @@ typedef struct conv_call {
     const float *u;      /* Winograd: transformed filters (forward), or of gb (backward-data); NULL: none */
     mx_conv_geom gb;     /* Winograd backward-data: the convolution of dy that gives dx */
     bool wino_dw;        /* Winograd weight gradient */
+    const float *packed; /* direct kernels: packed weights (forward), or packed for backward-data; NULL: none */
+    bool direct_dw;      /* direct weight gradient */
     int64_t chunk;       /* images lowered side by side */
     int64_t piece;       /* images per piece when the batch is split */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
@@ -503,6 +511,20 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         }
         return;
     }
+    if (c->packed) {
+        const mx_conv_geom *g = c->g;
+        void *scratch = mx_thread_scratch(0, mx_direct_scratch_bytes(g, c->piece));
+        if (!scratch) {
+            atomic_store(&c->failed, 1);
+            return;
+        }
+        for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
+            int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
+            mx_direct_forward(g, c->packed, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
+                              c->y + p0 * out_image(g), scratch);
+        }
+        return;
+    }
     float *col = mx_thread_scratch(0, mx_conv_workspace_bytes(c->g, c->chunk));
     if (!col) {
         atomic_store(&c->failed, 1);
@@ -522,10 +544,13 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     const mx_conv_geom *g = c->g;
     bool lowering = c->lower_dx || c->lower_dw;
     float *col = lowering ? mx_thread_scratch(0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
-    size_t wino_bytes = 0;
+    size_t wino_bytes = 0; /* Winograd's or the direct kernels' scratch */
     if (c->u) wino_bytes = mx_winograd_scratch_bytes(&c->gb, c->piece);
     if (c->wino_dw && mx_winograd_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
         wino_bytes = mx_winograd_wgrad_scratch_bytes(g, c->piece);
+    if (c->packed) wino_bytes = mx_direct_scratch_bytes(g, c->piece);
+    if (c->direct_dw && mx_direct_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
+        wino_bytes = mx_direct_wgrad_scratch_bytes(g, c->piece);
     void *wino = wino_bytes ? mx_thread_scratch(3, wino_bytes) : NULL;
     if ((lowering && !col) || (wino_bytes && !wino)) {
         atomic_store(&c->failed, 1);
@@ -542,6 +567,12 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         if (c->wino_dw)
             mx_winograd_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
                                         wino);
+        if (c->packed)
+            mx_direct_backward_data(g, c->packed, c->dy + p0 * out_image(g), p1 - p0, c->req == MX_REQ_ADD,
+                                    c->dx + p0 * in_image(g), wino);
+        if (c->direct_dw)
+            mx_direct_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
+                                      wino);
         if (!lowering) continue;
         float beta_dw = 0.0f;
         for (int64_t n0 = p0; n0 < p1; n0 += c->chunk) {
@@ -618,6 +649,17 @@ static float *transform_filters(mx_threadpool *pool, const mx_conv_geom *g, cons
     return u;
 }
 
+/* The direct kernels' packed weights in the caller's scratch slot 2, or
+ * NULL when out of memory. */
+static float *pack_direct(const mx_conv_geom *g, const float *w, bool backward)
+{
+    float *packed = mx_thread_scratch(2, mx_direct_packed_bytes(g));
+    if (!packed) return NULL;
+    if (backward) mx_direct_pack_weights_backward(g, w, packed);
+    else mx_direct_pack_weights(g, w, packed);
+    return packed;
+}
+
 static mx_status scratch_failed(void)
 {
     return MX_ERROR(MX_ERR_NOMEM, "convolution: cannot allocate a thread's column buffer");
@@ -637,6 +679,13 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
         if (c.piece == 0) c.piece = g->batch;
         c.u = transform_filters(pool, g, w, false);
         if (!c.u) return MX_ERR_NOMEM;
+        mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
+        return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
+    }
+    if (mx_direct_profitable(g)) {
+        if (c.piece == 0) c.piece = g->batch;
+        c.packed = pack_direct(g, w, false);
+        if (!c.packed) return MX_ERR_NOMEM;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
     }
@@ -668,20 +717,22 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
                    .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
-    bool wino = mx_winograd_profitable(g);
-    if (wino) {
-        c.wino_dw = need_dw;
+    bool wino = mx_winograd_profitable(g), direct = !wino && mx_direct_profitable(g);
+    if (wino || direct) { /* whole images per thread, never lowered */
+        c.wino_dw = wino && need_dw;
+        c.direct_dw = direct && need_dw;
         c.lower_dw = c.lower_dx = false;
         if (c.piece == 0) c.piece = g->batch;
     }
     int64_t n_pieces = c.piece > 0 ? ceil_div(g->batch, c.piece) : 0;
-    if (!wino && c.piece > 0 && need_dw && (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
+    if (!wino && !direct && c.piece > 0 && need_dw &&
+        (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
         c.piece = 0;
     if (c.piece > 0 && need_dw) {
         /* The caller's scratch slot 1: pieces (the caller's included) lower into slot 0. */
         c.dw_parts = mx_thread_scratch(1, (size_t)(n_pieces * dw_size) * sizeof(float));
         if (!c.dw_parts) {
-            if (wino) return MX_ERR_NOMEM;
+            if (wino || direct) return MX_ERR_NOMEM;
             c.piece = 0;
         }
     }
@@ -689,6 +740,10 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
         mx_winograd_backward_geom(g, &c.gb);
         c.u = transform_filters(pool, g, w, true);
         if (!c.u) return MX_ERR_NOMEM;
+    }
+    if (direct && need_dx) {
+        c.packed = pack_direct(g, w, true);
+        if (!c.packed) return MX_ERR_NOMEM;
     }
     if (c.piece > 0) {
         c.chunk = piece_chunk(g, c.piece);

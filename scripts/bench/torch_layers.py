@@ -212,8 +212,9 @@ def main():
       "the machine: read ratios, not absolute times)." %
       (cpu_model(), os.cpu_count() or 0, ", ".join("%.2f" % v for v in load)))
     w("- **ours**: `build/bin/mxbench` timing the registered operators' CPU kernels on a kernel pool of "
-      "`OMP_NUM_THREADS=%d` threads: each thread takes its own images (im2col + single-threaded OpenBLAS "
-      "`cblas_sgemm`, or Winograd F(4x4,3x3) for 3x3 stride-1 layers with 4+ channels each side); "
+      "`OMP_NUM_THREADS=%d` threads: each thread takes its own images: Winograd F(4x4,3x3) / F(4x4,5x5) "
+      "for 3x3 and 5x5 stride-1 layers with 4+ channels each side, direct implicit-GEMM AVX-512 kernels "
+      "for strided layers where they win, else im2col + single-threaded OpenBLAS `cblas_sgemm`; "
       "fully-connected products split into blocks of the output. The SGEMM reference runs on OpenBLAS's "
       "own %d threads." % (THREADS, THREADS))
     w("- **torch**: PyTorch %s (Debian python3-torch), `torch.set_num_threads(%d)`, `F.conv2d` / `F.linear` "

@@ -1,0 +1,535 @@
+/* test_conv_direct.c - the direct strided convolution (lib/ops/conv_direct.c)
+ * forward, backward-data and weight gradient against a float64 direct
+ * convolution: random shapes (strides 1..4 per axis, kernels 1..7 and
+ * non-square, pads 0..k-1, odd sizes, 1..40 channels, batches 1..3), the
+ * target layers (ResNet-18/20 3x3/2 and 1x1/2, the 7x7/2 and 11x11/4
+ * stems) at batch 1-2, bias, accumulate, one call for all images or one
+ * per image, NULL scratch; and against im2col + SGEMM (mx_conv_forward /
+ * mx_conv_backward) on the same data. Also: MX_DIRECT_ISA=none turns the
+ * kernels off, unsupported geometries are refused, scratch never grows
+ * for fewer images.
+ *
+ * Error measure, per output: |got - ref| / S, S the sum of |terms| of that
+ * output (|x*w| products, |bias|, |previous value| when accumulating); an
+ * output with S = 0 must be exactly 0. Bound ERR_BOUND = 1e-5 for every
+ * direction (float32 sums of up to ~10^4 products, each rounded once by
+ * FMA); the measured maxima are printed.
+ */
+#include "ops/conv_direct.h"
+#include "ops/im2col.h"
+
+#include <cblas.h>
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ERR_BOUND 1e-5
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double uniform(double lo, double hi)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(uniform(0, 1) * (double)(hi - lo + 1)); }
+
+static float *rand_floats(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    ck_assert_ptr_nonnull(p);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)uniform(-1, 1);
+    return p;
+}
+
+static double *doubles(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static mx_conv_geom geom(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,
+                         int64_t sw, int64_t ph, int64_t pw)
+{
+    mx_conv_geom g = {.batch = n,
+                      .in_c = c,
+                      .in_h = h,
+                      .in_w = w,
+                      .out_c = f,
+                      .out_h = (h + 2 * ph - kh) / sh + 1,
+                      .out_w = (w + 2 * pw - kw) / sw + 1,
+                      .k_h = kh,
+                      .k_w = kw,
+                      .stride_h = sh,
+                      .stride_w = sw,
+                      .dil_h = 1,
+                      .dil_w = 1,
+                      .pad_h = ph,
+                      .pad_w = pw,
+                      .groups = 1};
+    return g;
+}
+
+/* The float64 references: each output's value and sum of |terms|. */
+static void ref_forward(const mx_conv_geom *g, const float *x, const float *w, const float *bias, double *ref,
+                        double *abs_sum)
+{
+    const int64_t C = g->in_c, F = g->out_c, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    for (int64_t n = 0; n < g->batch; n++)
+        for (int64_t f = 0; f < F; f++)
+            for (int64_t oy = 0; oy < OH; oy++)
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    double acc = bias ? bias[f] : 0.0, a = bias ? fabs(bias[f]) : 0.0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t i = 0; i < g->k_h; i++) {
+                            int64_t iy = oy * g->stride_h - g->pad_h + i;
+                            if (iy < 0 || iy >= H) continue;
+                            for (int64_t j = 0; j < g->k_w; j++) {
+                                int64_t ix = ox * g->stride_w - g->pad_w + j;
+                                if (ix < 0 || ix >= W) continue;
+                                double t = (double)x[((n * C + c) * H + iy) * W + ix] *
+                                           (double)w[((f * C + c) * g->k_h + i) * g->k_w + j];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                        }
+                    int64_t at = ((n * F + f) * OH + oy) * OW + ox;
+                    ref[at] = acc;
+                    abs_sum[at] = a;
+                }
+}
+
+/* dx[n,c,iy,ix] = sum over f, i, j with (iy + ph - i) = oy*sh, (ix + pw - j) = ox*sw */
+static void ref_backward(const mx_conv_geom *g, const float *dy, const float *w, double *ref, double *abs_sum)
+{
+    const int64_t C = g->in_c, F = g->out_c, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    for (int64_t n = 0; n < g->batch; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t iy = 0; iy < H; iy++)
+                for (int64_t ix = 0; ix < W; ix++) {
+                    double acc = 0, a = 0;
+                    for (int64_t f = 0; f < F; f++)
+                        for (int64_t i = 0; i < g->k_h; i++) {
+                            int64_t ty = iy + g->pad_h - i;
+                            if (ty < 0 || ty % g->stride_h || ty / g->stride_h >= OH) continue;
+                            for (int64_t j = 0; j < g->k_w; j++) {
+                                int64_t tx = ix + g->pad_w - j;
+                                if (tx < 0 || tx % g->stride_w || tx / g->stride_w >= OW) continue;
+                                double t = (double)dy[((n * F + f) * OH + ty / g->stride_h) * OW + tx / g->stride_w] *
+                                           (double)w[((f * C + c) * g->k_h + i) * g->k_w + j];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                        }
+                    int64_t at = ((n * C + c) * H + iy) * W + ix;
+                    ref[at] = acc;
+                    abs_sum[at] = a;
+                }
+}
+
+static void ref_weight(const mx_conv_geom *g, const float *x, const float *dy, double *ref, double *abs_sum)
+{
+    const int64_t C = g->in_c, F = g->out_c, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    for (int64_t f = 0; f < F; f++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < g->k_h; i++)
+                for (int64_t j = 0; j < g->k_w; j++) {
+                    double acc = 0, a = 0;
+                    for (int64_t n = 0; n < g->batch; n++)
+                        for (int64_t oy = 0; oy < OH; oy++) {
+                            int64_t iy = oy * g->stride_h - g->pad_h + i;
+                            if (iy < 0 || iy >= H) continue;
+                            for (int64_t ox = 0; ox < OW; ox++) {
+                                int64_t ix = ox * g->stride_w - g->pad_w + j;
+                                if (ix < 0 || ix >= W) continue;
+                                double t = (double)dy[((n * F + f) * OH + oy) * OW + ox] *
+                                           (double)x[((n * C + c) * H + iy) * W + ix];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                        }
+                    int64_t at = ((f * C + c) * g->k_h + i) * g->k_w + j;
+                    ref[at] = acc;
+                    abs_sum[at] = a;
+                }
+}
+
+/* Largest |got - (prev + ref)| / (|prev| + S) over n outputs (prev NULL:
+ * 0); an output whose scale is 0 must match exactly (else returns 1). */
+static double rel_err(const float *got, const float *prev, const double *ref, const double *abs_sum, int64_t n)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double want = ref[i] + (prev ? prev[i] : 0.0), scale = abs_sum[i] + (prev ? fabs(prev[i]) : 0.0);
+        double d = fabs((double)got[i] - want);
+        double e = scale > 0 ? d / scale : d == 0 ? 0.0 : 1.0;
+        if (!(e <= worst)) worst = e; /* NaN sticks */
+    }
+    return worst;
+}
+
+static double worst_fwd, worst_bwd, worst_wgt;
+
+static void note(double *worst, double e)
+{
+    if (!(e <= *worst)) *worst = e;
+}
+
+static void print_worst(const char *what)
+{
+    printf("%s: max error / sum of |terms|: forward %.2e, backward-data %.2e, weight gradient %.2e (bound %.0e)\n",
+           what, worst_fwd, worst_bwd, worst_wgt, ERR_BOUND);
+}
+
+#define SHAPE_FMT "(%lld,%lld,%lld,%lld) k%lldx%lld s%lld,%lld p%lld,%lld -> %lld"
+#define SHAPE_ARGS(g)                                                                                                  \
+    (long long)(g).batch, (long long)(g).in_c, (long long)(g).in_h, (long long)(g).in_w, (long long)(g).k_h,          \
+        (long long)(g).k_w, (long long)(g).stride_h, (long long)(g).stride_w, (long long)(g).pad_h,                   \
+        (long long)(g).pad_w, (long long)(g).out_c
+
+/* Every direction and mode on one geometry. */
+static void check_geom(const mx_conv_geom *gp, bool use_bias)
+{
+    const mx_conv_geom g = *gp;
+    ck_assert_msg(mx_direct_supported(&g), "not supported: " SHAPE_FMT, SHAPE_ARGS(g));
+    const int64_t n = g.batch, C = g.in_c, F = g.out_c;
+    const int64_t in_img = C * g.in_h * g.in_w, out_img = F * g.out_h * g.out_w;
+    const int64_t nx = n * in_img, ny = n * out_img, nw = F * C * g.k_h * g.k_w;
+    float *x = rand_floats(nx), *w = rand_floats(nw), *bias = use_bias ? rand_floats(F) : NULL;
+    float *dy = rand_floats(ny), *y0 = rand_floats(ny), *dx0 = rand_floats(nx), *dw0 = rand_floats(nw);
+    float *y = malloc((size_t)ny * sizeof(float)), *dx = malloc((size_t)nx * sizeof(float));
+    float *dw = malloc((size_t)nw * sizeof(float)), *packed = malloc(mx_direct_packed_bytes(&g));
+    float *packed_b = malloc(mx_direct_packed_bytes(&g));
+    double *ref_y = doubles(ny), *abs_y = doubles(ny), *ref_dx = doubles(nx), *abs_dx = doubles(nx);
+    double *ref_w = doubles(nw), *abs_w = doubles(nw);
+    ck_assert(y && dx && dw && packed && packed_b);
+    ref_forward(&g, x, w, bias, ref_y, abs_y);
+    ref_backward(&g, dy, w, ref_dx, abs_dx);
+    ref_weight(&g, x, dy, ref_w, abs_w);
+    ck_assert_uint_eq(mx_direct_packed_bytes(&g), (size_t)nw * sizeof(float));
+    mx_direct_pack_weights(&g, w, packed);
+    mx_direct_pack_weights_backward(&g, w, packed_b);
+    /* scratch for the whole batch, misaligned by 4 bytes; sized exactly
+     * (ASan catches plain reads past it) */
+    size_t sb = mx_direct_scratch_bytes(&g, n), wsb = mx_direct_wgrad_scratch_bytes(&g, n);
+    char *scratch = malloc((sb > wsb ? sb : wsb) + 4);
+    ck_assert_ptr_nonnull(scratch);
+    double e;
+
+    /* forward: write, whole batch */
+    for (int64_t i = 0; i < ny; i++) y[i] = NAN;
+    ck_assert_int_eq(mx_direct_forward(&g, packed, x, n, bias, false, y, scratch + 4), MX_OK);
+    e = rel_err(y, NULL, ref_y, abs_y, ny);
+    note(&worst_fwd, e);
+    ck_assert_msg(e <= ERR_BOUND, "forward " SHAPE_FMT ": err %g", SHAPE_ARGS(g), e);
+    /* forward: accumulate, one image per call, NULL scratch */
+    memcpy(y, y0, (size_t)ny * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_int_eq(mx_direct_forward(&g, packed, x + i * in_img, 1, bias, true, y + i * out_img, NULL), MX_OK);
+    e = rel_err(y, y0, ref_y, abs_y, ny);
+    note(&worst_fwd, e);
+    ck_assert_msg(e <= ERR_BOUND, "forward accumulate " SHAPE_FMT ": err %g", SHAPE_ARGS(g), e);
+
+    /* backward-data: write, whole batch */
+    for (int64_t i = 0; i < nx; i++) dx[i] = NAN;
+    ck_assert_int_eq(mx_direct_backward_data(&g, packed_b, dy, n, false, dx, scratch + 4), MX_OK);
+    e = rel_err(dx, NULL, ref_dx, abs_dx, nx);
+    note(&worst_bwd, e);
+    ck_assert_msg(e <= ERR_BOUND, "backward-data " SHAPE_FMT ": err %g", SHAPE_ARGS(g), e);
+    /* backward-data: accumulate, one image per call */
+    memcpy(dx, dx0, (size_t)nx * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_int_eq(mx_direct_backward_data(&g, packed_b, dy + i * out_img, 1, true, dx + i * in_img, scratch),
+                         MX_OK);
+    e = rel_err(dx, dx0, ref_dx, abs_dx, nx);
+    note(&worst_bwd, e);
+    ck_assert_msg(e <= ERR_BOUND, "backward-data accumulate " SHAPE_FMT ": err %g", SHAPE_ARGS(g), e);
+
+    /* weight gradient: write, whole batch, NULL scratch */
+    for (int64_t i = 0; i < nw; i++) dw[i] = NAN;
+    ck_assert_int_eq(mx_direct_backward_weight(&g, x, dy, n, false, dw, NULL), MX_OK);
+    e = rel_err(dw, NULL, ref_w, abs_w, nw);
+    note(&worst_wgt, e);
+    ck_assert_msg(e <= ERR_BOUND, "weight gradient " SHAPE_FMT ": err %g", SHAPE_ARGS(g), e);
+    /* weight gradient: accumulated one image at a time onto dw0 */
+    memcpy(dw, dw0, (size_t)nw * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_int_eq(
+            mx_direct_backward_weight(&g, x + i * in_img, dy + i * out_img, 1, true, dw, scratch + 4), MX_OK);
+    e = rel_err(dw, dw0, ref_w, abs_w, nw);
+    note(&worst_wgt, e);
+    ck_assert_msg(e <= ERR_BOUND, "weight gradient accumulate " SHAPE_FMT ": err %g", SHAPE_ARGS(g), e);
+
+    /* im2col + SGEMM on the same data, and the direct results against it */
+    float *yi = malloc((size_t)ny * sizeof(float)), *dxi = malloc((size_t)nx * sizeof(float));
+    float *dwi = malloc((size_t)nw * sizeof(float));
+    ck_assert(yi && dxi && dwi);
+    setenv("MX_DIRECT_ISA", "none", 1); /* mx_conv_* would pick the direct kernels themselves */
+    ck_assert_int_eq(mx_conv_forward(NULL, &g, x, w, bias, yi, MX_REQ_WRITE, NULL, 0), MX_OK);
+    ck_assert_int_eq(mx_conv_backward(NULL, &g, x, w, dy, dxi, MX_REQ_WRITE, dwi, MX_REQ_WRITE, NULL, 0), MX_OK);
+    unsetenv("MX_DIRECT_ISA");
+    ck_assert_int_eq(mx_direct_forward(&g, packed, x, n, bias, false, y, scratch), MX_OK);
+    ck_assert_int_eq(mx_direct_backward_data(&g, packed_b, dy, n, false, dx, scratch), MX_OK);
+    ck_assert_int_eq(mx_direct_backward_weight(&g, x, dy, n, false, dw, scratch), MX_OK);
+    double ei = rel_err(yi, NULL, ref_y, abs_y, ny);
+    ck_assert_msg(ei <= ERR_BOUND, "im2col forward: err %g", ei);
+    ei = rel_err(dxi, NULL, ref_dx, abs_dx, nx);
+    ck_assert_msg(ei <= ERR_BOUND, "im2col backward-data: err %g", ei);
+    ei = rel_err(dwi, NULL, ref_w, abs_w, nw);
+    ck_assert_msg(ei <= ERR_BOUND, "im2col weight gradient: err %g", ei);
+    struct {
+        const float *a, *b;
+        const double *scale;
+        int64_t n;
+        const char *what;
+    } pairs[] = {{y, yi, abs_y, ny, "forward"}, {dx, dxi, abs_dx, nx, "backward-data"}, {dw, dwi, abs_w, nw, "wgrad"}};
+    for (int k = 0; k < 3; k++)
+        for (int64_t i = 0; i < pairs[k].n; i++) {
+            double d = fabs((double)pairs[k].a[i] - pairs[k].b[i]);
+            ck_assert_msg(d <= 2 * ERR_BOUND * pairs[k].scale[i], "direct vs im2col %s " SHAPE_FMT " at %lld: %g vs %g",
+                          pairs[k].what, SHAPE_ARGS(g), (long long)i, pairs[k].a[i], pairs[k].b[i]);
+        }
+    free(yi);
+    free(dxi);
+    free(dwi);
+
+    free(scratch);
+    free(x);
+    free(w);
+    free(bias);
+    free(dy);
+    free(y0);
+    free(dx0);
+    free(dw0);
+    free(y);
+    free(dx);
+    free(dw);
+    free(packed);
+    free(packed_b);
+    free(ref_y);
+    free(abs_y);
+    free(ref_dx);
+    free(abs_dx);
+    free(ref_w);
+    free(abs_w);
+}
+
+/* Random shapes: strides 1..4 per axis, kernels 1..7 (non-square too),
+ * pads 0..k-1, sizes 1..31, channels 1..40, batches 1..3. */
+START_TEST(random_shapes)
+{
+    rng_state = 0x1234567887654321ull;
+    int done = 0;
+    while (done < 150) {
+        int64_t kh = irand(1, 7), kw = irand(1, 7);
+        if (irand(0, 2) == 0) kw = kh;
+        int64_t sh = irand(1, 4), sw = irand(1, 4);
+        if (irand(0, 3) == 0) sw = sh;
+        int64_t ph = irand(0, kh - 1), pw = irand(0, kw - 1);
+        int64_t h = irand(1, 31), w = irand(1, 31);
+        if (h + 2 * ph < kh || w + 2 * pw < kw) continue;
+        int64_t n = irand(1, 3), c = irand(1, 40), f = irand(1, 40);
+        mx_conv_geom g = geom(n, c, f, h, w, kh, kw, sh, sw, ph, pw);
+        while (n * c * f * kh * kw * g.out_h * g.out_w > 3000000) {
+            if (c > 1) c = (c + 1) / 2;
+            else if (f > 1) f = (f + 1) / 2;
+            else n = 1;
+            g = geom(n, c, f, h, w, kh, kw, sh, sw, ph, pw);
+        }
+        check_geom(&g, done % 3 != 0);
+        done++;
+    }
+    print_worst("random shapes");
+}
+END_TEST
+
+/* Hand-picked edges: 1x1 outputs, channels around 16 and the register
+ * blocks (8, 6, 24), stride above the kernel, wide rows, tall kernels. */
+START_TEST(edge_shapes)
+{
+    static const int64_t cases[][11] = {
+        /* n, c, f, h, w, kh, kw, sh, sw, ph, pw */
+        {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},     {2, 1, 1, 3, 3, 3, 3, 2, 2, 0, 0},
+        {1, 3, 5, 2, 2, 1, 1, 2, 2, 0, 0},     {2, 16, 16, 7, 9, 3, 3, 2, 2, 1, 1},
+        {3, 17, 33, 12, 10, 3, 3, 2, 2, 1, 1}, {1, 15, 24, 13, 13, 5, 5, 3, 3, 2, 2},
+        {2, 8, 48, 9, 9, 1, 1, 4, 4, 0, 0},    {1, 5, 7, 40, 3, 7, 1, 2, 1, 3, 0},
+        {1, 4, 9, 3, 40, 1, 7, 1, 2, 0, 3},    {2, 6, 18, 1, 33, 1, 3, 1, 2, 0, 1},
+        {1, 9, 11, 30, 30, 2, 2, 2, 2, 1, 1},  {1, 2, 3, 50, 70, 3, 3, 2, 2, 1, 1},
+        {3, 40, 40, 6, 6, 6, 6, 4, 4, 5, 5},   {1, 7, 64, 17, 5, 4, 2, 3, 1, 3, 1},
+        /* backward-data reading dy in place (one tap per phase, whole rows) */
+        {2, 5, 7, 10, 12, 2, 2, 2, 2, 0, 0},   {3, 9, 20, 31, 29, 1, 1, 3, 3, 0, 0},
+        {2, 24, 9, 11, 13, 2, 2, 2, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t *k = cases[i];
+        mx_conv_geom g = geom(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10]);
+        check_geom(&g, i % 2 == 0);
+    }
+    print_worst("edge shapes");
+}
+END_TEST
+
+/* The layers the kernels are for, at batch 1-2 (bands split the large ones). */
+START_TEST(target_layers)
+{
+    static const int64_t cases[][11] = {
+        {2, 32, 64, 16, 16, 3, 3, 2, 2, 1, 1},   /* ResNet-20 stage3 3x3/2 */
+        {2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1},   /* ResNet-20 stage2 3x3/2 */
+        {1, 64, 128, 56, 56, 3, 3, 2, 2, 1, 1},  /* ResNet-18 layer2 3x3/2 */
+        {1, 64, 128, 56, 56, 1, 1, 2, 2, 0, 0},  /* ResNet-18 layer2 1x1/2 projection */
+        {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0},   /* ResNet-20 stage2 1x1/2 projection */
+        {1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3},  /* ResNet-18 conv1 7x7/2 */
+        {1, 3, 64, 224, 224, 11, 11, 4, 4, 2, 2} /* AlexNet conv1 11x11/4 */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t *k = cases[i];
+        mx_conv_geom g = geom(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10]);
+        check_geom(&g, true);
+    }
+    print_worst("target layers");
+}
+END_TEST
+
+/* Split calls give what one call gives (bit for bit: the arithmetic per
+ * output does not depend on the range), and zero images write nothing
+ * (the weight gradient: zeros, or dw kept when accumulating). */
+START_TEST(image_ranges)
+{
+    mx_conv_geom g = geom(5, 24, 40, 19, 21, 3, 3, 2, 2, 1, 1);
+    const int64_t in_img = 24 * 19 * 21, out_img = 40 * g.out_h * g.out_w, nw = 40 * 24 * 9;
+    float *x = rand_floats(5 * in_img), *w = rand_floats(nw), *bias = rand_floats(40), *dy = rand_floats(5 * out_img);
+    float *packed = malloc(mx_direct_packed_bytes(&g)), *y1 = malloc((size_t)(5 * out_img) * sizeof(float));
+    float *y2 = malloc((size_t)(5 * out_img) * sizeof(float));
+    ck_assert(packed && y1 && y2);
+    mx_direct_pack_weights(&g, w, packed);
+    for (int64_t k = 1; k < 5; k++) {
+        ck_assert_uint_le(mx_direct_scratch_bytes(&g, k), mx_direct_scratch_bytes(&g, k + 1));
+        ck_assert_uint_le(mx_direct_wgrad_scratch_bytes(&g, k), mx_direct_wgrad_scratch_bytes(&g, k + 1));
+    }
+    void *s = malloc(mx_direct_scratch_bytes(&g, 5));
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(mx_direct_forward(&g, packed, x, 5, bias, false, y1, s), MX_OK);
+    ck_assert_int_eq(mx_direct_forward(&g, packed, x, 2, bias, false, y2, s), MX_OK);
+    ck_assert_int_eq(mx_direct_forward(&g, packed, x + 2 * in_img, 3, bias, false, y2 + 2 * out_img, s), MX_OK);
+    ck_assert_int_eq(memcmp(y1, y2, (size_t)(5 * out_img) * sizeof(float)), 0);
+    ck_assert_int_eq(mx_direct_forward(&g, packed, x, 0, bias, false, NULL, s), MX_OK);
+    ck_assert_int_eq(mx_direct_backward_data(&g, packed, dy, 0, false, NULL, s), MX_OK);
+    float dw[40 * 24 * 9];
+    for (int64_t i = 0; i < nw; i++) dw[i] = 1.0f;
+    ck_assert_int_eq(mx_direct_backward_weight(&g, x, dy, 0, true, dw, NULL), MX_OK);
+    ck_assert(dw[0] == 1.0f && dw[nw - 1] == 1.0f);
+    ck_assert_int_eq(mx_direct_backward_weight(&g, x, dy, 0, false, dw, NULL), MX_OK);
+    ck_assert(dw[0] == 0.0f && dw[nw - 1] == 0.0f);
+    free(s);
+    free(x);
+    free(w);
+    free(bias);
+    free(dy);
+    free(packed);
+    free(y1);
+    free(y2);
+}
+END_TEST
+
+/* Packing in parts (more parts than panels too) gives the bytes of one call. */
+START_TEST(pack_parts)
+{
+    mx_conv_geom gs[] = {geom(1, 64, 128, 56, 56, 3, 3, 2, 2, 1, 1), geom(1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3),
+                         geom(1, 17, 13, 9, 9, 3, 2, 2, 3, 1, 0)};
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+        const mx_conv_geom *g = &gs[i];
+        size_t bytes = mx_direct_packed_bytes(g);
+        float *w = rand_floats(g->out_c * g->in_c * g->k_h * g->k_w), *whole = malloc(bytes), *parts = malloc(bytes);
+        ck_assert(whole && parts);
+        for (int back = 0; back < 2; back++)
+            for (int64_t n = 2; n <= 11; n += 9) {
+                memset(parts, 0xff, bytes);
+                if (back) mx_direct_pack_weights_backward(g, w, whole);
+                else mx_direct_pack_weights(g, w, whole);
+                for (int64_t k = 0; k < n; k++) {
+                    if (back) mx_direct_pack_weights_backward_part(g, w, parts, k, n);
+                    else mx_direct_pack_weights_part(g, w, parts, k, n);
+                }
+                ck_assert_msg(memcmp(whole, parts, bytes) == 0, "geometry %zu, %s, %lld parts", i,
+                              back ? "backward" : "forward", (long long)n);
+            }
+        free(w);
+        free(whole);
+        free(parts);
+    }
+}
+END_TEST
+
+START_TEST(supported_geometries)
+{
+    setenv("MX_DIRECT_ISA", "avx512", 1); /* whatever the environment says (each test runs in its own process) */
+    mx_conv_geom g = geom(2, 8, 8, 10, 10, 3, 3, 2, 2, 1, 1);
+    ck_assert(mx_direct_supported(&g) == (bool)__builtin_cpu_supports("avx512f"));
+    /* the rule (conv_direct.c, from bench_conv_direct's measurements) */
+    mx_conv_geom yes[] = {geom(64, 32, 64, 16, 16, 3, 3, 2, 2, 1, 1), geom(8, 64, 128, 56, 56, 1, 1, 2, 2, 0, 0),
+                          geom(8, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3), geom(64, 64, 64, 12, 12, 3, 3, 2, 2, 1, 1),
+                          geom(64, 32, 64, 16, 16, 1, 1, 1, 1, 0, 0), geom(64, 3, 16, 32, 32, 3, 3, 1, 1, 1, 1)};
+    mx_conv_geom no[] = {geom(8, 256, 512, 14, 14, 3, 3, 2, 2, 1, 1), geom(8, 256, 512, 14, 14, 1, 1, 2, 2, 0, 0),
+                         geom(64, 1, 16, 28, 28, 3, 3, 2, 2, 1, 1), geom(8, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0)};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        ck_assert_msg(mx_direct_profitable(&yes[i]) == (bool)__builtin_cpu_supports("avx512f"), "yes[%zu]", i);
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) ck_assert_msg(!mx_direct_profitable(&no[i]), "no[%zu]", i);
+    mx_conv_geom b = g;
+    b.groups = 2;
+    ck_assert(!mx_direct_supported(&b));
+    ck_assert(!mx_direct_profitable(&b));
+    b = g;
+    b.dil_w = 2;
+    ck_assert(!mx_direct_supported(&b));
+    b = g;
+    b.out_h = 4; /* inconsistent with the input */
+    ck_assert(!mx_direct_supported(&b));
+    b = geom(2, 8, 8, 10, 10, 3, 3, 2, 2, 3, 1); /* pad >= kernel */
+    ck_assert(!mx_direct_supported(&b));
+    b = geom(2, 8, 8, 1, 10, 3, 3, 2, 2, 0, 1); /* empty output */
+    ck_assert(!mx_direct_supported(&b));
+    ck_assert_uint_eq(mx_direct_scratch_bytes(&b, 2), 0);
+    ck_assert_uint_eq(mx_direct_wgrad_scratch_bytes(&b, 2), 0);
+    ck_assert_int_eq(mx_direct_forward(&b, NULL, NULL, 1, NULL, false, NULL, NULL), MX_ERR_INVALID);
+    ck_assert_int_eq(mx_direct_backward_data(&b, NULL, NULL, 1, false, NULL, NULL), MX_ERR_INVALID);
+    ck_assert_int_eq(mx_direct_backward_weight(&b, NULL, NULL, 1, false, NULL, NULL), MX_ERR_INVALID);
+    /* MX_DIRECT_ISA=none: off, calls refused */
+    setenv("MX_DIRECT_ISA", "none", 1);
+    ck_assert(!mx_direct_supported(&g));
+    ck_assert(!mx_direct_profitable(&g));
+    ck_assert_int_eq(mx_direct_forward(&g, NULL, NULL, 1, NULL, false, NULL, NULL), MX_ERR_INVALID);
+    setenv("MX_DIRECT_ISA", "avx512", 1);
+    ck_assert(mx_direct_supported(&g) == (bool)__builtin_cpu_supports("avx512f"));
+}
+END_TEST
+
+int main(void)
+{
+    openblas_set_num_threads(1); /* the kernels run on one thread each, as under the pool */
+    Suite *s = suite_create("conv_direct");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, supported_geometries);
+    tcase_add_test(tc, pack_parts);
+    const char *isa = getenv("MX_DIRECT_ISA");
+    if (__builtin_cpu_supports("avx512f") && !(isa && strcmp(isa, "none") == 0)) {
+        tcase_add_test(tc, image_ranges);
+        tcase_add_test(tc, edge_shapes);
+        tcase_add_test(tc, target_layers);
+        tcase_add_test(tc, random_shapes);
+    } else {
+        printf("conv_direct: no AVX-512F (or MX_DIRECT_ISA=none): only the refusal paths are tested\n");
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
