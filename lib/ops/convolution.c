@@ -225,7 +225,7 @@ static mx_status conv_backward(const mx_op_ctx *ctx, const void *vp, const mx_te
     MX_TRY(mx_conv_backward(mx_op_pool(ctx), &g, in[0].data, in[1].data, out_grad[0].data, in_grad[0].data, req[0], in_grad[1].data,
                             req[1], ctx->workspace, usable_ws(ctx, p, &g)));
     if (!p->no_bias)
-        mx_conv_bias_grad(out_grad[0].data, g.batch, g.out_c, g.out_h * g.out_w, in_grad[2].data, req[2]);
+        mx_conv_bias_grad(mx_op_pool(ctx), out_grad[0].data, g.batch, g.out_c, g.out_h * g.out_w, in_grad[2].data, req[2]);
     return MX_OK;
 }
 

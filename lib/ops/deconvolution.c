@@ -290,7 +290,7 @@ static mx_status deconv_backward(const mx_op_ctx *ctx, const void *vp, const mx_
     MX_TRY(mx_conv_backward(mx_op_pool(ctx), &g, out_grad[0].data, NULL, in[0].data, NULL, MX_REQ_NULL, in_grad[1].data, req[1],
                             ctx->workspace, ws_bytes));
     if (!p->no_bias)
-        mx_conv_bias_grad(out_grad[0].data, g.batch, g.in_c, g.in_h * g.in_w, in_grad[2].data, req[2]);
+        mx_conv_bias_grad(mx_op_pool(ctx), out_grad[0].data, g.batch, g.in_c, g.in_h * g.in_w, in_grad[2].data, req[2]);
     return MX_OK;
 }
 

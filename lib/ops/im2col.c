@@ -248,16 +248,7 @@ void mx_conv_add_bias(float *y, const float *bias, int64_t n, int64_t f, int64_t
         for (int64_t c = 0; c < f; c++) vec_add_scalar(y + (i * f + c) * s, bias[c], s);
 }
 
-void mx_conv_bias_grad(const float *dy, int64_t n, int64_t f, int64_t s, float *db, mx_req req)
-{
-    if (req == MX_REQ_NULL) return;
-    for (int64_t c = 0; c < f; c++) {
-        double acc = 0;
-        for (int64_t i = 0; i < n; i++) acc += vec_sum(dy + (i * f + c) * s, s);
-        if (req == MX_REQ_ADD) db[c] += (float)acc;
-        else db[c] = (float)acc;
-    }
-}
+
 
 /* ------------------------------------------------------------ lowering */
 
@@ -358,6 +349,34 @@ static void gather_chunk(mx_threadpool *pool, const mx_conv_geom *g, const float
 {
     stage_job j = {.g = g, .from = dy, .to = stage, .b = b, .gather = true};
     run_units(pool, b * g->out_c, b * g->out_c * g->out_h * g->out_w, stage_units, &j);
+}
+
+/* Bias gradient, channels [lo, hi): each channel summed the same way
+ * whichever thread runs it. */
+typedef struct bias_job {
+    const float *dy;
+    int64_t n, f, s;
+    float *db;
+    mx_req req;
+} bias_job;
+
+static void bias_units(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const bias_job *j = arg;
+    for (int64_t c = lo; c < hi; c++) {
+        double acc = 0;
+        for (int64_t i = 0; i < j->n; i++) acc += vec_sum(j->dy + (i * j->f + c) * j->s, j->s);
+        if (j->req == MX_REQ_ADD) j->db[c] += (float)acc;
+        else j->db[c] = (float)acc;
+    }
+}
+
+void mx_conv_bias_grad(mx_threadpool *pool, const float *dy, int64_t n, int64_t f, int64_t s, float *db, mx_req req)
+{
+    if (req == MX_REQ_NULL) return;
+    bias_job j = {.dy = dy, .n = n, .f = f, .s = s, .db = db, .req = req};
+    run_units(pool, f, n * f * s, bias_units, &j);
 }
 
 /* ---------------------------------------------------------- one chunk */
@@ -649,14 +668,34 @@ static float *transform_filters(mx_threadpool *pool, const mx_conv_geom *g, cons
     return u;
 }
 
+/* The direct kernels' weight packing, split like the filter transforms. */
+typedef struct pack_job {
+    const mx_conv_geom *g;
+    const float *w;
+    float *packed;
+    bool backward;
+    int64_t parts;
+} pack_job;
+
+static void pack_units(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const pack_job *j = arg;
+    for (int64_t part = lo; part < hi; part++) {
+        if (j->backward) mx_direct_pack_weights_backward_part(j->g, j->w, j->packed, part, j->parts);
+        else mx_direct_pack_weights_part(j->g, j->w, j->packed, part, j->parts);
+    }
+}
+
 /* The direct kernels' packed weights in the caller's scratch slot 2, or
  * NULL when out of memory. */
-static float *pack_direct(const mx_conv_geom *g, const float *w, bool backward)
+static float *pack_direct(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward)
 {
     float *packed = mx_thread_scratch(2, mx_direct_packed_bytes(g));
     if (!packed) return NULL;
-    if (backward) mx_direct_pack_weights_backward(g, w, packed);
-    else mx_direct_pack_weights(g, w, packed);
+    pack_job j = {.g = g, .w = w, .packed = packed, .backward = backward,
+                  .parts = 4 * (int64_t)mx_threadpool_size(pool)};
+    run_units(pool, j.parts, (int64_t)(mx_direct_packed_bytes(g) / sizeof(float)), pack_units, &j);
     return packed;
 }
 
@@ -684,7 +723,7 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
     }
     if (mx_direct_profitable(g)) {
         if (c.piece == 0) c.piece = g->batch;
-        c.packed = pack_direct(g, w, false);
+        c.packed = pack_direct(pool, g, w, false);
         if (!c.packed) return MX_ERR_NOMEM;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
@@ -742,7 +781,7 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
         if (!c.u) return MX_ERR_NOMEM;
     }
     if (direct && need_dx) {
-        c.packed = pack_direct(g, w, true);
+        c.packed = pack_direct(pool, g, w, true);
         if (!c.packed) return MX_ERR_NOMEM;
     }
     if (c.piece > 0) {

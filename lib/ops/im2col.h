@@ -49,8 +49,9 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
 mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w, const float *dy, float *dx,
                            mx_req req_dx, float *dw, mx_req req_dw, void *ws, size_t ws_bytes);
 
-/* db[f] (per req) = sum of dy over batch and space; dy is (N, F, S). */
-void mx_conv_bias_grad(const float *dy, int64_t n, int64_t f, int64_t s, float *db, mx_req req);
+/* db[f] (per req) = sum of dy over batch and space; dy is (N, F, S).
+ * Channels are split across pool (NULL: the caller alone). */
+void mx_conv_bias_grad(mx_threadpool *pool, const float *dy, int64_t n, int64_t f, int64_t s, float *db, mx_req req);
 /* y[n, f, :] += bias[f] for y (N, F, S). */
 void mx_conv_add_bias(float *y, const float *bias, int64_t n, int64_t f, int64_t s);
 

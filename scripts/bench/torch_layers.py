@@ -39,8 +39,17 @@ def parse_tuple(text):
     return tuple(int(v) for v in text.split(",") if v.strip())
 
 
+SETTLE_S = 0.3  # pause between sides (see the comparison loop)
+
+
 def mxbench(path, *args):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS))
+    # OpenBLAS starts its own worker threads when the library loads, and they
+    # spin in sched_yield for about 0.1 s before sleeping: a short mxbench
+    # run would share the cores with them. Our kernels call OpenBLAS on one
+    # thread inside the kernel pool, so only the SGEMM reference (which
+    # measures OpenBLAS's own threading) gets THREADS of them.
+    blas_threads = THREADS if "--sgemm-only" in args else 1
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS=str(THREADS))
     out = subprocess.run([path, *args], env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
@@ -160,6 +169,10 @@ def main():
             sides = ["ours", "torch", "blas"]
             k = (r + i) % 3
             for side in sides[k:] + sides[:k]:  # rotate who goes first
+                # Idle threads of the side before (PyTorch's OpenMP and
+                # OpenBLAS workers in this process) spin for up to ~0.1 s
+                # after their last task; let them fall asleep first.
+                time.sleep(SETTLE_S)
                 if side == "ours":
                     ours[i].append(mxbench(a.mxbench, "--index", str(i), "--no-sgemm", "--runs", str(a.runs),
                                            "--warmup", str(a.warmup))[0])
@@ -216,7 +229,9 @@ def main():
       "for 3x3 and 5x5 stride-1 layers with 4+ channels each side, direct implicit-GEMM AVX-512 kernels "
       "for strided layers where they win, else im2col + single-threaded OpenBLAS `cblas_sgemm`; "
       "fully-connected products split into blocks of the output. The SGEMM reference runs on OpenBLAS's "
-      "own %d threads." % (THREADS, THREADS))
+      "own %d threads (the layer runs start with `OPENBLAS_NUM_THREADS=1`: OpenBLAS's idle workers would "
+      "otherwise spin beside a short run), and every side starts %.1f s after the previous one ended, once the "
+      "idle threads of the side before have stopped spinning." % (THREADS, THREADS, SETTLE_S))
     w("- **torch**: PyTorch %s (Debian python3-torch), `torch.set_num_threads(%d)`, `F.conv2d` / `F.linear` "
       "with autograd; convolutions run on oneDNN %s. **torch im2col**: the same with oneDNN turned off "
       "(`torch.backends.mkldnn.flags(enabled=False)`), i.e. PyTorch's own im2col + BLAS convolution on the "
