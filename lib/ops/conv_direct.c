@@ -27,6 +27,7 @@
  * runs; OpenBLAS SGEMM reaches about 97 on 1024^3.
  */
 #include "ops/conv_direct.h"
+#include "ops/transpose16.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -48,8 +49,6 @@
 #define MAX_STRIDE 64      /* phases per axis (backward-data keeps per-phase arrays on the stack) */
 #define MAX_TAPS 64        /* kernel width at most (pack_band keeps per-tap column ranges on the stack) */
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -922,24 +921,6 @@ size_t mx_direct_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images)
     wplan p;
     wplan_init(&p, g, images);
     return p.total + 64;
-}
-
-/* In-register 16 x 16 transpose: four perfect shuffles of the rows. */
-INLINE void transpose16(v16f *r)
-{
-    const v16i lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const v16i hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-#pragma GCC unroll 4
-    for (int stage = 0; stage < 4; stage++) {
-        v16f t[16];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            t[2 * i] = __builtin_shuffle(r[i], r[i + 8], lo);
-            t[2 * i + 1] = __builtin_shuffle(r[i], r[i + 8], hi);
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) r[i] = t[i];
-    }
 }
 
 /* dst[q][f] (row stride fp) = src[f][q] (row stride ld) for f < fn, zero up to fp; q < np. */

@@ -21,6 +21,7 @@
  * different variants.
  */
 #include "ops/winograd.h"
+#include "ops/transpose16.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -41,8 +42,6 @@
 #define TILE_MAJOR_MAX 128 /* channels up to which V and M are tile-major */
 #define GEMM_ROWS 12      /* rows per AVX-512 product kernel call */
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
@@ -495,24 +494,6 @@ INLINE void gt_1d(const int a, const int r, const v16f *u, v16f *h)
         h[2] = e1 + 4.0f * e2 + 0.25f * e3;
         h[3] = d1 + 8.0f * d2 + 0.125f * d3;
         h[4] = e1 + 16.0f * e2 + 0.0625f * e3 + u[7];
-    }
-}
-
-/* In-register 16 x 16 transpose: four perfect shuffles of the rows. */
-INLINE void transpose16(v16f *r)
-{
-    const v16i lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const v16i hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-#pragma GCC unroll 4
-    for (int stage = 0; stage < 4; stage++) {
-        v16f t[16];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            t[2 * i] = __builtin_shuffle(r[i], r[i + 8], lo);
-            t[2 * i + 1] = __builtin_shuffle(r[i], r[i + 8], hi);
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) r[i] = t[i];
     }
 }
 
