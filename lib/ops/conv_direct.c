@@ -47,7 +47,7 @@
 #define CHUNK_FLOATS (128 << 10)   /* planes (+ staging) of one chunk: half of L2 */
 #define WG_CHUNK_FLOATS (128 << 10) /* planes + transposed dy of one weight-gradient chunk */
 #define MAX_STRIDE 64      /* phases per axis (backward-data keeps per-phase arrays on the stack) */
-#define MAX_TAPS 64        /* kernel width at most (pack_band keeps per-tap column ranges on the stack) */
+#define MAX_TAPS 64        /* kernel width at most: wider kernels keep im2col (never measured) */
 
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -129,48 +129,70 @@ static void valid_cols(int64_t x0, int64_t s, int64_t w, int64_t n, int64_t *lo,
     *hi = max64(a, b);
 }
 
-/* Plane rows d + i*dstride, i < nrows, of n floats: d[j] = row_i[x0 + s*j]
- * for j in [lo, hi) (the columns inside the source row of w), zero for the
- * rest; row_i = src + i*sstride. Vector block by block, rows innermost:
- * the masks and permutes of a block are the same for every row, so a row
- * costs one or two masked loads, a permute and a masked store (source rows
- * are often a vector or less). Loads never leave the source row. */
-INLINE void sample_rows(const float *src, int64_t sstride, int64_t nrows, int64_t w, int64_t x0, int64_t s, int64_t n,
-                        int64_t lo, int64_t hi, float *d, int64_t dstride)
+/* Plane rows d + ch*dcs + i*dstride, i < nrows, ch < nch, of n floats:
+ * d[j] = row[x0 + s*j] for j in [lo, hi) (the columns inside the source
+ * row of w), zero for the rest; the source row is src + ch*scs + i*sstride.
+ * Vector block by block, channels and rows innermost: the masks and
+ * permutes of a block are the same for every row of every channel (set up
+ * once: narrow outputs have rows of a vector or less, where the set-up
+ * would cost more than the row), so a row costs one or two masked loads, a
+ * permute and a masked store. Loads never leave the source row. */
+INLINE void sample_rows(const float *src, int64_t scs, int64_t sstride, int64_t nch, int64_t nrows, int64_t w,
+                        int64_t x0, int64_t s, int64_t n, int64_t lo, int64_t hi, float *d, int64_t dcs,
+                        int64_t dstride)
 {
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     for (int64_t j0 = 0; j0 < n; j0 += LANES) {
         const __mmask16 keep = (__mmask16)(lane_mask(hi - j0) & ~lane_mask(lo - j0)), store = lane_mask(n - j0);
-        float *dd = d + j0;
         if (!keep) {
-            for (int64_t i = 0; i < nrows; i++, dd += dstride) _mm512_mask_storeu_ps(dd, store, _mm512_setzero_ps());
+            for (int64_t ch = 0; ch < nch; ch++) {
+                float *dd = d + ch * dcs + j0;
+                for (int64_t i = 0; i < nrows; i++, dd += dstride)
+                    _mm512_mask_storeu_ps(dd, store, _mm512_setzero_ps());
+            }
             continue;
         }
         /* lane l takes column xs + s*l; loads start at base >= 0 (a kept lane lies inside the row) */
         const int64_t xs = x0 + s * j0, base = xs > 0 ? xs : 0;
         const __m512i shift = _mm512_set1_epi32((int)(xs - base));
         const __mmask16 la = lane_mask(w - base), lb = lane_mask(w - base - LANES);
-        const float *r = src + base;
         if (s == 1) {
             const __m512i idx = _mm512_add_epi32(iota, shift);
-            for (int64_t i = 0; i < nrows; i++, r += sstride, dd += dstride)
-                _mm512_mask_storeu_ps(dd, store, _mm512_maskz_permutexvar_ps(keep, idx, _mm512_maskz_loadu_ps(la, r)));
+            for (int64_t ch = 0; ch < nch; ch++) {
+                const float *r = src + ch * scs + base;
+                float *dd = d + ch * dcs + j0;
+                for (int64_t i = 0; i < nrows; i++, r += sstride, dd += dstride)
+                    _mm512_mask_storeu_ps(dd, store,
+                                          _mm512_maskz_permutexvar_ps(keep, idx, _mm512_maskz_loadu_ps(la, r)));
+            }
         } else if (s == 2 && lb) {
             const __m512i idx = _mm512_add_epi32(_mm512_add_epi32(iota, iota), shift);
-            for (int64_t i = 0; i < nrows; i++, r += sstride, dd += dstride) {
-                __m512 a = _mm512_maskz_loadu_ps(la, r), b = _mm512_maskz_loadu_ps(lb, r + LANES);
-                _mm512_mask_storeu_ps(dd, store, _mm512_maskz_permutex2var_ps(keep, a, idx, b));
+            for (int64_t ch = 0; ch < nch; ch++) {
+                const float *r = src + ch * scs + base;
+                float *dd = d + ch * dcs + j0;
+                for (int64_t i = 0; i < nrows; i++, r += sstride, dd += dstride) {
+                    __m512 a = _mm512_maskz_loadu_ps(la, r), b = _mm512_maskz_loadu_ps(lb, r + LANES);
+                    _mm512_mask_storeu_ps(dd, store, _mm512_maskz_permutex2var_ps(keep, a, idx, b));
+                }
             }
         } else if (s == 2) {
             const __m512i idx = _mm512_add_epi32(_mm512_add_epi32(iota, iota), shift);
-            for (int64_t i = 0; i < nrows; i++, r += sstride, dd += dstride)
-                _mm512_mask_storeu_ps(dd, store, _mm512_maskz_permutexvar_ps(keep, idx, _mm512_maskz_loadu_ps(la, r)));
+            for (int64_t ch = 0; ch < nch; ch++) {
+                const float *r = src + ch * scs + base;
+                float *dd = d + ch * dcs + j0;
+                for (int64_t i = 0; i < nrows; i++, r += sstride, dd += dstride)
+                    _mm512_mask_storeu_ps(dd, store,
+                                          _mm512_maskz_permutexvar_ps(keep, idx, _mm512_maskz_loadu_ps(la, r)));
+            }
         } else {
             const __m512i idx =
                 _mm512_add_epi32(_mm512_set1_epi32((int)xs), _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)s)));
-            const float *g = src; /* indices relative to the row start: some are negative */
-            for (int64_t i = 0; i < nrows; i++, g += sstride, dd += dstride)
-                _mm512_mask_storeu_ps(dd, store, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), keep, idx, g, 4));
+            for (int64_t ch = 0; ch < nch; ch++) {
+                const float *g = src + ch * scs; /* indices relative to the row start: some are negative */
+                float *dd = d + ch * dcs + j0;
+                for (int64_t i = 0; i < nrows; i++, g += sstride, dd += dstride)
+                    _mm512_mask_storeu_ps(dd, store, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), keep, idx, g, 4));
+            }
         }
     }
 }
@@ -179,22 +201,23 @@ INLINE void sample_rows(const float *src, int64_t sstride, int64_t nrows, int64_
 TARGET static void pack_band(const core *p, const dband *b, float *planes)
 {
     const int64_t r0 = b->p0 / p->ow, nrows = (b->p1 - 1) / p->ow + 1 - r0 + p->ext;
-    int64_t lo[MAX_TAPS], hi[MAX_TAPS]; /* each column tap's columns inside the source */
-    for (int64_t e = 0; e < p->ne; e++) valid_cols(p->ox + e, p->sw, p->win, p->ow, &lo[e], &hi[e]);
+    const int64_t pcs = p->na * p->ne * p->ps; /* plane (c, a, e) at ((c*na + a)*ne + e)*ps */
     for (int64_t a = 0; a < p->na; a++) {
         /* rows [i0, i1) lie inside the source: y = y0 + sh*i */
         const int64_t y0 = p->oy + a + p->sh * r0;
         int64_t i0, i1;
         valid_cols(y0, p->sh, p->hin, nrows, &i0, &i1);
-        for (int64_t c = 0; c < p->cin; c++) {
-            const float *src = b->src + (c * p->hin + y0 + p->sh * i0) * p->win;
-            for (int64_t e = 0; e < p->ne; e++) {
-                float *d = planes + ((c * p->na + a) * p->ne + e) * p->ps;
-                zero_floats(d, i0 * p->ow);
-                zero_floats(d + i1 * p->ow, (nrows - i1) * p->ow);
-                sample_rows(src, p->sh * p->win, i1 - i0, p->win, p->ox + e, p->sw, p->ow, lo[e], hi[e],
-                            d + i0 * p->ow, p->ow);
-            }
+        for (int64_t e = 0; e < p->ne; e++) {
+            float *d = planes + (a * p->ne + e) * p->ps;
+            if (i0 > 0 || i1 < nrows)
+                for (int64_t c = 0; c < p->cin; c++) {
+                    zero_floats(d + c * pcs, i0 * p->ow);
+                    zero_floats(d + c * pcs + i1 * p->ow, (nrows - i1) * p->ow);
+                }
+            int64_t lo, hi; /* the tap's columns inside the source */
+            valid_cols(p->ox + e, p->sw, p->win, p->ow, &lo, &hi);
+            sample_rows(b->src + (y0 + p->sh * i0) * p->win, p->hin * p->win, p->sh * p->win, p->cin, i1 - i0,
+                        p->win, p->ox + e, p->sw, p->ow, lo, hi, d + i0 * p->ow, pcs, p->ow);
         }
     }
 }
@@ -218,6 +241,7 @@ INLINE void fwd_tile(const float *w, const int64_t *koff, int64_t kn, const dvec
         s[v] = vs[v].src;
         m[v] = lane_mask(vs[v].n);
     }
+#pragma GCC unroll 2
     for (int64_t k = 0; k < kn; k++, w += R) {
         const int64_t o = koff[k];
         __m512 b[MAX_V];
