@@ -17,6 +17,7 @@
  */
 #include "ops/conv_direct.h"
 #include "ops/im2col.h"
+#include "support/testrand.h"
 
 #include <cblas.h>
 #include <check.h>
@@ -26,26 +27,6 @@
 #include <string.h>
 
 #define ERR_BOUND 1e-5
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static double uniform(double lo, double hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
-}
-
-static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(uniform(0, 1) * (double)(hi - lo + 1)); }
-
-static float *rand_floats(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_ptr_nonnull(p);
-    for (int64_t i = 0; i < n; i++) p[i] = (float)uniform(-1, 1);
-    return p;
-}
 
 static double *doubles(int64_t n)
 {
@@ -201,8 +182,8 @@ static void check_geom(const mx_conv_geom *gp, bool use_bias)
     const int64_t n = g.batch, C = g.in_c, F = g.out_c;
     const int64_t in_img = C * g.in_h * g.in_w, out_img = F * g.out_h * g.out_w;
     const int64_t nx = n * in_img, ny = n * out_img, nw = F * C * g.k_h * g.k_w;
-    float *x = rand_floats(nx), *w = rand_floats(nw), *bias = use_bias ? rand_floats(F) : NULL;
-    float *dy = rand_floats(ny), *y0 = rand_floats(ny), *dx0 = rand_floats(nx), *dw0 = rand_floats(nw);
+    float *x = test_rand_floats(nx), *w = test_rand_floats(nw), *bias = use_bias ? test_rand_floats(F) : NULL;
+    float *dy = test_rand_floats(ny), *y0 = test_rand_floats(ny), *dx0 = test_rand_floats(nx), *dw0 = test_rand_floats(nw);
     float *y = malloc((size_t)ny * sizeof(float)), *dx = malloc((size_t)nx * sizeof(float));
     float *dw = malloc((size_t)nw * sizeof(float)), *packed = malloc(mx_direct_packed_bytes(&g));
     float *packed_b = malloc(mx_direct_packed_bytes(&g));
@@ -324,17 +305,17 @@ static void check_geom(const mx_conv_geom *gp, bool use_bias)
  * pads 0..k-1, sizes 1..31, channels 1..40, batches 1..3. */
 START_TEST(random_shapes)
 {
-    rng_state = 0x1234567887654321ull;
+    test_rand_seed(0x1234567887654321ull);
     int done = 0;
     while (done < 150) {
-        int64_t kh = irand(1, 7), kw = irand(1, 7);
-        if (irand(0, 2) == 0) kw = kh;
-        int64_t sh = irand(1, 4), sw = irand(1, 4);
-        if (irand(0, 3) == 0) sw = sh;
-        int64_t ph = irand(0, kh - 1), pw = irand(0, kw - 1);
-        int64_t h = irand(1, 31), w = irand(1, 31);
+        int64_t kh = test_irand(1, 7), kw = test_irand(1, 7);
+        if (test_irand(0, 2) == 0) kw = kh;
+        int64_t sh = test_irand(1, 4), sw = test_irand(1, 4);
+        if (test_irand(0, 3) == 0) sw = sh;
+        int64_t ph = test_irand(0, kh - 1), pw = test_irand(0, kw - 1);
+        int64_t h = test_irand(1, 31), w = test_irand(1, 31);
         if (h + 2 * ph < kh || w + 2 * pw < kw) continue;
-        int64_t n = irand(1, 3), c = irand(1, 40), f = irand(1, 40);
+        int64_t n = test_irand(1, 3), c = test_irand(1, 40), f = test_irand(1, 40);
         mx_conv_geom g = geom(n, c, f, h, w, kh, kw, sh, sw, ph, pw);
         while (n * c * f * kh * kw * g.out_h * g.out_w > 3000000) {
             if (c > 1) c = (c + 1) / 2;
@@ -403,7 +384,7 @@ START_TEST(image_ranges)
 {
     mx_conv_geom g = geom(5, 24, 40, 19, 21, 3, 3, 2, 2, 1, 1);
     const int64_t in_img = 24 * 19 * 21, out_img = 40 * g.out_h * g.out_w, nw = 40 * 24 * 9;
-    float *x = rand_floats(5 * in_img), *w = rand_floats(nw), *bias = rand_floats(40), *dy = rand_floats(5 * out_img);
+    float *x = test_rand_floats(5 * in_img), *w = test_rand_floats(nw), *bias = test_rand_floats(40), *dy = test_rand_floats(5 * out_img);
     float *packed = malloc(mx_direct_packed_bytes(&g)), *y1 = malloc((size_t)(5 * out_img) * sizeof(float));
     float *y2 = malloc((size_t)(5 * out_img) * sizeof(float));
     ck_assert(packed && y1 && y2);
@@ -445,7 +426,7 @@ START_TEST(pack_parts)
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
         const mx_conv_geom *g = &gs[i];
         size_t bytes = mx_direct_packed_bytes(g);
-        float *w = rand_floats(g->out_c * g->in_c * g->k_h * g->k_w), *whole = malloc(bytes), *parts = malloc(bytes);
+        float *w = test_rand_floats(g->out_c * g->in_c * g->k_h * g->k_w), *whole = malloc(bytes), *parts = malloc(bytes);
         ck_assert(whole && parts);
         for (int back = 0; back < 2; back++)
             for (int64_t n = 2; n <= 11; n += 9) {

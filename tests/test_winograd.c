@@ -18,6 +18,7 @@
  */
 #include "ops/im2col.h"
 #include "ops/winograd.h"
+#include "support/testrand.h"
 
 #include <cblas.h>
 #include <check.h>
@@ -54,26 +55,6 @@ static double err_bound(int m, int r) { return kinds[kind_of(m, r)].fwd; }
 static double err_bound_max(int m, int r) { return kinds[kind_of(m, r)].fwd_max; }
 static double wgrad_bound(int m, int r) { return kinds[kind_of(m, r)].wgrad; }
 static double wgrad_bound_max(int m, int r) { return kinds[kind_of(m, r)].wgrad_max; }
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static double uniform(double lo, double hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
-}
-
-static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(uniform(0, 1) * (double)(hi - lo + 1)); }
-
-static float *rand_floats(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_ptr_nonnull(p);
-    for (int64_t i = 0; i < n; i++) p[i] = (float)uniform(-1, 1);
-    return p;
-}
 
 static mx_conv_geom geom_r(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t r)
 {
@@ -264,8 +245,8 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
     ck_assert_int_eq(gb.out_h, h);
     ck_assert_int_eq(gb.out_w, w);
     const int64_t nx = n * c * h * w, ny = n * f * g.out_h * g.out_w;
-    float *x = rand_floats(nx), *wt = rand_floats(f * c * r * r), *bias = bias_on ? rand_floats(f) : NULL;
-    float *dy = rand_floats(ny), *y0 = rand_floats(ny), *dx0 = rand_floats(nx);
+    float *x = test_rand_floats(nx), *wt = test_rand_floats(f * c * r * r), *bias = bias_on ? test_rand_floats(f) : NULL;
+    float *dy = test_rand_floats(ny), *y0 = test_rand_floats(ny), *dx0 = test_rand_floats(nx);
     float *y = malloc((size_t)ny * sizeof(float)), *dx = malloc((size_t)nx * sizeof(float));
     double *ref_y = malloc((size_t)ny * sizeof(double)), *abs_y = malloc((size_t)ny * sizeof(double));
     double *ref_dx = malloc((size_t)nx * sizeof(double)), *abs_dx = malloc((size_t)nx * sizeof(double));
@@ -273,7 +254,7 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
     ref_forward(&g, x, wt, bias, ref_y, abs_y);
     ref_backward(&g, dy, wt, ref_dx, abs_dx);
     const int64_t nw = f * c * r * r;
-    float *dw = malloc((size_t)nw * sizeof(float)), *dw0 = rand_floats(nw);
+    float *dw = malloc((size_t)nw * sizeof(float)), *dw0 = test_rand_floats(nw);
     double *ref_w = malloc((size_t)nw * sizeof(double)), *abs_w = malloc((size_t)nw * sizeof(double));
     ck_assert(dw && ref_w && abs_w);
     ref_weight(&g, x, dy, ref_w, abs_w);
@@ -443,10 +424,10 @@ END_TEST
 /* Random shapes within the brief's ranges, on the best vector path only. */
 START_TEST(random_shapes)
 {
-    rng_state = 0x1234567887654321ull;
+    test_rand_seed(0x1234567887654321ull);
     for (int i = 0; i < 40; i++) {
-        int64_t n = irand(1, 5), c = irand(1, 70), f = irand(1, 70), ph = irand(0, 2), pw = irand(0, 2);
-        int64_t h = irand(1, 40), w = irand(1, 40);
+        int64_t n = test_irand(1, 5), c = test_irand(1, 70), f = test_irand(1, 70), ph = test_irand(0, 2), pw = test_irand(0, 2);
+        int64_t h = test_irand(1, 40), w = test_irand(1, 40);
         if (h + 2 * ph < 3 || w + 2 * pw < 3) continue;
         while (n * c * f * h * w > 4000000) {
             if (h > 4) h /= 2;
@@ -474,10 +455,10 @@ START_TEST(shapes_5x5)
         const int64_t *k = cases[i];
         check_shape(k[0], k[1], k[2], k[3], k[4], k[5], k[6], 5, i % 2 == 0, 3);
     }
-    rng_state = 0x5555aaaa12345678ull;
+    test_rand_seed(0x5555aaaa12345678ull);
     for (int i = 0; i < 16; i++) {
-        int64_t n = irand(1, 4), c = irand(1, 50), f = irand(1, 50), ph = irand(0, 4), pw = irand(0, 4);
-        int64_t h = irand(1, 30), w = irand(1, 30);
+        int64_t n = test_irand(1, 4), c = test_irand(1, 50), f = test_irand(1, 50), ph = test_irand(0, 4), pw = test_irand(0, 4);
+        int64_t h = test_irand(1, 30), w = test_irand(1, 30);
         while (n * c * f * h * w > 2000000) {
             if (h > 6) h /= 2;
             else if (c > 1) c /= 2;
@@ -499,7 +480,7 @@ START_TEST(image_ranges)
         const int m = kinds[kind].m, r = kinds[kind].r;
         mx_conv_geom g = geom_r(5, 24, 40, 9 + r - 3, 11 + r - 3, 1, 1, r); /* output 9 x 11 */
         set_tile(m);
-        float *x = rand_floats(5 * 24 * 99 * 2), *wt = rand_floats(40 * 24 * r * r), *bias = rand_floats(40);
+        float *x = test_rand_floats(5 * 24 * 99 * 2), *wt = test_rand_floats(40 * 24 * r * r), *bias = test_rand_floats(40);
         float *u = malloc(mx_winograd_filter_bytes(&g));
         float *y1 = malloc(5 * 40 * 99 * sizeof(float)), *y2 = malloc(5 * 40 * 99 * sizeof(float));
         ck_assert(u && y1 && y2);
@@ -531,7 +512,7 @@ END_TEST
  * stores instead of streaming ones), gives the same bits as one call. */
 START_TEST(filter_parts_and_alignment)
 {
-    float *w = rand_floats(170 * 150 * 25);
+    float *w = test_rand_floats(170 * 150 * 25);
     for (int kind = 0; kind < KINDS; kind++) {
         const int m = kinds[kind].m, r = kinds[kind].r;
         mx_conv_geom g = geom_r(1, 150, 170, 5, 5, r / 2, r / 2, r), gb;
