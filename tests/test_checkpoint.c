@@ -1,5 +1,5 @@
 /* test_checkpoint.c - MXNet checkpoint layout, newest epoch, directories. */
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <check.h>
 #include <stdio.h>

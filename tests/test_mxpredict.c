@@ -22,7 +22,7 @@
 #include "io/io.h"
 #include "recordio/imrec.h"
 #include "recordio/recordio.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <check.h>
 #include <math.h>

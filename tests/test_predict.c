@@ -10,7 +10,7 @@
 #include "image/image.h"
 #include "recordio/imrec.h"
 #include "recordio/recordio.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <check.h>
 #include <math.h>

@@ -1,6 +1,7 @@
 /* base.c - status names, the thread-local error buffer, checked allocation. */
 #include "base/base.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,4 +185,46 @@ const char *mx_context_str(mx_context ctx, char *buf, size_t size)
                                                            : "unknown";
     snprintf(buf, size, "%s(%d)", kind, (int)ctx.dev_id);
     return buf;
+}
+
+/* ------------------------------------------------------------ suggestions */
+
+int mx_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return (int)(la > lb ? la : lb);
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
+            int best = diag + cost;
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *mx_suggest(const char *word, const char *const *candidates, int n)
+{
+    const char *best = NULL;
+    int best_d = 1 << 30;
+    for (int i = 0; i < n; i++) {
+        if (!candidates[i]) continue;
+        int d = mx_edit_distance(word, candidates[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = candidates[i];
+        }
+    }
+    /* A typo: at most a third of the word wrong, and at least one letter right. */
+    size_t len = strlen(word);
+    int limit = len <= 3 ? 1 : (int)(len / 3) + 1;
+    return best && best_d <= limit && best_d < (int)len ? best : NULL;
 }

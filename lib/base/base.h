@@ -121,4 +121,10 @@ long mx_env_long(const char *name, long fallback);
 /* Monotonic wall-clock time in seconds, for timings and logs. */
 double mx_time_seconds(void);
 
+/* Edit distance (case-insensitive), for "did you mean" suggestions. */
+int mx_edit_distance(const char *a, const char *b);
+/* The candidate closest to `word` if close enough to be a likely typo,
+ * else NULL. */
+const char *mx_suggest(const char *word, const char *const *candidates, int n);
+
 #endif /* MX_BASE_H */

@@ -17,6 +17,7 @@
 
 #include "base/base.h"
 #include "engine/engine.h"
+#include "storage/storage.h"
 
 #include <stdbool.h>
 
@@ -64,14 +65,7 @@ mx_status mx_runtime_create(const mx_engine_config *config, mx_runtime **out);
 void mx_runtime_free(mx_runtime *rt);
 mx_engine *mx_runtime_engine(mx_runtime *rt);
 
-/* Allocator statistics for one context. */
-typedef struct mx_storage_stats {
-    size_t bytes_in_use;     /* handed out and not yet returned */
-    size_t bytes_cached;     /* returned, kept for reuse */
-    size_t bytes_peak;       /* largest bytes_in_use seen */
-    uint64_t allocations;    /* requests served */
-    uint64_t reuses;         /* requests served from the cache */
-} mx_storage_stats;
+/* Allocator statistics for one context (storage.h). */
 mx_status mx_runtime_storage_stats(mx_runtime *rt, mx_context ctx, mx_storage_stats *out);
 /* Gives cached blocks of every device back to the system. */
 void mx_runtime_release_cached(mx_runtime *rt);

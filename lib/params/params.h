@@ -56,10 +56,4 @@ const mx_param_desc *mx_params_find(const mx_param_desc *table, int n_table, con
 /* Writes a field in MXNet's str() form ("(3, 3)", "True", "0.9"). */
 const char *mx_params_format(const mx_param_desc *desc, const void *params, char *buf, size_t size);
 
-/* Edit distance, for "did you mean" suggestions across the project. */
-int mx_edit_distance(const char *a, const char *b);
-/* The candidate closest to `word` if close enough to be a likely typo,
- * else NULL. */
-const char *mx_suggest(const char *word, const char *const *candidates, int n);
-
 #endif /* MX_PARAMS_H */

@@ -5,7 +5,7 @@
  */
 #include "predict/predict.h"
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <ctype.h>
 #include <errno.h>

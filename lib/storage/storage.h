@@ -10,7 +10,15 @@
 #define MX_STORAGE_H
 
 #include "base/base.h"
-#include "ndarray/ndarray.h" /* mx_storage_stats */
+
+/* Allocator statistics for one context. */
+typedef struct mx_storage_stats {
+    size_t bytes_in_use;     /* handed out and not yet returned */
+    size_t bytes_cached;     /* returned, kept for reuse */
+    size_t bytes_peak;       /* largest bytes_in_use seen */
+    uint64_t allocations;    /* requests served */
+    uint64_t reuses;         /* requests served from the cache */
+} mx_storage_stats;
 
 typedef struct mx_storage_pool mx_storage_pool;
 

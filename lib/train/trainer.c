@@ -17,7 +17,7 @@
 #include "kvstore/kvstore.h"
 #include "metric/metric.h"
 #include "optimizer/optimizer.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* checkpoint.c - MXNet checkpoint files. */
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
