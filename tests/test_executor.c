@@ -9,6 +9,7 @@
  * softrelu) keep finite differences off kinks.
  */
 #include "executor/executor.h"
+#include "support/graphs.h"
 
 #include <check.h>
 #include <math.h>
@@ -21,26 +22,6 @@ typedef struct net {
     const char *name;
 } net;
 
-static uint32_t op(mx_graph *g, const char *type, const char *name, const char *params, mx_entry *in, int n_in)
-{
-    /* params: "k=v;k=v" */
-    char buf[512];
-    snprintf(buf, sizeof(buf), "%s", params ? params : "");
-    const char *keys[16], *values[16];
-    int n = 0;
-    for (char *tok = strtok(buf, ";"); tok && n < 16; tok = strtok(NULL, ";")) {
-        char *eq = strchr(tok, '=');
-        *eq = '\0';
-        keys[n] = tok;
-        values[n++] = eq + 1;
-    }
-    uint32_t id;
-    ck_assert_msg(mx_graph_add_op(g, type, name, keys, values, n, in, n_in, NULL, 0, &id) == MX_OK, "%s: %s", name,
-                  mx_last_error());
-    return id;
-}
-
-static mx_entry E(uint32_t id) { return (mx_entry){id, 0}; }
 
 static mx_graph *new_graph(uint32_t *data)
 {
@@ -52,9 +33,9 @@ static mx_graph *new_graph(uint32_t *data)
 
 static void finish(mx_graph *g, uint32_t last)
 {
-    mx_entry x = E(last);
-    uint32_t sm = op(g, "SoftmaxOutput", "softmax", NULL, &x, 1);
-    mx_entry h = E(sm);
+    mx_entry x = test_entry(last);
+    uint32_t sm = test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1);
+    mx_entry h = test_entry(sm);
     ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
 }
 
@@ -62,10 +43,10 @@ static mx_graph *mlp(void)
 {
     uint32_t d;
     mx_graph *g = new_graph(&d);
-    mx_entry x = E(d);
-    x = E(op(g, "FullyConnected", "fc1", "num_hidden=7", &x, 1));
-    x = E(op(g, "Activation", "act1", "act_type=tanh", &x, 1));
-    x = E(op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=7", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "act1", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
     finish(g, x.node);
     return g;
 }
@@ -74,17 +55,17 @@ static mx_graph *lenet(void)
 {
     uint32_t d;
     mx_graph *g = new_graph(&d);
-    mx_entry x = E(d);
-    x = E(op(g, "Convolution", "conv1", "kernel=(3,3);num_filter=4", &x, 1));
-    x = E(op(g, "Activation", "tanh1", "act_type=tanh", &x, 1));
-    x = E(op(g, "Pooling", "pool1", "kernel=(2,2);stride=(2,2);pool_type=max", &x, 1));
-    x = E(op(g, "Convolution", "conv2", "kernel=(3,3);num_filter=6", &x, 1));
-    x = E(op(g, "Activation", "tanh2", "act_type=tanh", &x, 1));
-    x = E(op(g, "Pooling", "pool2", "kernel=(2,2);stride=(2,2);pool_type=avg", &x, 1));
-    x = E(op(g, "Flatten", "flatten", NULL, &x, 1));
-    x = E(op(g, "FullyConnected", "fc1", "num_hidden=10", &x, 1));
-    x = E(op(g, "Activation", "tanh3", "act_type=tanh", &x, 1));
-    x = E(op(g, "FullyConnected", "fc2", "num_hidden=4", &x, 1));
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(3,3);num_filter=4", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "tanh1", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "Pooling", "pool1", "kernel=(2,2);stride=(2,2);pool_type=max", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv2", "kernel=(3,3);num_filter=6", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "tanh2", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "Pooling", "pool2", "kernel=(2,2);stride=(2,2);pool_type=avg", &x, 1));
+    x = test_entry(test_graph_op(g, "Flatten", "flatten", NULL, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=10", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "tanh3", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=4", &x, 1));
     finish(g, x.node);
     return g;
 }
@@ -93,16 +74,16 @@ static mx_graph *residual(void)
 {
     uint32_t d;
     mx_graph *g = new_graph(&d);
-    mx_entry x = E(d);
-    mx_entry stem = E(op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
-    x = E(op(g, "BatchNorm", "bn1", "fix_gamma=False", &stem, 1));
-    x = E(op(g, "Activation", "act1", "act_type=softrelu", &x, 1));
-    x = E(op(g, "Convolution", "conv1", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
-    x = E(op(g, "BatchNorm", "bn2", "fix_gamma=False", &x, 1));
+    mx_entry x = test_entry(d);
+    mx_entry stem = test_entry(test_graph_op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=False", &stem, 1));
+    x = test_entry(test_graph_op(g, "Activation", "act1", "act_type=softrelu", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn2", "fix_gamma=False", &x, 1));
     mx_entry sum_in[2] = {x, stem}; /* the shortcut: stem feeds two layers */
-    x = E(op(g, "ElementWiseSum", "res", "num_args=2", sum_in, 2));
-    x = E(op(g, "Activation", "act2", "act_type=softrelu", &x, 1));
-    x = E(op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "res", "num_args=2", sum_in, 2));
+    x = test_entry(test_graph_op(g, "Activation", "act2", "act_type=softrelu", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
     finish(g, x.node);
     return g;
 }
@@ -111,17 +92,17 @@ static mx_graph *inception(void)
 {
     uint32_t d;
     mx_graph *g = new_graph(&d);
-    mx_entry x = E(d);
+    mx_entry x = test_entry(d);
     mx_entry b[3];
-    b[0] = E(op(g, "Convolution", "b1x1", "kernel=(1,1);num_filter=3", &x, 1));
-    mx_entry t = E(op(g, "Convolution", "b3x3_reduce", "kernel=(1,1);num_filter=2", &x, 1));
-    t = E(op(g, "Activation", "b3x3_act", "act_type=tanh", &t, 1));
-    b[1] = E(op(g, "Convolution", "b3x3", "kernel=(3,3);pad=(1,1);num_filter=3", &t, 1));
-    t = E(op(g, "Pooling", "bpool", "kernel=(3,3);stride=(1,1);pad=(1,1);pool_type=avg", &x, 1));
-    b[2] = E(op(g, "Convolution", "bpool_proj", "kernel=(1,1);num_filter=2", &t, 1));
-    x = E(op(g, "Concat", "concat", "num_args=3;dim=1", b, 3));
-    x = E(op(g, "Activation", "act", "act_type=tanh", &x, 1));
-    x = E(op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    b[0] = test_entry(test_graph_op(g, "Convolution", "b1x1", "kernel=(1,1);num_filter=3", &x, 1));
+    mx_entry t = test_entry(test_graph_op(g, "Convolution", "b3x3_reduce", "kernel=(1,1);num_filter=2", &x, 1));
+    t = test_entry(test_graph_op(g, "Activation", "b3x3_act", "act_type=tanh", &t, 1));
+    b[1] = test_entry(test_graph_op(g, "Convolution", "b3x3", "kernel=(3,3);pad=(1,1);num_filter=3", &t, 1));
+    t = test_entry(test_graph_op(g, "Pooling", "bpool", "kernel=(3,3);stride=(1,1);pad=(1,1);pool_type=avg", &x, 1));
+    b[2] = test_entry(test_graph_op(g, "Convolution", "bpool_proj", "kernel=(1,1);num_filter=2", &t, 1));
+    x = test_entry(test_graph_op(g, "Concat", "concat", "num_args=3;dim=1", b, 3));
+    x = test_entry(test_graph_op(g, "Activation", "act", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
     finish(g, x.node);
     return g;
 }
@@ -172,7 +153,7 @@ static void bind_net(bound *b, mx_graph *g, mx_shape data_shape, int classes, bo
     b->n_args = mx_graph_list_arguments(g, b->ids);
     b->n_aux = mx_graph_list_aux(g, b->ids + b->n_args);
     for (int i = 0; i < b->n_args + b->n_aux; i++) {
-        const mx_shape *s = mx_graph_entry_shape(&sh, E(b->ids[i]));
+        const mx_shape *s = mx_graph_entry_shape(&sh, test_entry(b->ids[i]));
         const char *name = mx_graph_node(g, b->ids[i])->name;
         mx_ndarray *a;
         ck_assert_int_eq(mx_ndarray_create(b->rt, *s, MX_FLOAT32, mx_cpu(), &a), MX_OK);
@@ -230,13 +211,16 @@ static double loss_of(bound *b)
     return loss;
 }
 
-static void check_gradients(mx_graph *g, mx_shape data_shape, int classes, const char *what)
+/* eps: 1e-3 where max pooling has kinks to stay off; smooth nets take a
+ * larger step, which keeps float32 rounding of the loss (about 18 for the
+ * residual block, where the thread count changes the last bits) out of
+ * the difference. */
+static void check_gradients_eps(mx_graph *g, mx_shape data_shape, int classes, const char *what, double eps)
 {
     bound b;
     bind_net(&b, g, data_shape, classes, false, true, 99);
     ck_assert_int_eq(mx_executor_forward(b.ex, true), MX_OK);
     ck_assert_int_eq(mx_executor_backward(b.ex, NULL), MX_OK);
-    const double eps = 1e-3;
     int checked = 0;
     for (int i = 0; i < b.n_args; i++) {
         if (!b.grads[i]) continue;
@@ -268,13 +252,18 @@ static void check_gradients(mx_graph *g, mx_shape data_shape, int classes, const
     unbind(&b);
 }
 
+static void check_gradients(mx_graph *g, mx_shape data_shape, int classes, const char *what)
+{
+    check_gradients_eps(g, data_shape, classes, what, 1e-3);
+}
+
 START_TEST(mlp_gradients_match_finite_differences) { check_gradients(mlp(), MX_SHAPE(5, 6), 3, "mlp"); }
 END_TEST
 START_TEST(lenet_gradients_match_finite_differences) { check_gradients(lenet(), MX_SHAPE(3, 1, 14, 14), 4, "lenet"); }
 END_TEST
 START_TEST(residual_bn_gradients_match_finite_differences)
 {
-    check_gradients(residual(), MX_SHAPE(4, 2, 5, 5), 3, "residual");
+    check_gradients_eps(residual(), MX_SHAPE(4, 2, 5, 5), 3, "residual", 4e-3);
 }
 END_TEST
 START_TEST(inception_gradients_match_finite_differences)
@@ -427,10 +416,10 @@ START_TEST(hidden_outputs_nobody_reads_get_no_memory)
      * naive figure (an unplanned allocator has it) but gets no buffer. */
     uint32_t d;
     mx_graph *g = new_graph(&d);
-    mx_entry x = E(d);
-    x = E(op(g, "Convolution", "conv", "kernel=(3,3);num_filter=4", &x, 1));
-    x = E(op(g, "LRN", "lrn", "nsize=3", &x, 1));
-    x = E(op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "Convolution", "conv", "kernel=(3,3);num_filter=4", &x, 1));
+    x = test_entry(test_graph_op(g, "LRN", "lrn", "nsize=3", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
     finish(g, x.node);
     const char *names[] = {"data"};
     mx_shape shapes[] = {MX_SHAPE(2, 1, 8, 8)};
@@ -487,9 +476,9 @@ START_TEST(non_loss_heads_take_head_gradients)
     /* y = fc(x); dL/dW with head gradient h is h^T x. */
     uint32_t d;
     mx_graph *g = new_graph(&d);
-    mx_entry x = E(d);
-    uint32_t fc = op(g, "FullyConnected", "fc", "num_hidden=2;no_bias=True", &x, 1);
-    mx_entry h = E(fc);
+    mx_entry x = test_entry(d);
+    uint32_t fc = test_graph_op(g, "FullyConnected", "fc", "num_hidden=2;no_bias=True", &x, 1);
+    mx_entry h = test_entry(fc);
     ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
     mx_runtime *rt;
     ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);

@@ -1,6 +1,8 @@
 /* executor.c - bind, allocate from the plan, push nodes to the engine. */
 #include "executor/plan.h"
+#include "device/device.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,9 @@ struct mx_executor {
     mx_grad_req *grad_reqs;      /* per argument */
     mx_ndarray **arg_grads;      /* per argument (borrowed + retained) */
     mx_rng *rng;
+    bool check_numerics;         /* run node by node, stop at the first NaN/Inf */
+    uint32_t *finite_pass;       /* per entry: the check pass that found it finite */
+    uint32_t check_pass;         /* forward or backward calls with checks on */
 };
 
 static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
@@ -94,6 +99,7 @@ static void executor_destroy(mx_executor *ex)
     free(ex->output_names);
     free(ex->grad_reqs);
     free(ex->arg_grads);
+    free(ex->finite_pass);
     memory_plan_free(&ex->plan);
     exec_graph_free(&ex->eg);
     free(ex);
@@ -243,6 +249,14 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
 mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_config *cfg, mx_executor **out)
 {
     *out = NULL;
+    if (cfg->ctx.dev_type != MX_DEV_CPU) {
+        /* The operators run on the CPU only until their GPU kernels land:
+         * refuse rather than hand device memory to host code. */
+        char name[32];
+        MX_TRY(mx_device_check(cfg->ctx));
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "cannot run the network on %s: the operators have no GPU kernels in this "
+                                            "build yet", mx_context_str(cfg->ctx, name, sizeof(name)));
+    }
     uint32_t *ids = mx_malloc(sizeof(uint32_t) * (size_t)(mx_graph_num_nodes(g) + 1));
     if (!ids) return MX_ERR_NOMEM;
     int n_args = mx_graph_list_arguments(g, ids);
@@ -421,8 +435,11 @@ static mx_status push_node(mx_executor *ex, node_info *ni, bool is_train)
     return mx_engine_push(mx_runtime_engine(ex->rt), &op);
 }
 
+static mx_status run_checked(mx_executor *ex, int begin, int end, bool is_train);
+
 mx_status mx_executor_forward(mx_executor *ex, bool is_train)
 {
+    if (ex->check_numerics) return run_checked(ex, 0, ex->eg.n_forward, is_train);
     for (int i = 0; i < ex->eg.n_forward; i++)
         if (ex->nodes[i].op) MX_TRY(push_node(ex, &ex->nodes[i], is_train));
     return MX_OK;
@@ -451,6 +468,7 @@ mx_status mx_executor_backward(mx_executor *ex, mx_ndarray *const *head_grads)
     for (int i = 0; i < eg->n_args; i++)
         if (ex->grad_reqs[i] == MX_GRAD_WRITE && eg->grads[i].node == MX_NO_NODE)
             MX_TRY(mx_nd_fill(ex->arg_grads[i], 0.0));
+    if (ex->check_numerics) return run_checked(ex, eg->n_forward, eg->n_nodes, true);
     for (int i = eg->n_forward; i < eg->n_nodes; i++)
         if (ex->nodes[i].op) MX_TRY(push_node(ex, &ex->nodes[i], true));
     return MX_OK;
@@ -519,3 +537,235 @@ mx_status mx_executor_time_layers(mx_executor *ex, int n_iter, mx_layer_time **o
     *n_out = n;
     return MX_OK;
 }
+
+/* ---------------------------------------------------------------- numerics
+ * With checks on, forward and backward run one node at a time: the inputs
+ * a node reads are scanned before it runs (in-place outputs and aux states
+ * overwrite them), its outputs after. An entry found finite in the current
+ * pass is not scanned again: everything a checked node wrote in this pass
+ * is finite, or the pass has stopped. */
+
+typedef struct nonfinite {
+    int64_t n_nan, n_inf;
+    int64_t first; /* flat index of the first NaN or Inf, -1: none */
+    int64_t size;
+} nonfinite;
+
+/* Counts NaN and Inf in a float32 or float64 array after waiting for its
+ * writers (other dtypes: none). Device arrays are copied to the host. */
+static mx_status scan_array(mx_ndarray *a, nonfinite *r)
+{
+    *r = (nonfinite){.first = -1};
+    mx_dtype dt = mx_ndarray_dtype(a);
+    if (dt != MX_FLOAT32 && dt != MX_FLOAT64) return MX_OK;
+    MX_TRY(mx_ndarray_wait_to_read(a));
+    int64_t n = mx_ndarray_size(a);
+    const void *data = mx_ndarray_data(a);
+    void *host = NULL;
+    if (mx_ndarray_context(a).dev_type != MX_DEV_CPU) {
+        size_t bytes = mx_ndarray_nbytes(a);
+        host = mx_malloc(bytes);
+        if (!host) return MX_ERR_NOMEM;
+        mx_status s = mx_ndarray_to_host(a, host, bytes);
+        if (s != MX_OK) {
+            free(host);
+            return s;
+        }
+        data = host;
+    }
+    r->size = n;
+    for (int64_t i = 0; i < n; i++) {
+        double v = dt == MX_FLOAT32 ? (double)((const float *)data)[i] : ((const double *)data)[i];
+        if (isfinite(v)) continue;
+        if (r->first < 0) r->first = i;
+        if (isnan(v)) r->n_nan++;
+        else r->n_inf++;
+    }
+    free(host);
+    return MX_OK;
+}
+
+/* "NaN (3 of 12 values, first at index 5)", "NaN and Inf (2 NaN, 1 Inf of
+ * 12 values, first at index 0)". */
+static const char *nonfinite_str(const nonfinite *nf, char *buf, size_t size)
+{
+    if (nf->n_nan && nf->n_inf)
+        snprintf(buf, size, "NaN and Inf (%lld NaN, %lld Inf of %lld values, first at index %lld)",
+                 (long long)nf->n_nan, (long long)nf->n_inf, (long long)nf->size, (long long)nf->first);
+    else
+        snprintf(buf, size, "%s (%lld of %lld values, first at index %lld)", nf->n_nan ? "NaN" : "Inf",
+                 (long long)(nf->n_nan + nf->n_inf), (long long)nf->size, (long long)nf->first);
+    return buf;
+}
+
+/* Gradient sums are the ElementWiseSum nodes the gradient pass appends. */
+static bool is_grad_sum(const mx_executor *ex, uint32_t id)
+{
+    return (int)id >= ex->eg.n_forward && mx_graph_node(ex->eg.g, id)->kind == MX_NODE_OP;
+}
+
+/* A forward entry or variable in the user's names: 'fc1_weight',
+ * 'fc1_output', 'bn1_var'. */
+static const char *entry_name(const mx_executor *ex, mx_entry e, char *buf, size_t size)
+{
+    const mx_node *n = mx_graph_node(ex->eg.g, e.node);
+    if (n->kind == MX_NODE_VARIABLE) {
+        snprintf(buf, size, "'%s'", n->name);
+        return buf;
+    }
+    const char *names[MX_OP_MAX_IO];
+    mx_node_output_names(n, names);
+    snprintf(buf, size, "'%s_%s'", n->name, names[e.index]);
+    return buf;
+}
+
+/* The forward entry a gradient entry is the gradient of. */
+static mx_entry grad_target(const mx_executor *ex, mx_entry e)
+{
+    const mx_node *n = mx_graph_node(ex->eg.g, e.node);
+    if (n->kind == MX_NODE_BACKWARD) return mx_graph_node(ex->eg.g, n->forward_node)->inputs[e.index];
+    if (is_grad_sum(ex, e.node)) return grad_target(ex, n->inputs[0]);
+    if (n->kind == MX_NODE_VARIABLE && n->forward_node != MX_NO_NODE) /* a head gradient */
+        return (mx_entry){n->forward_node, n->forward_index};
+    return e;
+}
+
+/* What a read is to the node reading it: "input 'fc1_weight'", "output
+ * gradient", "input from the backward of 'bn1'". */
+static void read_role(const mx_executor *ex, const node_info *ni, mx_entry r, char *buf, size_t size)
+{
+    const mx_graph *g = ex->eg.g;
+    const mx_node *n = ni->node, *src = mx_graph_node(g, r.node);
+    char name[300];
+    if (ni->backward) {
+        const mx_node *f = mx_graph_node(g, n->forward_node);
+        for (int k = 0; k < f->n_outputs; k++) {
+            if (n->inputs[k].node != r.node || n->inputs[k].index != r.index) continue;
+            if (f->n_outputs == 1) snprintf(buf, size, "output gradient");
+            else snprintf(buf, size, "output gradient for %s", entry_name(ex, (mx_entry){n->forward_node, (uint32_t)k},
+                                                                           name, sizeof(name)));
+            return;
+        }
+        snprintf(buf, size, "%s %s", r.node == n->forward_node ? "output" : "input",
+                 entry_name(ex, r, name, sizeof(name)));
+        return;
+    }
+    if (src->kind == MX_NODE_BACKWARD)
+        snprintf(buf, size, "input from the backward of '%s'", mx_graph_node(g, src->forward_node)->name);
+    else if (is_grad_sum(ex, r.node))
+        snprintf(buf, size, "input from gradient sum '%s'", src->name);
+    else
+        snprintf(buf, size, "input %s", entry_name(ex, r, name, sizeof(name)));
+}
+
+/* Runs one node with the checks: returns MX_ERR_RUNTIME naming the layer at
+ * the first NaN or Inf it wrote, or the node's own error. */
+static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
+{
+    const exec_graph *eg = &ex->eg;
+    const mx_node *n = ni->node;
+    const mx_node *f = ni->backward ? mx_graph_node(eg->g, n->forward_node) : n;
+    char inputs[700] = "", what[320], kind[160];
+    nonfinite nf;
+    /* Inputs, before the node may overwrite them. */
+    mx_entry reads[3 * MX_OP_MAX_IO];
+    int n_reads = exec_node_reads(eg, ni->id, reads);
+    for (int r = 0; r < n_reads && !inputs[0]; r++) {
+        uint32_t e = exec_entry_id(eg, reads[r]);
+        mx_ndarray *a = ex->entry_arrays[e];
+        if (!a || ex->finite_pass[e] == ex->check_pass) continue;
+        MX_TRY(scan_array(a, &nf));
+        if (nf.first < 0) {
+            ex->finite_pass[e] = ex->check_pass;
+            continue;
+        }
+        read_role(ex, ni, reads[r], what, sizeof(what));
+        snprintf(inputs, sizeof(inputs), "its %s has %s", what, nonfinite_str(&nf, kind, sizeof(kind)));
+    }
+    /* Gradients added to (grad_req add) hold the earlier sum. */
+    uint32_t base = eg->shapes.entry_offset[ni->id];
+    for (int j = 0; ni->backward && j < n->n_outputs && !inputs[0]; j++) {
+        mx_ndarray *a = ex->entry_arrays[base + (uint32_t)j];
+        if (!a || ni->req[j] != MX_REQ_ADD) continue;
+        MX_TRY(scan_array(a, &nf));
+        if (nf.first < 0) continue;
+        snprintf(inputs, sizeof(inputs), "its accumulated gradient of %s has %s",
+                 entry_name(ex, f->inputs[j], what, sizeof(what)), nonfinite_str(&nf, kind, sizeof(kind)));
+    }
+    if (!inputs[0])
+        snprintf(inputs, sizeof(inputs), "%s", ni->backward ? "its output gradient and inputs are finite"
+                                                            : "its inputs are finite");
+
+    MX_TRY(push_node(ex, ni, is_train));
+    mx_engine *engine = mx_runtime_engine(ex->rt);
+    mx_status s = MX_OK;
+    for (int k = 0; k < ni->n_writes; k++) {
+        mx_status w = mx_engine_wait_var(engine, ni->writes[k]);
+        if (s == MX_OK) s = w;
+    }
+    if (s != MX_OK) return s;
+
+    /* Outputs: what the node wrote, then the aux states training moves. */
+    char layer[300];
+    if (ni->backward) snprintf(layer, sizeof(layer), "%s", f->name);
+    else if (is_grad_sum(ex, ni->id)) snprintf(layer, sizeof(layer), "%s (gradient sum)", n->name);
+    else snprintf(layer, sizeof(layer), "%s", n->name);
+    for (int k = 0; k < n->n_outputs; k++) {
+        uint32_t e = base + (uint32_t)k;
+        mx_ndarray *a = ex->entry_arrays[e];
+        if (!a || ni->req[k] == MX_REQ_NULL) continue;
+        MX_TRY(scan_array(a, &nf));
+        if (nf.first < 0) {
+            ex->finite_pass[e] = ex->check_pass;
+            continue;
+        }
+        mx_entry target = {ni->id, (uint32_t)k};
+        if (ni->backward || is_grad_sum(ex, ni->id)) {
+            entry_name(ex, grad_target(ex, target), what, sizeof(what));
+            return MX_ERROR(MX_ERR_RUNTIME, "%s: backward gradient of %s has %s; %s", layer, what,
+                            nonfinite_str(&nf, kind, sizeof(kind)), inputs);
+        }
+        if (n->n_outputs == 1) what[0] = '\0';
+        else {
+            what[0] = ' ';
+            entry_name(ex, target, what + 1, sizeof(what) - 1);
+        }
+        return MX_ERROR(MX_ERR_RUNTIME, "%s: forward output%s has %s; %s", layer, what,
+                        nonfinite_str(&nf, kind, sizeof(kind)), inputs);
+    }
+    for (int j = ni->n_in - ni->n_aux; !ni->backward && is_train && j < ni->n_in; j++) {
+        uint32_t e = exec_entry_id(eg, f->inputs[j]);
+        MX_TRY(scan_array(ex->entry_arrays[e], &nf));
+        if (nf.first < 0) {
+            ex->finite_pass[e] = ex->check_pass;
+            continue;
+        }
+        return MX_ERROR(MX_ERR_RUNTIME, "%s: forward aux state %s has %s; %s", layer,
+                        entry_name(ex, f->inputs[j], what, sizeof(what)), nonfinite_str(&nf, kind, sizeof(kind)),
+                        inputs);
+    }
+    return MX_OK;
+}
+
+static mx_status run_checked(mx_executor *ex, int begin, int end, bool is_train)
+{
+    if (++ex->check_pass == 0) { /* wrapped: forget every stamp */
+        memset(ex->finite_pass, 0, sizeof(uint32_t) * (size_t)ex->eg.shapes.n_entries);
+        ex->check_pass = 1;
+    }
+    for (int i = begin; i < end; i++)
+        if (ex->nodes[i].op) MX_TRY(run_node_checked(ex, &ex->nodes[i], is_train));
+    return MX_OK;
+}
+
+mx_status mx_executor_set_check_numerics(mx_executor *ex, bool on)
+{
+    if (on && !ex->finite_pass) {
+        ex->finite_pass = mx_calloc((size_t)ex->eg.shapes.n_entries + 1, sizeof(uint32_t));
+        if (!ex->finite_pass) return MX_ERR_NOMEM;
+    }
+    ex->check_numerics = on;
+    return MX_OK;
+}
+
+bool mx_executor_check_numerics(const mx_executor *ex) { return ex->check_numerics; }
