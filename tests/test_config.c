@@ -10,9 +10,7 @@
  * $MX_SHARED_DIR, else ../shared.
  */
 #include "config/config.h"
-#include "initializer/initializer.h"
-#include "metric/metric.h"
-#include "optimizer/optimizer.h"
+#include "train/settings.h"
 #include "viz/dot.h"
 
 #include <check.h>
@@ -41,10 +39,19 @@ static mx_config *parse_ok(const char *text)
 }
 
 /* The one-line error of a config that must fail. */
+/* The config is loaded as the tools load it: compiled, then every settings
+ * section parsed by its owner (lib/train/settings.h). */
 static const char *parse_err_len(const char *text, size_t len, const char *const *ov, int n)
 {
     mx_config *cfg = (mx_config *)1;
     mx_status st = mx_config_parse("t.conf", text, len, ov, n, &cfg);
+    if (st == MX_OK) {
+        mx_train_settings *settings = (mx_train_settings *)1;
+        st = mx_train_settings_load(cfg, &settings);
+        ck_assert_ptr_null(settings);
+        mx_config_free(cfg);
+        cfg = NULL;
+    }
     ck_assert_msg(st == MX_ERR_INVALID, "expected MX_ERR_INVALID, got %d (%s)\n--- config:\n%s", st, mx_last_error(),
                   text);
     ck_assert_ptr_null(cfg);
@@ -167,14 +174,15 @@ START_TEST(imagenet_configs_infer_and_have_published_sizes)
         ck_assert_msg(n == nets[i].params, "%s: %lld parameters, want %lld", nets[i].path, (long long)n,
                       (long long)nets[i].params);
         /* The [train] iterator gives the same per-sample shape. */
-        const char *names[4];
-        mx_shape shapes[4];
-        ck_assert_int_eq(mx_config_input_shapes(cfg, &cfg->train, names, shapes, 4), 1);
-        ck_assert_str_eq(names[0], "data");
-        ck_assert_int_eq(shapes[0].ndim, 4);
-        ck_assert_int_eq(shapes[0].dims[1], 3);
-        ck_assert_int_eq(shapes[0].dims[2], 224);
-        ck_assert_int_eq(cfg->train.kind, MX_ITER_IMAGERECORD);
+        mx_train_settings *settings;
+        ck_assert_msg(mx_train_settings_load(cfg, &settings) == MX_OK, "%s", mx_last_error());
+        mx_shape data, label;
+        ck_assert_int_eq(mx_data_iter_spec_shapes(settings->train, &data, &label), MX_OK);
+        ck_assert_int_eq(data.ndim, 4);
+        ck_assert_int_eq(data.dims[1], 3);
+        ck_assert_int_eq(data.dims[2], 224);
+        ck_assert_str_eq(mx_data_iter_spec_kind(settings->train)->name, "imagerecord");
+        mx_train_settings_free(settings);
         mx_graph_shapes_free(&gs);
         mx_config_free(cfg);
     }
@@ -198,9 +206,12 @@ START_TEST(small_configs_infer)
     };
     for (size_t i = 0; i < sizeof(nets) / sizeof(nets[0]); i++) {
         mx_config *cfg = load_ok(nets[i].path, NULL, 0);
-        const char *names[4];
-        mx_shape shapes[4];
-        ck_assert_int_eq(mx_config_input_shapes(cfg, &cfg->train, names, shapes, 4), 1);
+        mx_train_settings *settings;
+        ck_assert_msg(mx_train_settings_load(cfg, &settings) == MX_OK, "%s", mx_last_error());
+        const char *names[1] = {cfg->inputs[0]};
+        mx_shape shapes[1], label;
+        ck_assert_msg(mx_data_iter_spec_shapes(settings->train, &shapes[0], &label) == MX_OK, "%s", mx_last_error());
+        mx_train_settings_free(settings);
         mx_graph_shapes gs;
         ck_assert_msg(mx_config_infer_shapes(cfg, names, shapes, 1, &gs) == MX_OK, "%s", mx_last_error());
         assert_head_shape(cfg, &gs, nets[i].out);
@@ -211,159 +222,19 @@ START_TEST(small_configs_infer)
 }
 END_TEST
 
-START_TEST(lenet_settings_are_typed)
-{
-    mx_config *cfg = load_ok("configs/lenet.conf", NULL, 0);
-    ck_assert_str_eq(cfg->name, "lenet");
-    ck_assert_int_eq(cfg->n_inputs, 1);
-    ck_assert_str_eq(cfg->inputs[0], "data");
-    ck_assert_int_eq(cfg->n_layers, 11);
-    ck_assert_str_eq(cfg->layers[0].name, "conv1");
-    ck_assert_str_eq(cfg->layers[0].op, "Convolution");
-    ck_assert_int_gt(cfg->layers[0].line, 0);
-    const mx_config_layer *sm = mx_config_find_layer(cfg, "softmax");
-    ck_assert_ptr_nonnull(sm);
-    ck_assert_str_eq(sm->op, "SoftmaxOutput");
-    ck_assert(mx_graph_find(cfg->graph, "softmax_label") != MX_NO_NODE);
-    ck_assert(mx_graph_find(cfg->graph, "conv1_weight") != MX_NO_NODE);
-
-    ck_assert_int_eq(cfg->train.kind, MX_ITER_MNIST);
-    ck_assert_int_eq(cfg->train.batch_size, 64);
-    ck_assert(cfg->train.shuffle);
-    ck_assert(!cfg->val.shuffle);
-    ck_assert_str_eq(cfg->train.mnist.image, "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-    ck_assert_str_eq(cfg->val.mnist.label, "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
-    ck_assert(!cfg->train.mnist.flat);
-    ck_assert_int_eq(cfg->train.num_parts, 1);
-    ck_assert(!cfg->train.parts_given);
-
-    ck_assert_int_eq(cfg->optimizer.type, MX_OPT_SGD);
-    ck_assert_double_eq(cfg->optimizer.lr, 0.05);
-    ck_assert_double_eq(cfg->optimizer.momentum, 0.9);
-    ck_assert_double_eq(cfg->optimizer.wd, 0.0001);
-    ck_assert_int_eq(cfg->optimizer.lr_scheduler, MX_LR_MULTIFACTOR);
-    ck_assert_int_eq(cfg->optimizer.n_lr_step_epochs, 2);
-    ck_assert_int_eq(cfg->optimizer.lr_step_epochs[0], 5);
-    ck_assert_int_eq(cfg->optimizer.lr_step_epochs[1], 8);
-    ck_assert_double_eq(cfg->optimizer.lr_factor, 0.1);
-
-    ck_assert_int_eq(cfg->fit.num_epoch, 10);
-    ck_assert_int_eq(cfg->fit.n_ctx, 1);
-    ck_assert_int_eq(cfg->fit.ctx[0].dev_type, MX_DEV_CPU);
-    ck_assert_int_eq(cfg->fit.kvstore, MX_KV_LOCAL);
-    ck_assert_str_eq(cfg->fit.model_prefix, "models/lenet");
-    ck_assert_int_eq(cfg->fit.initializer.kind, MX_INIT_XAVIER);
-    ck_assert_int_eq(cfg->fit.initializer.rnd_type, MX_INIT_RND_GAUSSIAN);
-    ck_assert_int_eq(cfg->fit.initializer.factor_type, MX_INIT_FACTOR_IN);
-    ck_assert_double_eq(cfg->fit.initializer.magnitude, 2);
-    ck_assert_int_eq(cfg->fit.n_metrics, 2);
-    ck_assert_int_eq(cfg->fit.metrics[0].kind, MX_METRIC_ACC);
-    ck_assert_int_eq(cfg->fit.metrics[1].kind, MX_METRIC_CE);
-    ck_assert_int_eq(cfg->fit.disp_batches, 100);
-    ck_assert_int_eq(cfg->fit.load_epoch, -1);
-
-    char where[256];
-    ck_assert_str_eq(mx_config_where(cfg, "train", "image", where, sizeof(where)),
-                     "configs/lenet.conf:65: [train] image");
-    ck_assert_str_eq(mx_config_where(cfg, "layer conv1", "kernel", where, sizeof(where)),
-                     "configs/lenet.conf:17: [layer conv1] kernel");
-    const char *keys[32], *values[32];
-    int n = mx_config_section_entries(cfg, "train", keys, values, 32);
-    ck_assert_int_eq(n, 4); /* image, label, batch_size, shuffle; not iter */
-    ck_assert_str_eq(keys[2], "batch_size");
-    ck_assert_str_eq(values[2], "64");
-    mx_config_free(cfg);
-}
-END_TEST
-
-START_TEST(imagenet_iterator_and_scheduler_settings)
-{
-    mx_config *cfg = load_ok("configs/resnet-50.conf", NULL, 0);
-    const mx_imagerecord_settings *r = &cfg->train.imagerecord;
-    ck_assert_str_eq(r->path_imgrec, "data/imagenet/train.rec");
-    ck_assert_int_eq(r->data_shape.ndim, 3);
-    ck_assert_int_eq(r->data_shape.v[2], 224);
-    ck_assert(r->rand_crop && r->rand_mirror && !r->mirror);
-    ck_assert_double_eq_tol(r->mean_r, 123.68, 1e-9);
-    ck_assert_int_eq(r->label_width, 1);
-    ck_assert_int_eq(r->resize, -1);
-    ck_assert_int_eq(cfg->val.imagerecord.resize, 256);
-    ck_assert(cfg->train.round_batch);
-    ck_assert_int_eq(cfg->optimizer.lr_scheduler, MX_LR_MULTIFACTOR);
-    ck_assert_int_eq(cfg->optimizer.n_lr_step_epochs, 3);
-    ck_assert_int_eq(cfg->optimizer.lr_step_epochs[2], 80);
-    ck_assert_double_eq(cfg->optimizer.lr_factor, 0.1);
-    ck_assert_int_eq(cfg->fit.ctx[0].dev_type, MX_DEV_GPU);
-    ck_assert_int_eq(cfg->fit.kvstore, MX_KV_DEVICE);
-    ck_assert_int_eq(cfg->fit.n_metrics, 3);
-    ck_assert_int_eq(cfg->fit.metrics[1].kind, MX_METRIC_TOP_K_ACC);
-    ck_assert_int_eq(cfg->fit.metrics[1].top_k, 5);
-    ck_assert_int_eq(cfg->fit.initializer.kind, MX_INIT_MSRA);
-    /* BatchNorm attributes as written; aux states exist. */
-    ck_assert_str_eq(attr_of(cfg, "bn_conv1", "fix_gamma"), "False"); /* bools in MXNet's str() form */
-    uint32_t aux[1024];
-    ck_assert_int_eq(mx_graph_list_aux(cfg->graph, aux), 2 * 53);
-    mx_config_free(cfg);
-}
-END_TEST
-
-START_TEST(defaults_of_absent_sections)
-{
-    mx_config *cfg = parse_ok("[layer fc]\nop = FullyConnected\nnum_hidden = 4\n");
-    ck_assert_str_eq(cfg->name, "t");
-    ck_assert_int_eq(cfg->train.kind, MX_ITER_NONE);
-    ck_assert_int_eq(cfg->val.kind, MX_ITER_NONE);
-    const char *names[2];
-    mx_shape shapes[2];
-    ck_assert_int_eq(mx_config_input_shapes(cfg, &cfg->train, names, shapes, 2), 0);
-    ck_assert_int_eq(cfg->optimizer.type, MX_OPT_SGD);
-    ck_assert_double_eq(cfg->optimizer.lr, 0.01);
-    ck_assert_double_eq(cfg->optimizer.momentum, 0);
-    ck_assert_double_eq(cfg->optimizer.rescale_grad, 0);
-    ck_assert_double_eq(cfg->optimizer.clip_gradient, -1);
-    ck_assert_int_eq(cfg->fit.num_epoch, 10);
-    ck_assert_int_eq(cfg->fit.n_ctx, 1);
-    ck_assert_int_eq(cfg->fit.ctx[0].dev_type, MX_DEV_CPU);
-    ck_assert_str_eq(cfg->fit.model_prefix, "");
-    ck_assert_int_eq(cfg->fit.save_period, 1);
-    ck_assert_int_eq(cfg->fit.n_metrics, 1);
-    ck_assert_int_eq(cfg->fit.metrics[0].kind, MX_METRIC_ACC);
-    ck_assert_int_eq(cfg->fit.disp_batches, 20);
-    ck_assert_int_eq(cfg->fit.initializer.kind, MX_INIT_XAVIER);
-    ck_assert_int_eq(cfg->fit.initializer.rnd_type, MX_INIT_RND_GAUSSIAN);
-    mx_config_free(cfg);
-
-    /* dtype and ctx are keys of lib/io's MNIST iterator, accepted and
-     * checked through its table. */
-    cfg = parse_ok("[layer fc]\nop = fullc\nnum_hidden = 4\n[optimizer]\ntype = adam\n[train]\niter = mnist\n"
-                   "image = a\nlabel = b\ndtype = float32\nctx = cpu\n");
-    ck_assert_int_eq(cfg->optimizer.type, MX_OPT_ADAM);
-    ck_assert_double_eq(cfg->optimizer.lr, 0.001);
-    ck_assert_double_eq(cfg->optimizer.beta1, 0.9);
-    ck_assert_double_eq(cfg->optimizer.beta2, 0.999);
-    ck_assert_double_eq(cfg->optimizer.epsilon, 1e-8);
-    ck_assert_int_eq(cfg->train.batch_size, 128); /* MXNet's MNISTIter default */
-    ck_assert(cfg->train.shuffle);
-    ck_assert(!cfg->train.round_batch);
-    mx_config_free(cfg);
-}
-END_TEST
-
 START_TEST(overrides_replace_and_add_keys)
 {
     const char *ov[] = {"fit.num_epoch=2",      "optimizer.lr=0.5",         "fit.ctx=gpu:0-3",
                         "train.batch_size=8",   "conv1.num_filter=32",      "layer.fc1.num_hidden=100",
                         "fc1.lr_mult=2",        "val.shuffle=1",            "net.name=small"};
     mx_config *cfg = load_ok("configs/lenet.conf", ov, (int)(sizeof(ov) / sizeof(ov[0])));
-    ck_assert_int_eq(cfg->fit.num_epoch, 2);
-    ck_assert_double_eq(cfg->optimizer.lr, 0.5);
-    ck_assert_int_eq(cfg->fit.n_ctx, 4);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(cfg->fit.ctx[i].dev_type, MX_DEV_GPU);
-        ck_assert_int_eq(cfg->fit.ctx[i].dev_id, i);
-    }
-    ck_assert_int_eq(cfg->train.batch_size, 8);
-    ck_assert(cfg->val.shuffle);
+    /* Settings overrides are the owners' business (test_settings.c); here
+     * they are located as the command line. */
+    mx_param_input in;
+    mx_config_section_input(cfg, "optimizer", &in);
+    ck_assert_int_eq(in.n, 7);
+    int k = mx_param_input_find(&in, "lr");
+    ck_assert(k >= 0 && !strcmp(in.values[k], "0.5") && !strcmp(in.where[k], "command line: [optimizer] lr"));
     ck_assert_str_eq(cfg->name, "small");
     ck_assert_str_eq(attr_of(cfg, "conv1", "num_filter"), "32");
     ck_assert_str_eq(attr_of(cfg, "fc1", "num_hidden"), "100");
@@ -381,7 +252,11 @@ START_TEST(overrides_replace_and_add_keys)
     mx_config *c2 = NULL;
     const char *text = "[layer fc]\nop = fullc\nnum_hidden = 4\n";
     ck_assert_int_eq(mx_config_parse("t.conf", text, strlen(text), ov2, 1, &c2), MX_OK);
-    ck_assert_int_eq(c2->fit.num_epoch, 3);
+    ck_assert(mx_config_has_section(c2, "fit"));
+    ck_assert(!mx_config_has_section(c2, "train"));
+    mx_config_section_input(c2, "fit", &in);
+    ck_assert(in.n == 1 && !strcmp(in.keys[0], "num_epoch") && !strcmp(in.values[0], "3"));
+    ck_assert_str_eq(in.section, "command line: [fit]");
     mx_config_free(c2);
 
     ck_assert(mx_config_is_override("fit.num_epoch=2"));
@@ -405,7 +280,7 @@ START_TEST(bad_overrides_say_command_line)
          "command line: [layer conv1] num_filters: unknown key for Convolution (did you mean 'num_filter'?)"},
         {"optimizer.momentom=0.9", "command line: [optimizer] momentom: unknown key (did you mean 'momentum'?)"},
         {"fit.ctx=gpu:0,0", "command line: [fit] ctx: bad context list 'gpu:0,0': a device is listed twice (cpu, "
-                            "gpu:0, gpu:0-3 or gpu:0,2)"},
+                            "cpu:0-3, gpu:0, gpu:0-3 or gpu:0,2)"},
     };
     const char *text = "[layer conv1]\nop = Convolution\nkernel = 5,5\nnum_filter = 20\n";
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -489,14 +364,14 @@ START_TEST(each_mistake_has_its_line)
         {BASE "[train]\niter = mnist\nbatchsize = 3\n",
          "t.conf:7: [train] batchsize: unknown key (did you mean 'batch_size'?)"},
         {BASE "[train]\nbatch_size = 3\n",
-         "t.conf:5: [train] iter: required key is missing (mnist, imagerecord or csv)"},
+         "t.conf:5: [train] iter: required key is missing (mnist, csv, imagerecord or synthetic)"},
         {BASE "[val]\niter = mnsit\n", "t.conf:6: [val] iter: bad value 'mnsit' (did you mean 'mnist'?)"},
         {BASE "[train]\niter = mnist\nimage = a\n", "t.conf:5: [train] label: required key is missing (iter = "
                                                     "mnist)"},
         {BASE "[train]\niter = imagerecord\npath_imgrec = a.rec\nbatch_size = 2\n",
          "t.conf:5: [train] data_shape: required key is missing (iter = imagerecord)"},
         {BASE "[train]\niter = imagerecord\npath_imgrec = a.rec\nbatch_size = 2\ndata_shape = 2,32,32\n",
-         "t.conf:9: [train] data_shape: expected (C, H, W) with C = 1, 3 or 4"},
+         "t.conf:9: [train] data_shape: expected (C, H, W) with 1, 3 or 4 channels"},
         {BASE "[train]\niter = csv\ndata_csv = a.csv\ndata_shape = 3\nbatch_size = 2\nnum_parts = 2\npart_index = 2\n",
          "t.conf:11: [train] part_index: must be less than num_parts (2)"},
         {BASE "[optimizer]\ntype = adam\nmomentum = 0.9\n",
@@ -508,25 +383,23 @@ START_TEST(each_mistake_has_its_line)
         {BASE "[optimizer]\nlr_scheduler = multifactor\nlr_step_epochs = 60,30\n",
          "t.conf:7: [optimizer] lr_step_epochs: epochs must increase"},
         {BASE "[optimizer]\nfinal_lr = 0.001\n",
-         "t.conf:6: [optimizer] final_lr: not used with lr_scheduler = none (only with cosine, poly)"},
-        {BASE "[fit]\nctx = gpu:3-1\n", "t.conf:6: [fit] ctx: bad context list 'gpu:3-1': device numbers must be "
-                                        "0..1023, low-high (cpu, gpu:0, gpu:0-3 or gpu:0,2)"},
+         "t.conf:6: [optimizer] final_lr: not used with lr_scheduler = none (only with poly, cosine)"},
+        {BASE "[fit]\nctx = gpu:3-1\n", "t.conf:6: [fit] ctx: bad context list 'gpu:3-1': bad range (device numbers 0..1023, as low-high) (cpu, "
+                                        "cpu:0-3, gpu:0, gpu:0-3 or gpu:0,2)"},
         {BASE "[fit]\nmetric = acc, top5\n",
-         "t.conf:6: [fit] metric: unknown metric 'top5' (metrics: acc, top_k_acc, ce, mse, mae or rmse)"},
-        {BASE "[fit]\nmetric = top_k_acc\n", "t.conf:6: [fit] metric: top_k_acc needs k: top_k_acc:5"},
+         "t.conf:6: [fit] metric: unknown metric 'top5' (acc, top_k_acc, ce, mse, mae or rmse)"},
+        {BASE "[fit]\nmetric = top_k_acc\n", "t.conf:6: [fit] metric: top_k_acc needs k: top_k_acc:5 or top_k_acc(top_k=5)"},
         {BASE "[fit]\nmetric = top_k_acc:1\n",
-         "t.conf:6: [fit] metric: metric 'top_k_acc': bad k '1': an integer >= 2, e.g. top_k_acc:5"},
+         "t.conf:6: [fit] metric: top_k_acc: parameter 'top_k' has bad value '1': must be between 2 and 1e+09"},
         {BASE "[optimizer]\nclip_weights = 1\n",
          "t.conf:6: [optimizer] clip_weights: not used with type = sgd (only with rmsprop)"},
-        {BASE "[fit]\nkvstore = dist_snyc\n", "t.conf:6: [fit] kvstore: bad value 'dist_snyc': did you mean "
-                                              "'dist_sync'? (choices: local, device, dist_sync, dist_async)"},
+        {BASE "[fit]\nkvstore = dist_snyc\n", "t.conf:6: [fit] kvstore: unknown kvstore 'dist_snyc' (did you mean 'dist_sync'?)"},
         {BASE "[fit]\ninitializer = xavier(sigma=2)\n",
-         "t.conf:6: [fit] initializer: xavier has no argument 'sigma' (arguments: rnd_type, factor_type or "
-         "magnitude)"},
+         "t.conf:6: [fit] initializer: xavier: unknown parameter 'sigma' (known: rnd_type, factor_type, magnitude)"},
         {BASE "[fit]\nnum_epochs = 2\n", "t.conf:6: [fit] num_epochs: unknown key (did you mean 'num_epoch'?)"},
         {BASE "[layer fc]\nop = FullyConnected\nnum_hidden = 10\nweight_init = gaussian(sigma=1)\n",
-         "t.conf:8: [layer fc] weight_init: unknown initializer 'gaussian' (choices: xavier, msra, uniform, normal, "
-         "constant, zero or one)"},
+         "t.conf:8: [layer fc] weight_init: unknown initializer 'gaussian' (xavier, msraprelu, uniform, normal, constant, "
+         "zero or one)"},
         {BASE "[layer fc]\nop = FullyConnected\nnum_hidden = 10\nno_bias = true\nbias_init = zero\n",
          "t.conf:9: [layer fc] bias_init: unknown key: FullyConnected has no parameter input 'bias'"},
         {BASE "[layer fc]\nop = FullyConnected\nnum_hidden = 10\nwieght_init = zero\n",
@@ -566,10 +439,15 @@ START_TEST(each_mistake_has_its_line)
         {BASE "[layer conv1_weight]\nop = relu\n",
          "t.conf:5: [layer conv1_weight]: the name is taken by the weight of layer 'conv1'"},
     };
+    int wrong = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *msg = parse_err(cases[i].text);
-        ck_assert_msg(!strcmp(msg, cases[i].want), "case %zu:\n got: %s\nwant: %s", i, msg, cases[i].want);
+        if (strcmp(msg, cases[i].want)) {
+            fprintf(stderr, "case %zu:\n got: %s\nwant: %s\n", i, msg, cases[i].want);
+            wrong++;
+        }
     }
+    ck_assert_msg(!wrong, "%d messages differ (above)", wrong);
     /* NUL bytes and very long lines. */
     static const char nul[] = "[layer a]\nop = re\0lu\n";
     ck_assert_str_eq(parse_err_len(nul, sizeof(nul) - 1, NULL, 0), "t.conf:2: NUL byte at column 8 (not a text file?)");
@@ -717,90 +595,6 @@ START_TEST(dags_multiple_inputs_and_outputs)
 }
 END_TEST
 
-START_TEST(value_syntaxes)
-{
-    mx_context ctx[8];
-    int n = 0;
-    ck_assert_int_eq(mx_parse_ctx_list("gpu:0,2", ctx, 8, &n), MX_OK);
-    ck_assert_int_eq(n, 2);
-    ck_assert(mx_context_equal(ctx[0], mx_gpu(0)) && mx_context_equal(ctx[1], mx_gpu(2)));
-    ck_assert_int_eq(mx_parse_ctx_list("gpu(1)", ctx, 8, &n), MX_OK);
-    ck_assert(n == 1 && mx_context_equal(ctx[0], mx_gpu(1)));
-    ck_assert_int_eq(mx_parse_ctx_list(" gpu ", ctx, 8, &n), MX_OK);
-    ck_assert(n == 1 && mx_context_equal(ctx[0], mx_gpu(0)));
-    ck_assert_int_eq(mx_parse_ctx_list("cpu", ctx, 8, &n), MX_OK);
-    ck_assert(n == 1 && mx_context_equal(ctx[0], mx_cpu()));
-    ck_assert_int_eq(mx_parse_ctx_list("gpu:0-3,5", ctx, 8, &n), MX_OK);
-    ck_assert(n == 5 && mx_context_equal(ctx[4], mx_gpu(5)));
-    const char *bad[] = {"", "tpu", "gpu:1-0", "cpu,gpu:0", "gpu:0,0", "gpu:x", "gpu:0-9", "gpu:", "gpu(1", "cpu:0,1"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        ck_assert_msg(mx_parse_ctx_list(bad[i], ctx, 8, &n) == MX_ERR_INVALID, "'%s' accepted", bad[i]);
-
-    mx_init_spec s;
-    char json[256];
-    ck_assert_int_eq(mx_init_parse("xavier", &s), MX_OK);
-    ck_assert_str_eq(mx_init_to_json(&s, json, sizeof(json)),
-                     "[\"xavier\", {\"rnd_type\": \"uniform\", \"factor_type\": \"avg\", \"magnitude\": 3}]");
-    ck_assert_int_eq(mx_init_parse("Xavier(rnd_type='gaussian', factor_type=\"out\", magnitude=2.5)", &s), MX_OK);
-    ck_assert_str_eq(mx_init_to_json(&s, json, sizeof(json)),
-                     "[\"xavier\", {\"rnd_type\": \"gaussian\", \"factor_type\": \"out\", \"magnitude\": 2.5}]");
-    ck_assert_int_eq(mx_init_parse("msra", &s), MX_OK);
-    ck_assert_str_eq(mx_init_to_json(&s, json, sizeof(json)),
-                     "[\"msraprelu\", {\"factor_type\": \"avg\", \"slope\": 0.25}]");
-    ck_assert_int_eq(mx_init_parse("uniform(scale=0.1)", &s), MX_OK);
-    ck_assert_str_eq(mx_init_to_json(&s, json, sizeof(json)), "[\"uniform\", {\"scale\": 0.1}]");
-    ck_assert_int_eq(mx_init_parse("zero()", &s), MX_OK);
-    ck_assert_str_eq(mx_init_to_json(&s, json, sizeof(json)), "[\"zero\", {}]");
-    const char *bad_init[] = {"xavier(", "xavier(magnitude)", "normal(sigma=-1)", "normal(sigma=1, sigma=2)",
-                              "constant(value=x)", "constant", "zero(value=1)", "xavier(rnd_type=normal)", "nope", ""};
-    for (size_t i = 0; i < sizeof(bad_init) / sizeof(bad_init[0]); i++)
-        ck_assert_msg(mx_init_parse(bad_init[i], &s) == MX_ERR_INVALID, "'%s' accepted", bad_init[i]);
-}
-END_TEST
-
-/* The names and __init__ JSON the config produces are the ones the
- * initializer, metric and optimizer registries take. */
-START_TEST(settings_match_the_registries)
-{
-    static const char *const inits[] = {"xavier", "xavier(rnd_type=gaussian, factor_type=in, magnitude=2)",
-                                        "msra(factor_type=out, slope=0.1)", "uniform(scale=0.5)",
-                                        "normal(sigma=0.02)", "constant(value=-1.5)", "zero", "one"};
-    for (size_t i = 0; i < sizeof(inits) / sizeof(inits[0]); i++) {
-        mx_init_spec spec;
-        ck_assert_int_eq(mx_init_parse(inits[i], &spec), MX_OK);
-        char json[256], back[256];
-        mx_init_to_json(&spec, json, sizeof(json));
-        mx_initializer *init = NULL;
-        ck_assert_msg(mx_initializer_create_json(json, &init) == MX_OK, "%s: %s", json, mx_last_error());
-        ck_assert_str_eq(mx_initializer_dumps(init, back, sizeof(back)), json);
-        mx_initializer_free(init);
-    }
-    for (int k = 0; k < MX_METRIC_KIND_COUNT; k++) {
-        mx_metric_params mp;
-        ck_assert_msg(mx_metric_defaults(mx_metric_name((mx_metric_kind)k), &mp) == MX_OK, "%s", mx_last_error());
-    }
-    for (int k = 0; k < MX_OPT_KIND_COUNT; k++) {
-        mx_optimizer_params op;
-        ck_assert_msg(mx_optimizer_defaults(mx_optimizer_kind_name((mx_optimizer_kind)k), &op) == MX_OK, "%s",
-                      mx_last_error());
-    }
-    for (int k = MX_LR_FACTOR; k < MX_LR_KIND_COUNT; k++) {
-        mx_lr_scheduler_params sp;
-        ck_assert_msg(mx_lr_scheduler_defaults(mx_lr_scheduler_name((mx_lr_scheduler_kind)k), &sp) == MX_OK, "%s",
-                      mx_last_error());
-    }
-    /* Defaults agree where both have them. */
-    mx_config *cfg = parse_ok("[layer fc]\nop = fullc\nnum_hidden = 2\n[optimizer]\ntype = rmsprop\n");
-    mx_optimizer_params op;
-    ck_assert_int_eq(mx_optimizer_defaults("rmsprop", &op), MX_OK);
-    ck_assert_double_eq(cfg->optimizer.lr, op.learning_rate);
-    ck_assert_double_eq(cfg->optimizer.epsilon, op.epsilon);
-    ck_assert_double_eq(cfg->optimizer.gamma1, op.gamma1);
-    ck_assert_double_eq(cfg->optimizer.clip_weights, op.clip_weights);
-    mx_config_free(cfg);
-}
-END_TEST
-
 /* ------------------------------------------------------------ robustness */
 
 static uint64_t rng_next(uint64_t *s)
@@ -828,6 +622,15 @@ static void try_config(const char *text, size_t len)
         return;
     }
     n_compiled++;
+    /* The settings sections through their owners: one located line or OK. */
+    mx_train_settings *settings = NULL;
+    st = mx_train_settings_load(cfg, &settings);
+    if (st != MX_OK) {
+        const char *msg = mx_last_error();
+        ck_assert_msg(st == MX_ERR_INVALID || st == MX_ERR_UNSUPPORTED, "status %d: %s", st, msg);
+        ck_assert_msg(!strncmp(msg, "t.conf", 6) && !strchr(msg, '\n'), "bad settings message: '%s'", msg);
+    }
+    mx_train_settings_free(settings);
     const char *names[] = {cfg->inputs[0]};
     mx_shape s = MX_SHAPE(2, 1, 28, 28);
     mx_graph_shapes gs;
@@ -1092,9 +895,6 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, imagenet_configs_infer_and_have_published_sizes);
     tcase_add_test(tc, small_configs_infer);
-    tcase_add_test(tc, lenet_settings_are_typed);
-    tcase_add_test(tc, imagenet_iterator_and_scheduler_settings);
-    tcase_add_test(tc, defaults_of_absent_sections);
     tcase_add_test(tc, overrides_replace_and_add_keys);
     tcase_add_test(tc, bad_overrides_say_command_line);
     tcase_add_test(tc, each_mistake_has_its_line);
@@ -1102,8 +902,6 @@ int main(void)
     tcase_add_test(tc, shape_errors_name_the_layer_line);
     tcase_add_test(tc, aliases_labels_multipliers_and_initializers);
     tcase_add_test(tc, dags_multiple_inputs_and_outputs);
-    tcase_add_test(tc, value_syntaxes);
-    tcase_add_test(tc, settings_match_the_registries);
     tcase_add_test(tc, random_bytes_never_crash);
     tcase_add_test(tc, random_networks_never_crash);
     tcase_add_test(tc, mutated_configs_never_crash);

@@ -912,7 +912,7 @@ START_TEST(test_bad_records_skipped_and_reported)
         for (int threads = 1; threads <= 3; threads += 2) {
             char th[40];
             snprintf(th, sizeof(th), "preprocess_threads=%d", threads);
-            const char *kv[] = {path, "data_shape=1,12,16", "batch_size=4", "round_batch=0", th, indexed ? idx : "verbose=0", NULL};
+            const char *kv[] = {path, "data_shape=1,12,16", "batch_size=4", "round_batch=0", th, indexed ? idx : "shuffle=0", NULL};
             void *st = ir_must(rt, kv);
             log_lines log = {0};
             mx_imagerecord_set_log(st, collect, &log);
@@ -997,6 +997,22 @@ START_TEST(test_corrupt_and_truncated_files)
             ck_assert_int_eq(s.records, 11);
         }
         ck_assert_msg(strstr(log.lines[0], want), "%s\nwanted: %s", log.lines[0], want);
+        mx_iter_imagerecord.free(st);
+
+        /* verbose = 0: the same skips, counted but not sent to the log */
+        const char *quiet[] = {path, "data_shape=1,12,16", "batch_size=4", "round_batch=0", "preprocess_threads=2",
+                               indexed ? idx : "shuffle=0", "verbose=0", NULL};
+        st = ir_must(rt, quiet);
+        log.n = 0;
+        mx_imagerecord_set_log(st, collect, &log);
+        e = run_epoch(st);
+        expect_ids(&e, good_m, 8, imgs);
+        epoch_free(&e);
+        mx_imagerecord_stats q;
+        mx_imagerecord_get_stats(st, &q);
+        ck_assert_int_eq(log.n, 0);
+        ck_assert_int_eq(q.skipped_records, s.skipped_records);
+        ck_assert_int_eq(q.warnings, s.warnings);
         mx_iter_imagerecord.free(st);
 
         /* truncated file */
@@ -1156,15 +1172,15 @@ START_TEST(test_parameter_and_file_errors)
         {{pmiss, "data_shape=3,4,4", "batch_size=1", NULL}, MX_ERR_IO, "cannot open path_imgrec"},
         {{pdir, "data_shape=3,4,4", "batch_size=1", NULL}, MX_ERR_UNSUPPORTED, "is a directory"},
         {{pempty, "data_shape=3,4,4", "batch_size=1", NULL}, MX_ERR_FORMAT, "is empty"},
-        {{"data_shape=3,4,4", "batch_size=1", NULL}, MX_ERR_INVALID, "path_imgrec is required"},
+        {{"data_shape=3,4,4", "batch_size=1", NULL}, MX_ERR_INVALID, "'path_imgrec': is required"},
         {{p, "data_shape=2,4,4", "batch_size=1", NULL}, MX_ERR_INVALID, "1, 3 or 4 channels"},
-        {{p, "data_shape=4,4", "batch_size=1", NULL}, MX_ERR_INVALID, "data_shape must be (C, H, W)"},
+        {{p, "data_shape=4,4", "batch_size=1", NULL}, MX_ERR_INVALID, "'data_shape': expected (C, H, W)"},
         {{p, "data_shape=3,4,4", "batch_size=1", "max_rotate_angle=10", NULL}, MX_ERR_UNSUPPORTED,
-         "max_rotate_angle is not supported"},
-        {{p, "data_shape=3,4,4", "batch_size=1", "inter_method=2", NULL}, MX_ERR_UNSUPPORTED, "inter_method 2"},
-        {{p, "data_shape=3,4,4", "batch_size=1", "dtype=uint8", NULL}, MX_ERR_UNSUPPORTED, "dtype 'uint8'"},
+         "'max_rotate_angle': not supported"},
+        {{p, "data_shape=3,4,4", "batch_size=1", "inter_method=2", NULL}, MX_ERR_UNSUPPORTED, "'inter_method': 2 is not supported"},
+        {{p, "data_shape=3,4,4", "batch_size=1", "dtype=uint8", NULL}, MX_ERR_UNSUPPORTED, "'dtype': 'uint8' is not supported"},
         {{p, "data_shape=3,4,4", "batch_size=1", "num_parts=2", "part_index=2", NULL}, MX_ERR_INVALID,
-         "part_index 2 must be less than num_parts 2"},
+         "'part_index': must be less than num_parts (2)"},
         {{p, "data_shape=3,4,4", "batch_size=1", "std_g=0", NULL}, MX_ERR_INVALID, "std_g"},
         {{p, "data_shape=3,4,4", "batch_size=1", "rand_crpo=1", NULL}, MX_ERR_INVALID, "did you mean 'rand_crop'"},
         {{p, "data_shape=3,4,4", NULL}, MX_ERR_INVALID, "batch_size"},
@@ -1176,10 +1192,14 @@ START_TEST(test_parameter_and_file_errors)
         ck_assert_msg(strstr(mx_last_error(), cases[i].msg), "case %zu: %s", i, mx_last_error());
         ck_assert_ptr_null(st);
     }
-    /* accepted without effect: the keys a config may carry */
-    const char *ok[] = {p, "data_shape=3,4,4", "batch_size=1", "verbose=0", "ctx=cpu", "shuffle_chunk_size=64",
-                        "dtype=float32", NULL};
-    void *st = ir_must(rt, ok);
+    /* chunked shuffles are refused (the shuffle is global) */
+    const char *chunk[] = {p, "data_shape=3,4,4", "batch_size=1", "shuffle_chunk_size=64", NULL};
+    void *st = NULL;
+    ck_assert_int_eq(ir_open(rt, chunk, &st), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), "'shuffle_chunk_size': not supported"), "%s", mx_last_error());
+    /* keys a config may carry with MXNet's meaning */
+    const char *ok[] = {p, "data_shape=3,4,4", "batch_size=1", "verbose=0", "ctx=cpu", "dtype=float32", NULL};
+    st = ir_must(rt, ok);
     mx_iter_imagerecord.free(st);
     free(im.data);
     mx_free(png);
@@ -1327,7 +1347,7 @@ START_TEST(test_set_log_through_io_registry)
     mx_data_iter_set_log(it, NULL, NULL);
     OK(mx_data_iter_reset(it));
     mx_data_iter_free(it);
-    ck_assert_ptr_null(mx_data_iter_kind_find("mnist")->set_log);
+    ck_assert_ptr_nonnull(mx_data_iter_kind_find("mnist")->set_log); /* its load line */
     ck_assert_ptr_null(mx_data_iter_kind_find("csv")->set_log);
     ck_assert_ptr_nonnull(mx_data_iter_kind_find("imagerecord")->set_log);
     for (int k = 0; k < 12; k++) free(imgs[k].data);

@@ -299,6 +299,40 @@ START_TEST(test_raw_exact_and_remainder_dropped)
 }
 END_TEST
 
+static void count_line(void *user, const char *line)
+{
+    int *n = user;
+    (*n)++;
+    ck_assert_msg(strstr(line, "mnist: '") && strstr(line, "': 10 images of batch shape (4,1,3,4) (part 0 of 1), "
+                                                           "shuffle=0"),
+                  "%s", line);
+}
+
+/* silent=0 sends one load line to the log at the first batch, as MXNet's
+ * MNISTIter prints it; silent=1 sends none. */
+START_TEST(test_silent_controls_the_load_line)
+{
+    const char *img = tmp_path("i"), *lab = tmp_path("l");
+    write_set(img, lab, false, 10, 3, 4);
+    mx_runtime *rt = rt_new();
+    for (int silent = 0; silent < 2; silent++) {
+        mx_data_iter *it;
+        const char *args[] = {kv(0, "image", img), kv(1, "label", lab), "batch_size=4", "shuffle=0",
+                              silent ? "silent=1" : "silent=0"};
+        OK(make_iter(rt, "mnist", args, 5, &it));
+        int lines = 0;
+        mx_data_iter_set_log(it, count_line, &lines);
+        mx_data_batch b;
+        bool has;
+        for (int k = 0; k < 3; k++) OK(mx_data_iter_next(it, &b, &has));
+        ck_assert_int_eq(lines, silent ? 0 : 1);
+        mx_data_iter_free(it);
+    }
+    mx_runtime_free(rt);
+    tmp_cleanup();
+}
+END_TEST
+
 START_TEST(test_gzip_flat)
 {
     const char *img = tmp_path("i.gz"), *lab = tmp_path("l.gz");
@@ -907,6 +941,7 @@ static Suite *io_mnist_suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_mt19937_and_part_formula);
     tcase_add_test(t, test_raw_exact_and_remainder_dropped);
+    tcase_add_test(t, test_silent_controls_the_load_line);
     tcase_add_test(t, test_gzip_flat);
     tcase_add_test(t, test_partition_covers_once);
     tcase_add_test(t, test_shuffle_permutation_reproducible);

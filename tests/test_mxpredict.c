@@ -24,6 +24,8 @@
 #include "recordio/recordio.h"
 #include "checkpoint/checkpoint.h"
 
+#include "support/tooltest.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,16 +52,10 @@ static void setup(void)
     const char *shared = getenv("MX_SHARED_DIR");
     snprintf(fixture, sizeof(fixture), "%s/fixtures/mxnet/sagemaker-mnist-mlp/model",
              shared && *shared ? shared : "../shared");
-    snprintf(tmp, sizeof(tmp), "/tmp/mxpredict-test-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    tool_tmp_make(tmp, sizeof(tmp), "mxpredict-test");
 }
 
-static void teardown(void)
-{
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void teardown(void) { tool_tmp_remove(tmp); }
 
 static const char *tpath(const char *name)
 {
@@ -70,33 +66,11 @@ static const char *tpath(const char *name)
     return buf[k];
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "missing %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
-/* Runs `bin args` (a shell word list) with stdin from stdin_path (or
- * /dev/null); returns the exit status, stdout and stderr (malloc'ed). */
+/* Runs `bin args` with stdin from stdin_path (or /dev/null); returns the
+ * exit status, stdout and stderr (malloc'ed). */
 static int run_bin(const char *bin, const char *args, const char *stdin_path, char **out, char **err)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof(cmd), "%s %s <'%s' >'%s' 2>'%s'", bin, args, stdin_path ? stdin_path : "/dev/null",
-             tpath("stdout.txt"), tpath("stderr.txt"));
-    int st = system(cmd);
-    ck_assert(WIFEXITED(st));
-    *out = slurp(tpath("stdout.txt"), NULL);
-    *err = slurp(tpath("stderr.txt"), NULL);
-    return WEXITSTATUS(st);
+    return tool_run(bin, args, tmp, stdin_path, out, err);
 }
 
 static int predict(const char *args, char **out, char **err) { return run_bin(predict_bin, args, NULL, out, err); }
@@ -210,7 +184,7 @@ static void logged_accuracy(const char *log, int epoch, char *out, size_t size)
 /* Accuracy of top1 over ids [0, n) of a prediction CSV, as "%f". */
 static void csv_accuracy(const char *path, const uint8_t *labels, int n, char *out, size_t size)
 {
-    csv c = parse_csv(slurp(path, NULL));
+    csv c = parse_csv(tool_slurp(path, NULL));
     ck_assert_str_eq(cell(&c, 0, 0), "id");
     ck_assert_str_eq(cell(&c, 0, 1), "top1");
     int correct = 0, seen = 0;
@@ -328,7 +302,7 @@ START_TEST(accuracy_equals_mxtrain_validation_on_a_rec)
                    tpath("train.rec"), tpath("train.idx"), NULL);
     write_jpeg_rec(T10K_IMAGES, T10K_LABELS, n_val, tpath("val.rec"), tpath("val.idx"), val_labels);
     /* LeNet with imagerecord sections, pixels / 256 as the mnist iterator. */
-    char *lenet = slurp("configs/lenet.conf", NULL);
+    char *lenet = tool_slurp("configs/lenet.conf", NULL);
     char *cut = strstr(lenet, "\n[train]");
     ck_assert_ptr_nonnull(cut);
     cut[1] = '\0';
@@ -353,7 +327,7 @@ START_TEST(accuracy_equals_mxtrain_validation_on_a_rec)
              tpath("val.rec"));
     ck_assert_msg(predict(args, &out, &err) == 0, "%s", err);
     /* round_batch pads the last [val] batch from the start; padding is not scored: all 1000 count. */
-    csv c = parse_csv(slurp(tpath("r.csv"), NULL));
+    csv c = parse_csv(tool_slurp(tpath("r.csv"), NULL));
     ck_assert_int_eq(c.rows, n_val + 1);
     int correct = 0;
     for (int r = 1; r < c.rows; r++) {
@@ -402,7 +376,7 @@ static uint32_t rd_u32(const uint8_t **p)
 static int read_params(const char *path, param *ps, int cap)
 {
     size_t len;
-    uint8_t *file = (uint8_t *)slurp(path, &len);
+    uint8_t *file = (uint8_t *)tool_slurp(path, &len);
     const uint8_t *p = file, *end = file + len;
     ck_assert_uint_eq(rd_u64(&p), 0x112);
     rd_u64(&p);
@@ -483,8 +457,8 @@ START_TEST(mxnet_fixture_matches_reference_forward)
     const param *w2 = find_param(ps, np, "arg:fullyconnected2_weight"), *b2 = find_param(ps, np, "arg:fullyconnected2_bias");
     ck_assert(fabsf(w0->data[0] - 0.00097627f) < 1e-8f); /* the README's first value */
 
-    csv c = parse_csv(slurp(tpath("p.csv"), NULL));
-    csv r = parse_csv(slurp(tpath("relu.csv"), NULL));
+    csv c = parse_csv(tool_slurp(tpath("p.csv"), NULL));
+    csv r = parse_csv(tool_slurp(tpath("relu.csv"), NULL));
     ck_assert_int_eq(c.rows, N + 1);
     ck_assert_int_eq(c.cols, 21);
     ck_assert_int_eq(r.rows, N + 1);
@@ -623,7 +597,7 @@ START_TEST(layer_features_equal_full_forward_with_less_memory)
     free(out);
     free(err);
     size_t raw_len;
-    char *raw = slurp(tpath("f.raw"), &raw_len);
+    char *raw = tool_slurp(tpath("f.raw"), &raw_len);
     snprintf(args, sizeof(args), "--model %s --batch-size 16 --top-k 10 -v --output %s %s", tpath("lenet"),
              tpath("p.csv"), tpath("sub-idx3-ubyte"));
     ck_assert_msg(predict(args, &out, &err) == 0, "%s", err);
@@ -637,7 +611,7 @@ START_TEST(layer_features_equal_full_forward_with_less_memory)
     /* Equal to float rounding: the full network's larger shared workspace
      * lets conv1 lower more images per GEMM, and OpenBLAS may then sum a
      * few elements in another order (an ulp or two). */
-    csv f = parse_csv(slurp(tpath("f.csv"), NULL));
+    csv f = parse_csv(tool_slurp(tpath("f.csv"), NULL));
     ck_assert_int_eq(f.rows, N + 1);
     ck_assert_int_eq(f.cols, 1 + 2880);
     ck_assert_str_eq(cell(&f, 0, 2880), "v2879");
@@ -670,11 +644,11 @@ START_TEST(layer_features_equal_full_forward_with_less_memory)
         memcpy(&v, &u, 4);
         ck_assert_msg(v == feat[i], "raw value %zu: %.9g, the CSV %.9g", i, v, feat[i]); /* the same run, bit for bit */
     }
-    char *ids = slurp(tpath("ids.txt"), NULL);
+    char *ids = tool_slurp(tpath("ids.txt"), NULL);
     ck_assert_int_eq(strncmp(ids, "0\n1\n2\n", 6), 0);
     ck_assert_ptr_nonnull(strstr(ids, "\n49\n"));
     free(ids);
-    csv c = parse_csv(slurp(tpath("p.csv"), NULL));
+    csv c = parse_csv(tool_slurp(tpath("p.csv"), NULL));
     for (int s = 0; s < N; s++)
         for (int k = 0; k < 10; k++) {
             int cls = atoi(cell(&c, s + 1, 1 + 2 * k));
@@ -750,7 +724,7 @@ START_TEST(every_input_kind_gives_the_same_answers)
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof(name), "img/%d.png", i);
         size_t size, psize;
-        char *png = slurp(tpath(name), &size);
+        char *png = tool_slurp(tpath(name), &size);
         uint8_t *payload;
         mx_irheader h = {.flag = 0, .label = 0, .id = (uint64_t)i};
         ck_assert_int_eq(mx_imrec_pack(&h, NULL, png, i == 2 ? 30 : size, &payload, &psize), MX_OK);
@@ -813,7 +787,7 @@ START_TEST(every_input_kind_gives_the_same_answers)
     free_csv(&c);
     free(err);
     /* --root: the same list read from elsewhere. */
-    char *lst = slurp(tpath("img/list.lst"), NULL);
+    char *lst = tool_slurp(tpath("img/list.lst"), NULL);
     f = fopen(tpath("moved.lst"), "w");
     fputs(lst, f);
     fclose(f);

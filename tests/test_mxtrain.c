@@ -3,6 +3,8 @@
  * scripts/install-deps.sh). CI trains on a subset (num_parts) so the suite
  * stays short; the full runs of the shipped configs are in the README.
  */
+#include "support/tooltest.h"
+
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,35 +19,14 @@ static void setup(void)
 {
     const char *build = getenv("MX_TEST_BUILD");
     snprintf(bin, sizeof(bin), "%s/bin/mxtrain", build && *build ? build : "build");
-    snprintf(tmp, sizeof(tmp), "/tmp/mxtrain-test-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    tool_tmp_make(tmp, sizeof(tmp), "mxtrain-test");
 }
 
-static void teardown(void)
-{
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void teardown(void) { tool_tmp_remove(tmp); }
 
 /* Runs mxtrain with args (a shell word list); returns the exit status and
  * the captured stderr (malloc'ed). */
-static int run(const char *args, char **err)
-{
-    char cmd[4096], errfile[400];
-    snprintf(errfile, sizeof(errfile), "%s/stderr.txt", tmp);
-    snprintf(cmd, sizeof(cmd), "%s %s 2>'%s' >/dev/null", bin, args, errfile);
-    int st = system(cmd);
-    FILE *f = fopen(errfile, "rb");
-    ck_assert_ptr_nonnull(f);
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    *err = buf;
-    ck_assert(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
+static int run(const char *args, char **err) { return tool_run(bin, args, tmp, NULL, NULL, err); }
 
 /* The last "Epoch[E] Validation-accuracy=X" value in a log. */
 static double last_validation_accuracy(const char *log)
@@ -53,20 +34,6 @@ static double last_validation_accuracy(const char *log)
     double acc = -1;
     for (const char *p = log; (p = strstr(p, "Validation-accuracy=")); p++) acc = atof(p + strlen("Validation-accuracy="));
     return acc;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "missing %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
 }
 
 /* One sixth of the training set, half of the test set. */
@@ -90,7 +57,7 @@ START_TEST(mlp_learns_on_a_subset)
     ck_assert_int_eq(access(path, R_OK), 0);
     size_t len;
     snprintf(path, sizeof(path), "%s/m.jsonl", tmp);
-    char *log = slurp(path, &len);
+    char *log = tool_slurp(path, &len);
     ck_assert_ptr_nonnull(strstr(log, "{\"phase\": \"train\", \"epoch\": 0, \"batch\": 50, \"samples_per_sec\": "));
     ck_assert_ptr_nonnull(strstr(log, "{\"phase\": \"val\", \"epoch\": 1, \"accuracy\": "));
     free(log);
@@ -99,7 +66,7 @@ START_TEST(mlp_learns_on_a_subset)
     snprintf(png, sizeof(png), "%s/curve.png", tmp);
     snprintf(cmd, sizeof(cmd), "scripts/plot-metrics.sh %s %s 2>/dev/null", path, png);
     ck_assert_int_eq(system(cmd), 0);
-    char *pic = slurp(png, &len);
+    char *pic = tool_slurp(png, &len);
     ck_assert_uint_gt(len, 1000);
     ck_assert_int_eq(memcmp(pic, "\x89PNG", 4), 0);
     free(pic);
@@ -146,7 +113,7 @@ static void check_resume(const char *engine)
         snprintf(pa, sizeof(pa), "%s/%s-a/mlp-%s", tmp, engine, suffix[k]);
         snprintf(pb, sizeof(pb), "%s/%s-b/mlp-%s", tmp, engine, suffix[k]);
         size_t la, lb;
-        char *a = slurp(pa, &la), *b = slurp(pb, &lb);
+        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
         ck_assert_uint_eq(la, lb);
         ck_assert_msg(memcmp(a, b, la) == 0, "%s differs after resume (%s engine)", suffix[k], engine);
         free(a);
@@ -169,7 +136,12 @@ START_TEST(divergence_stops_with_epoch_and_batch)
 {
     char *err;
     ck_assert_int_eq(run("configs/mlp.conf " SUBSET " fit.num_epoch=1 optimizer.lr=1e6", &err), 1);
-    ck_assert_msg(strstr(err, "mxtrain: training diverged: the output became NaN at epoch 0, batch "), "%s", err);
+    ck_assert_msg(strstr(err, "mxtrain: training diverged: the training output became NaN at epoch 0, batch "), "%s",
+                  err);
+    /* A re-run with every layer checked names the first that went non-finite. */
+    ck_assert_msg(strstr(err, "; first non-finite value: fc") || strstr(err, "; first non-finite value: relu") ||
+                      strstr(err, "; first non-finite value: softmax"),
+                  "%s", err);
     free(err);
 }
 END_TEST
@@ -225,7 +197,7 @@ START_TEST(progress_bar_only_on_a_terminal)
              bin, out);
     ck_assert_int_eq(system(cmd), 0);
     size_t len;
-    char *tty = slurp(out, &len);
+    char *tty = tool_slurp(out, &len);
     ck_assert_msg(memmem(tty, len, "Epoch[0] [=>", 12) && memmem(tty, len, "] 8/156 eta", 11), "%.500s", tty);
     ck_assert_ptr_nonnull(memmem(tty, len, "Epoch[0] Validation-accuracy=", 29));
     free(tty);

@@ -260,7 +260,8 @@ START_TEST(malformed_configs_exit_2)
         {"binary.conf", "\x7f" "ELF\x02\x01\x01\0\0\0", ":1: control character 0x7f at column 1 (not a text file?)"},
         {"latin1.conf", "[layer caf\xe9]\n", ":1: invalid UTF-8 byte 0xe9 at column 11 (not a text file?)"},
         {"shape.conf", "[layer f]\nop = FullyConnected\nnum_hidden = 10\n[layer c]\nop = Convolution\nkernel = 3,3\n"
-                       "num_filter = 2\n[train]\niter = mnist\nimage = a\nlabel = b\nbatch_size = 2\n",
+                       "num_filter = 2\n[train]\niter = mnist\nimage = /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\n"
+                       "label = b\nbatch_size = 2\n",
          ":4: [layer c]: Convolution: data has shape (2,10), expected 4 dimensions (N, C, H, W) for kernel (3, 3)"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -1,6 +1,8 @@
 /* mxpredict - run a trained model over images, .rec/.lst files or idx
  * files (../shared/spec/cli.md); the work is in lib/predict. */
 #include "config/config.h"
+#include "device/device.h"
+#include "train/settings.h"
 #include "predict/predict.h"
 
 #include <errno.h>
@@ -261,27 +263,32 @@ static int fail(int code, const char *what)
     return code;
 }
 
-/* Settings from the config's [val] (else [train]) section. */
-static int apply_config(const options *o, const mx_config *cfg, mx_shape *shape, bool *have_shape,
+/* Settings from the config's [val] (else [train]) section, as its
+ * iterator kind preprocesses images. */
+static int apply_config(const options *o, const mx_train_settings *settings, mx_shape *shape, bool *have_shape,
                         mx_predict_preproc *pre, long *batch_size)
 {
-    const mx_iter_settings *it = cfg->val.kind != MX_ITER_NONE ? &cfg->val : &cfg->train;
-    if (it->kind == MX_ITER_NONE) return -1;
-    if (!*have_shape && mx_iter_sample_shape(it, shape)) *have_shape = true;
-    if (!o->batch_size && it->batch_size > 0) *batch_size = (long)it->batch_size;
-    if (it->kind == MX_ITER_MNIST) {
-        pre->scale = 1.0f / 256.0f; /* MNISTIter: byte / 256, for image files too */
-    } else if (it->kind == MX_ITER_IMAGERECORD) {
-        const mx_imagerecord_settings *r = &it->imagerecord;
-        double mean[4] = {r->mean_r, r->mean_g, r->mean_b, r->mean_a}, sd[4] = {r->std_r, r->std_g, r->std_b, r->std_a};
-        for (int c = 0; c < 4; c++) {
-            pre->mean[c] = (float)mean[c];
-            pre->std[c] = (float)sd[c];
+    const mx_data_iter_spec *spec = settings->val ? settings->val : settings->train;
+    if (!spec) return -1;
+    mx_shape data, label;
+    if (mx_data_iter_spec_shapes(spec, &data, &label) == MX_OK) {
+        if (!*have_shape && data.ndim >= 2) {
+            *shape = mx_shape_make(data.ndim - 1, data.dims + 1);
+            *have_shape = true;
         }
-        pre->scale = (float)r->scale;
-        if (r->resize > 0) pre->resize = (int32_t)r->resize;
-        if (r->mean_img && *r->mean_img)
-            fprintf(stderr, "mxpredict: warning: %s: mean_img is not applied; give --mean\n", cfg->path);
+        if (!o->batch_size && data.dims[0] > 0) *batch_size = (long)data.dims[0];
+    }
+    mx_error_clear();
+    mx_data_image_norm norm;
+    if (mx_data_iter_spec_image_norm(spec, &norm)) {
+        for (int c = 0; c < 4; c++) {
+            pre->mean[c] = norm.mean[c];
+            pre->std[c] = norm.std[c];
+        }
+        pre->scale = norm.scale;
+        if (norm.resize > 0) pre->resize = norm.resize;
+        if (norm.mean_img && *norm.mean_img)
+            fprintf(stderr, "mxpredict: warning: %s: mean_img is not applied; give --mean\n", settings->cfg->path);
     }
     return -1;
 }
@@ -315,6 +322,7 @@ int main(int argc, char **argv)
         return code;
     }
     mx_config *cfg = NULL;
+    mx_train_settings *settings = NULL;
     mx_predictor *pred = NULL;
     mx_predict_writer *writer = NULL;
     char **synset = NULL;
@@ -331,8 +339,16 @@ int main(int argc, char **argv)
 
     if (o.ctx) {
         int n = 0;
-        if (mx_parse_ctx_list(o.ctx, &ctx, 1, &n) != MX_OK || n != 1) {
+        mx_context *list = NULL;
+        if (mx_device_parse_list(o.ctx, &list, &n) != MX_OK || n != 1) {
+            free(list);
             code = usage_error("--ctx needs one device, cpu or gpu(N), got '%s'", o.ctx);
+            goto done;
+        }
+        ctx = list[0];
+        free(list);
+        if (mx_device_check(ctx) != MX_OK) {
+            code = fail(2, mx_last_error());
             goto done;
         }
     }
@@ -344,17 +360,17 @@ int main(int argc, char **argv)
         have_shape = true;
     }
     if (o.config) {
-        if (mx_config_load(o.config, NULL, 0, &cfg) != MX_OK) {
+        if (mx_config_load(o.config, NULL, 0, &cfg) != MX_OK || mx_train_settings_load(cfg, &settings) != MX_OK) {
             code = fail(2, mx_last_error());
             goto done;
         }
-        apply_config(&o, cfg, &shape, &have_shape, &cfg_pre, &batch_size);
+        apply_config(&o, settings, &shape, &have_shape, &cfg_pre, &batch_size);
         if (!o.model) {
-            if (!cfg->fit.model_prefix || !*cfg->fit.model_prefix) {
+            if (!settings->fit.model_prefix[0]) {
                 code = usage_error("%s: no fit.model_prefix: give --model PREFIX", o.config);
                 goto done;
             }
-            o.model = cfg->fit.model_prefix;
+            o.model = settings->fit.model_prefix;
         }
     }
 
@@ -498,6 +514,7 @@ done:
     mx_predict_writer_free(writer);
     mx_predict_synset_free(synset, n_synset);
     mx_predictor_free(pred);
+    mx_train_settings_free(settings);
     mx_config_free(cfg);
     free(o.inputs);
     return code < 0 ? 0 : code;

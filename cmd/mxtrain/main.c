@@ -2,6 +2,8 @@
 #include "config/config.h"
 #include "train/trainer.h"
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,42 @@ static const char usage[] =
     "  --metrics-log FILE   append one JSON object per log window and epoch to FILE\n"
     "  -h, --help           this text\n"
     "\n"
-    "exit status: 0 trained, 1 failed while training, 2 bad usage or config\n";
+    "SIGINT or SIGTERM finishes the batch in flight, saves PREFIX-interrupted.params\n"
+    "(weights MXNet loads, plus the training state) and exits 130 / 143; --resume\n"
+    "continues from it exactly. A second signal exits at once.\n"
+    "\n"
+    "exit status: 0 trained, 1 failed while training, 2 bad usage or config,\n"
+    "130 / 143 stopped by SIGINT / SIGTERM\n";
+
+/* The signal that asked for a stop (0: none). The library polls it. */
+static volatile sig_atomic_t stop_signal;
+/* Signals received: handlers may run at once on two threads, so the count
+ * (a lock-free atomic, safe in a handler) decides which one is second. */
+static atomic_int signals_seen;
+
+static void on_stop_signal(int sig)
+{
+    if (atomic_fetch_add(&signals_seen, 1) > 0) { /* the second one: no more waiting */
+        static const char msg[] = "mxtrain: second signal: exiting now, without a checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+}
+
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT); /* one handler at a time on a thread */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 /* On a terminal a progress bar sits on the last line; log lines clear it
  * and print above it. In a pipeline only the plain log lines appear. */
@@ -124,21 +161,47 @@ int main(int argc, char **argv)
         free(overrides);
         return fail(2, mx_last_error());
     }
-    free(overrides);
+    mx_train_settings *settings;
+    if (mx_train_settings_load(cfg, &settings) != MX_OK) {
+        free(overrides);
+        mx_config_free(cfg);
+        return fail(2, mx_last_error());
+    }
     progress_state ps = {.epoch = -1};
     mx_train_options opt = {.log = print_line, .log_user = &ps, .resume = resume, .metrics_log = metrics_log,
-                            .time_batches = time_batches, .progress = isatty(STDERR_FILENO) ? draw_bar : NULL};
+                            .time_batches = time_batches, .progress = isatty(STDERR_FILENO) ? draw_bar : NULL,
+                            .stop = &stop_signal};
     int code = 0;
     if (dry_run) {
-        if (mx_train_dry_run(cfg, &opt) != MX_OK) code = fail(2, mx_last_error());
+        if (mx_train_dry_run(settings, &opt) != MX_OK) code = fail(2, mx_last_error());
     } else {
-        mx_status s = mx_train_fit(cfg, &opt);
+        catch_stop_signals();
+        mx_train_result result;
+        mx_status s = mx_train_fit(settings, &opt, &result);
         if (ps.bar_shown) fputs("\r\033[K", stderr);
         ps.bar_shown = false;
         /* Problems with the config found while setting up are usage errors. */
-        if (s != MX_OK) code = fail(s == MX_ERR_INVALID ? 2 : 1, mx_last_error());
+        if (s != MX_OK) {
+            code = fail(s == MX_ERR_INVALID || s == MX_ERR_UNSUPPORTED ? 2 : 1, mx_last_error());
+        } else if (result.stopped) {
+            const char *name = stop_signal == SIGTERM ? "SIGTERM" : "SIGINT";
+            code = 128 + (int)stop_signal;
+            if (result.checkpoint[0]) {
+                fprintf(stderr, "mxtrain: stopped by %s at epoch %d after batch %lld; saved %s\n", name, result.epoch,
+                        (long long)result.batch, result.checkpoint);
+                fprintf(stderr, "mxtrain: resume with: mxtrain %s", config_path);
+                for (int i = 0; i < n_overrides; i++) fprintf(stderr, " %s", overrides[i]);
+                fprintf(stderr, " --resume\n");
+            } else {
+                fprintf(stderr,
+                        "mxtrain: stopped by %s at epoch %d after batch %lld; nothing saved (no fit.model_prefix)\n",
+                        name, result.epoch, (long long)result.batch);
+            }
+        }
     }
-    if (getenv("MX_DEBUG") && code) fprintf(stderr, "mxtrain: (at %s)\n", mx_last_error_location());
+    if (getenv("MX_DEBUG") && code && code < 128) fprintf(stderr, "mxtrain: (at %s)\n", mx_last_error_location());
+    free(overrides);
+    mx_train_settings_free(settings);
     mx_config_free(cfg);
     return code;
 }

@@ -11,6 +11,7 @@
  * failing, output not writable), 2 usage, config or symbol file error.
  */
 #include "config/config.h"
+#include "train/settings.h"
 #include "viz/dot.h"
 
 #include <ctype.h>
@@ -324,6 +325,7 @@ int main(int argc, char **argv)
 
     char err[1024];
     mx_config *cfg = NULL;
+    mx_train_settings *settings = NULL;
     mx_graph *json_graph = NULL;
     const mx_graph *g;
     const char *title;
@@ -337,8 +339,11 @@ int main(int argc, char **argv)
         g = json_graph;
         title = strrchr(input, '/') ? strrchr(input, '/') + 1 : input;
     } else {
-        if (mx_config_load(input, overrides, n_overrides, &cfg) != MX_OK) {
+        if (mx_config_load(input, overrides, n_overrides, &cfg) != MX_OK ||
+            mx_train_settings_load(cfg, &settings) != MX_OK) {
             fprintf(stderr, "%s\n", mx_last_error());
+            mx_train_settings_free(settings);
+            mx_config_free(cfg);
             return 2;
         }
         g = cfg->graph;
@@ -353,15 +358,25 @@ int main(int argc, char **argv)
     }
     int n = n_shapes;
     if (!n && cfg) {
-        n = mx_config_input_shapes(cfg, &cfg->train, names, shapes, MAX_SHAPES);
-        if (!n) n = mx_config_input_shapes(cfg, &cfg->val, names, shapes, MAX_SHAPES);
-        if (!n) {
+        const mx_data_iter_spec *spec = mx_train_settings_shape_source(settings);
+        mx_shape label;
+        if (!spec) {
             fprintf(stderr,
                     "mxviz: %s: no [train] or [val] iterator gives the input shape; pass --shape %s=N,C,H,W\n",
                     input, cfg->inputs[0]);
+            mx_train_settings_free(settings);
             mx_config_free(cfg);
             return 2;
         }
+        if (mx_data_iter_spec_shapes(spec, &shapes[0], &label) != MX_OK) {
+            fprintf(stderr, "mxviz: %s: [%s]: %s; pass --shape %s=N,C,H,W\n", input,
+                    spec == settings->train ? "train" : "val", clean_error(err, sizeof(err)), cfg->inputs[0]);
+            mx_train_settings_free(settings);
+            mx_config_free(cfg);
+            return 2;
+        }
+        names[0] = cfg->inputs[0];
+        n = 1;
     }
     mx_graph_shapes gs;
     mx_status st = cfg ? mx_config_infer_shapes(cfg, names, shapes, n, &gs)
@@ -371,6 +386,7 @@ int main(int argc, char **argv)
         else if (!n_shapes)
             fprintf(stderr, "%s: %s; pass --shape data=N,C,H,W\n", input, clean_error(err, sizeof(err)));
         else fprintf(stderr, "%s: %s\n", input, clean_error(err, sizeof(err)));
+        mx_train_settings_free(settings);
         mx_config_free(cfg);
         mx_graph_free(json_graph);
         return st == MX_ERR_INVALID ? 2 : 1;
@@ -381,6 +397,7 @@ int main(int argc, char **argv)
     size_t len = 0;
     st = mx_graph_to_dot(g, &gs, &opt, &text, &len);
     mx_graph_shapes_free(&gs);
+    mx_train_settings_free(settings);
     mx_config_free(cfg);
     mx_graph_free(json_graph);
     if (st != MX_OK) {

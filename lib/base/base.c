@@ -228,3 +228,34 @@ const char *mx_suggest(const char *word, const char *const *candidates, int n)
     int limit = len <= 3 ? 1 : (int)(len / 3) + 1;
     return best && best_d <= limit && best_d < (int)len ? best : NULL;
 }
+
+/* ------------------------------------------------------------ generator */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void mx_xoshiro_seed(mx_xoshiro *g, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) g->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t mx_xoshiro_next(mx_xoshiro *g)
+{
+    uint64_t *s = g->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}

@@ -121,6 +121,15 @@ long mx_env_long(const char *name, long fallback);
 /* Monotonic wall-clock time in seconds, for timings and logs. */
 double mx_time_seconds(void);
 
+/* xoshiro256** seeded by splitmix64: the project's one generator. mx_rng
+ * (ndarray.h) wraps it as an engine resource; host code that draws outside
+ * the engine (the synthetic iterator) uses it directly. */
+typedef struct mx_xoshiro {
+    uint64_t s[4];
+} mx_xoshiro;
+void mx_xoshiro_seed(mx_xoshiro *g, uint64_t seed);
+uint64_t mx_xoshiro_next(mx_xoshiro *g);
+
 /* Edit distance (case-insensitive), for "did you mean" suggestions. */
 int mx_edit_distance(const char *a, const char *b);
 /* The candidate closest to `word` if close enough to be a likely typo,

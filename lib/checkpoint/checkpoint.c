@@ -15,6 +15,32 @@ const char *mx_checkpoint_params_path(const char *prefix, int epoch, char *buf, 
     return buf;
 }
 
+mx_status mx_checkpoint_save_file(const char *path, mx_named_arrays args, mx_named_arrays aux, mx_named_arrays extra)
+{
+    int n = args.count + aux.count + extra.count;
+    char **names = mx_calloc((size_t)(n ? n : 1), sizeof(char *));
+    mx_ndarray **arrays = mx_calloc((size_t)(n ? n : 1), sizeof(mx_ndarray *));
+    mx_status s = (names && arrays) ? MX_OK : MX_ERR_NOMEM;
+    for (int i = 0; i < n && s == MX_OK; i++) {
+        const char *kind = i < args.count ? "arg:" : i < args.count + aux.count ? "aux:" : "";
+        const mx_named_arrays *from = i < args.count ? &args : i < args.count + aux.count ? &aux : &extra;
+        int k = i < args.count ? i : i < args.count + aux.count ? i - args.count : i - args.count - aux.count;
+        size_t len = strlen(from->names[k]) + 5;
+        names[i] = mx_malloc(len);
+        if (!names[i]) {
+            s = MX_ERR_NOMEM;
+            break;
+        }
+        snprintf(names[i], len, "%s%s", kind, from->names[k]);
+        arrays[i] = from->arrays[k];
+    }
+    if (s == MX_OK) s = mx_ndarray_save(path, arrays, (const char *const *)names, n);
+    for (int i = 0; i < n && names; i++) free(names[i]);
+    free(names);
+    free(arrays);
+    return s;
+}
+
 mx_status mx_checkpoint_save(const char *prefix, int epoch, const mx_graph *g, mx_named_arrays args,
                              mx_named_arrays aux)
 {
@@ -23,29 +49,8 @@ mx_status mx_checkpoint_save(const char *prefix, int epoch, const mx_graph *g, m
         snprintf(path, sizeof(path), "%s-symbol.json", prefix);
         MX_TRY(mx_graph_save_json(g, path));
     }
-    int n = args.count + aux.count;
-    char **names = mx_calloc((size_t)(n ? n : 1), sizeof(char *));
-    mx_ndarray **arrays = mx_calloc((size_t)(n ? n : 1), sizeof(mx_ndarray *));
-    mx_status s = (names && arrays) ? MX_OK : MX_ERR_NOMEM;
-    for (int i = 0; i < n && s == MX_OK; i++) {
-        bool is_arg = i < args.count;
-        const char *name = is_arg ? args.names[i] : aux.names[i - args.count];
-        size_t len = strlen(name) + 5;
-        names[i] = mx_malloc(len);
-        if (!names[i]) {
-            s = MX_ERR_NOMEM;
-            break;
-        }
-        snprintf(names[i], len, "%s:%s", is_arg ? "arg" : "aux", name);
-        arrays[i] = is_arg ? args.arrays[i] : aux.arrays[i - args.count];
-    }
-    if (s == MX_OK)
-        s = mx_ndarray_save(mx_checkpoint_params_path(prefix, epoch, path, sizeof(path)), arrays,
-                            (const char *const *)names, n);
-    for (int i = 0; i < n && names; i++) free(names[i]);
-    free(names);
-    free(arrays);
-    return s;
+    mx_named_arrays none = {0, NULL, NULL};
+    return mx_checkpoint_save_file(mx_checkpoint_params_path(prefix, epoch, path, sizeof(path)), args, aux, none);
 }
 
 /* Appends an array and its name to a list (taking the array reference). */
@@ -65,13 +70,12 @@ static mx_status list_push(mx_ndarray_list *l, const char *name, mx_ndarray *a)
     return MX_OK;
 }
 
-mx_status mx_checkpoint_load(mx_runtime *rt, const char *prefix, int epoch, mx_ndarray_list *args,
-                             mx_ndarray_list *aux)
+mx_status mx_checkpoint_load_file(mx_runtime *rt, const char *path, mx_ndarray_list *args, mx_ndarray_list *aux,
+                                  mx_ndarray_list *extra)
 {
     memset(args, 0, sizeof(*args));
     memset(aux, 0, sizeof(*aux));
-    char path[4096];
-    mx_checkpoint_params_path(prefix, epoch, path, sizeof(path));
+    if (extra) memset(extra, 0, sizeof(*extra));
     mx_ndarray_list all;
     MX_TRY(mx_ndarray_load(rt, path, &all));
     mx_status s = MX_OK;
@@ -82,12 +86,17 @@ mx_status mx_checkpoint_load(mx_runtime *rt, const char *prefix, int epoch, mx_n
         mx_ndarray_list *dst = args;
         if (colon) {
             size_t kind = (size_t)(colon - name);
-            if (kind == 3 && !strncmp(name, "aux", 3)) dst = aux;
-            else if (!(kind == 3 && !strncmp(name, "arg", 3))) {
+            if (kind == 3 && !strncmp(name, "aux", 3)) {
+                dst = aux;
+                name = colon + 1;
+            } else if (kind == 3 && !strncmp(name, "arg", 3)) {
+                name = colon + 1;
+            } else if (extra) {
+                dst = extra;
+            } else {
                 s = MX_ERROR(MX_ERR_FORMAT, "%s: array '%s' is neither arg: nor aux:", path, name);
                 break;
             }
-            name = colon + 1;
         }
         s = list_push(dst, name, all.arrays[i]);
         if (s != MX_OK) mx_error_prefix(s, "%s", path);
@@ -96,8 +105,16 @@ mx_status mx_checkpoint_load(mx_runtime *rt, const char *prefix, int epoch, mx_n
     if (s != MX_OK) {
         mx_ndarray_list_free(args);
         mx_ndarray_list_free(aux);
+        if (extra) mx_ndarray_list_free(extra);
     }
     return s;
+}
+
+mx_status mx_checkpoint_load(mx_runtime *rt, const char *prefix, int epoch, mx_ndarray_list *args,
+                             mx_ndarray_list *aux)
+{
+    char path[4096];
+    return mx_checkpoint_load_file(rt, mx_checkpoint_params_path(prefix, epoch, path, sizeof(path)), args, aux, NULL);
 }
 
 int mx_checkpoint_latest_epoch(const char *prefix)

@@ -23,6 +23,15 @@ const char *mx_checkpoint_params_path(const char *prefix, int epoch, char *buf, 
 mx_status mx_checkpoint_save(const char *prefix, int epoch, const mx_graph *g, mx_named_arrays args,
                              mx_named_arrays aux);
 
+/* Writes one .params file of arg:NAME, aux:NAME and, verbatim, extra
+ * names (any other "kind:" prefix: MXNet's load_checkpoint skips them, so
+ * a file can carry training state beside weights MXNet loads). */
+mx_status mx_checkpoint_save_file(const char *path, mx_named_arrays args, mx_named_arrays aux, mx_named_arrays extra);
+/* Reads such a file: extra (may be NULL: then other prefixes are an error)
+ * gets the entries that are neither arg: nor aux:, with their full names. */
+mx_status mx_checkpoint_load_file(mx_runtime *rt, const char *path, mx_ndarray_list *args, mx_ndarray_list *aux,
+                                  mx_ndarray_list *extra);
+
 /* Loads PREFIX-NNNN.params onto the CPU and splits it at the first ':'
  * into arguments and auxiliary states (names without a prefix count as
  * arguments, as Gluon's files have). *args and *aux own their names and

@@ -585,7 +585,13 @@ static void free_priv(mx_config_priv *p)
         mx_free(s->entries);
         mx_free(s->name);
         mx_free(s->title);
+        for (int j = 0; s->where && j < s->n_entries; j++) mx_free(s->where[j]);
+        mx_free(s->where);
+        mx_free(s->keys);
+        mx_free(s->values);
+        mx_free(s->where_section);
     }
+    for (int k = 0; k < CFG_KIND_COUNT; k++) mx_free(p->absent_where[k]);
     mx_free(p->sections);
     for (int i = 0; i < p->n_strings; i++) mx_free(p->strings[i]);
     mx_free(p->strings);
@@ -600,6 +606,52 @@ void mx_config_free(mx_config *cfg)
     mx_graph_free(cfg->graph);
     free_priv(cfg->priv);
     mx_free(cfg);
+}
+
+static bool is_settings(cfg_kind kind)
+{
+    return kind == CFG_TRAIN || kind == CFG_VAL || kind == CFG_OPTIMIZER || kind == CFG_FIT;
+}
+
+/* "FILE:LINE: [title]" (line > 0), "command line: [title]" (0), "FILE: [title]" (< 0). */
+static char *location(const mx_config_priv *p, int line, const char *title, const char *key)
+{
+    char buf[1024];
+    if (line > 0) snprintf(buf, sizeof(buf), "%s:%d: [%s]", p->file, line, title);
+    else if (line == 0) snprintf(buf, sizeof(buf), "command line: [%s]", title);
+    else snprintf(buf, sizeof(buf), "%s: [%s]", p->file, title);
+    if (key) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, sizeof(buf) - used, " %s", key);
+    }
+    return mx_strdup(buf);
+}
+
+/* The settings sections' entries as located pairs for their owners. */
+static mx_status locate_settings(mx_config_priv *p)
+{
+    bool present[CFG_KIND_COUNT] = {false};
+    for (int i = 0; i < p->n_sections; i++) {
+        cfg_section *s = &p->sections[i];
+        if (!is_settings(s->kind)) continue;
+        present[s->kind] = true;
+        size_t n = (size_t)s->n_entries + 1;
+        s->keys = mx_calloc(n, sizeof(char *));
+        s->values = mx_calloc(n, sizeof(char *));
+        s->where = mx_calloc(n, sizeof(char *));
+        s->where_section = location(p, s->line, s->title, NULL);
+        if (!s->keys || !s->values || !s->where || !s->where_section) return mx_last_status();
+        for (int j = 0; j < s->n_entries; j++) {
+            const cfg_entry *e = &s->entries[j];
+            s->keys[j] = e->key;
+            s->values[j] = e->value;
+            if (!(s->where[j] = location(p, e->line, s->title, e->key))) return mx_last_status();
+        }
+    }
+    for (int k = 0; k < CFG_KIND_COUNT; k++)
+        if (is_settings((cfg_kind)k) && !present[k] && !(p->absent_where[k] = location(p, -1, kind_names[k], NULL)))
+            return mx_last_status();
+    return MX_OK;
 }
 
 static mx_status compile(mx_config *cfg, const char *text, size_t len, const char *const *overrides, int n_overrides)
@@ -620,24 +672,7 @@ static mx_status compile(mx_config *cfg, const char *text, size_t len, const cha
     if (dot && dot != name) *dot = '\0';
     if (!(cfg->name = cfg_keep(p, name))) return mx_last_status();
 
-    /* Settings sections in file order, then the network. */
-    const cfg_section *sec[CFG_KIND_COUNT] = {NULL};
-    for (int i = 0; i < p->n_sections; i++)
-        if (p->sections[i].kind != CFG_LAYER) sec[p->sections[i].kind] = &p->sections[i];
-    for (int i = 0; i < p->n_sections; i++) {
-        const cfg_section *s = &p->sections[i];
-        switch (s->kind) {
-        case CFG_TRAIN: MX_TRY(cfg_compile_iter(p, s, &cfg->train)); break;
-        case CFG_VAL: MX_TRY(cfg_compile_iter(p, s, &cfg->val)); break;
-        case CFG_OPTIMIZER: MX_TRY(cfg_compile_optimizer(p, s, &cfg->optimizer)); break;
-        case CFG_FIT: MX_TRY(cfg_compile_fit(p, s, &cfg->fit)); break;
-        default: break;
-        }
-    }
-    if (!sec[CFG_OPTIMIZER]) MX_TRY(cfg_compile_optimizer(p, NULL, &cfg->optimizer));
-    if (!sec[CFG_FIT]) MX_TRY(cfg_compile_fit(p, NULL, &cfg->fit));
-    if (!sec[CFG_TRAIN]) MX_TRY(cfg_compile_iter(p, NULL, &cfg->train));
-    if (!sec[CFG_VAL]) MX_TRY(cfg_compile_iter(p, NULL, &cfg->val));
+    MX_TRY(locate_settings(p));
     return cfg_compile_net(cfg);
 }
 
@@ -729,36 +764,35 @@ const char *mx_config_where(const mx_config *cfg, const char *section, const cha
     return buf;
 }
 
-int mx_config_section_entries(const mx_config *cfg, const char *section, const char **keys, const char **values,
-                              int cap)
+static const cfg_section *settings_section(const mx_config *cfg, const char *section, cfg_kind *kind)
 {
+    *kind = CFG_KIND_COUNT;
+    for (int k = 0; k < CFG_KIND_COUNT; k++)
+        if (is_settings((cfg_kind)k) && !strcmp(kind_names[k], section)) *kind = (cfg_kind)k;
     const mx_config_priv *p = cfg->priv;
-    for (int i = 0; i < p->n_sections; i++) {
-        const cfg_section *s = &p->sections[i];
-        if (strcmp(s->title, section)) continue;
-        int n = 0;
-        for (int j = 0; j < s->n_entries && n < cap; j++) {
-            if ((s->kind == CFG_TRAIN || s->kind == CFG_VAL) && !strcmp(s->entries[j].key, "iter")) continue;
-            keys[n] = s->entries[j].key;
-            values[n++] = s->entries[j].value;
-        }
-        return n;
-    }
-    return 0;
+    for (int i = 0; i < p->n_sections && *kind != CFG_KIND_COUNT; i++)
+        if (p->sections[i].kind == *kind) return &p->sections[i];
+    return NULL;
 }
 
-int mx_config_input_shapes(const mx_config *cfg, const mx_iter_settings *it, const char **names, mx_shape *shapes,
-                           int cap)
+bool mx_config_has_section(const mx_config *cfg, const char *section)
 {
-    mx_shape sample;
-    if (cap < 1 || cfg->n_inputs < 1 || !mx_iter_sample_shape(it, &sample)) return 0;
-    if (sample.ndim >= MX_MAX_NDIM) return 0;
-    mx_shape s = {.ndim = sample.ndim + 1};
-    s.dims[0] = it->batch_size;
-    for (int i = 0; i < sample.ndim; i++) s.dims[i + 1] = sample.dims[i];
-    names[0] = cfg->inputs[0];
-    shapes[0] = s;
-    return 1;
+    cfg_kind kind;
+    return settings_section(cfg, section, &kind) != NULL;
+}
+
+void mx_config_section_input(const mx_config *cfg, const char *section, mx_param_input *out)
+{
+    cfg_kind kind;
+    const cfg_section *s = settings_section(cfg, section, &kind);
+    static const char *const none[1] = {NULL};
+    if (s) {
+        *out = (mx_param_input){.n = s->n_entries, .keys = s->keys, .values = s->values,
+                                .where = (const char *const *)s->where, .section = s->where_section};
+    } else {
+        *out = (mx_param_input){.n = 0, .keys = none, .values = none, .where = none,
+                                .section = kind < CFG_KIND_COUNT ? cfg->priv->absent_where[kind] : cfg->priv->file};
+    }
 }
 
 /* True when `name` occurs in msg as a whole word (not inside a longer name). */

@@ -32,13 +32,18 @@ typedef struct cfg_section {
     int line;    /* header line; 0: created by an override */
     cfg_entry *entries;
     int n_entries, cap_entries;
+    /* Settings sections: the entries as located pairs for their owner. */
+    const char **keys, **values;
+    char **where;
+    char *where_section;
 } cfg_section;
 
 struct mx_config_priv {
     char *file; /* the name messages use */
+    char *absent_where[CFG_KIND_COUNT]; /* "FILE: [fit]" for settings sections the file lacks */
     cfg_section *sections;
     int n_sections, cap_sections;
-    char **strings; /* owned strings the settings point to */
+    char **strings; /* owned strings (names) */
     int n_strings, cap_strings;
     mx_config_layer *layers;
     int n_layers;
@@ -57,12 +62,6 @@ const char *cfg_keep(mx_config_priv *p, const char *s);
 /* The thread's last error message from another module, without its
  * "file.c:NN: " source prefixes, into buf; returns buf. */
 const char *cfg_clean_error(char *buf, size_t size);
-
-/* Section compilers (settings.c). Each reads one section (s may be NULL:
- * absent) into its settings struct, applying defaults. */
-mx_status cfg_compile_iter(mx_config_priv *p, const cfg_section *s, mx_iter_settings *out);
-mx_status cfg_compile_optimizer(mx_config_priv *p, const cfg_section *s, mx_optimizer_settings *out);
-mx_status cfg_compile_fit(mx_config_priv *p, const cfg_section *s, mx_fit_settings *out);
 
 /* The network (net.c): [net] and the layers into cfg->graph. */
 mx_status cfg_compile_net(mx_config *cfg);

@@ -7,6 +7,7 @@
  * and checks that every layer leads to an output.
  */
 #include "config/config_internal.h"
+#include "initializer/initializer.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -532,7 +533,7 @@ static mx_status compile_layer(net_state *st, int li)
     }
 
     /* Initializer overrides: INPUT_init for a parameter input. */
-    mx_init_spec specs[MAX_KEYS];
+    char init_json[MAX_KEYS][256];
     for (int i = 0; i < n_init; i++) {
         const cfg_entry *e = init_keys[i];
         size_t kl = strlen(e->key) - 5;
@@ -561,11 +562,15 @@ static mx_status compile_layer(net_state *st, int li)
             return cfg_error(p, e->line, s->title, e->key, "unknown key: %s has no parameter input '%.*s'", def->name,
                              (int)kl, e->key);
         }
-        if (mx_init_parse(e->value, &specs[i]) != MX_OK) {
+        /* Stored as MXNet's __init__ attribute: the initializer's dumps(). */
+        mx_initializer *init;
+        if (mx_initializer_parse(e->value, &init) != MX_OK) {
             char why[512];
             snprintf(why, sizeof(why), "%s", mx_last_error());
             return cfg_error(p, e->line, s->title, e->key, "%s", why);
         }
+        mx_initializer_dumps(init, init_json[i], sizeof(init_json[i]));
+        mx_initializer_free(init);
     }
 
     /* Names the node and its new variables will take must be free. */
@@ -611,12 +616,12 @@ static mx_status compile_layer(net_state *st, int li)
         }
     }
     for (int i = 0; i < n_init; i++) {
-        char var[256], json[256];
+        char var[256];
         const cfg_entry *e = init_keys[i];
         snprintf(var, sizeof(var), "%s_%.*s", lname, (int)(strlen(e->key) - 5), e->key);
         uint32_t node = mx_graph_find(st->g, var);
         if (node == MX_NO_NODE) return cfg_error(p, e->line, s->title, e->key, "internal: variable '%s' not made", var);
-        if (mx_graph_set_attr(st->g, node, "__init__", mx_init_to_json(&specs[i], json, sizeof(json))) != MX_OK)
+        if (mx_graph_set_attr(st->g, node, "__init__", init_json[i]) != MX_OK)
             return cfg_error(p, e->line, s->title, e->key, "%s", cfg_clean_error((char[1024]){0}, 1024));
     }
     mx_config_layer *l = &p->layers[li];

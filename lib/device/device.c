@@ -1,6 +1,9 @@
 /* device.c - the device registry and the host (CPU) implementation. */
 #include "device/device.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +100,132 @@ mx_status mx_device_check(mx_context ctx)
             return MX_ERROR(MX_ERR_UNSUPPORTED, "%s requested but %d GPU(s) are visible",
                             mx_context_str(ctx, name, sizeof(name)), n);
     }
+    return MX_OK;
+}
+
+mx_status mx_device_check_list(const mx_context *ctx, int n)
+{
+    for (int i = 0; i < n; i++) MX_TRY(mx_device_check(ctx[i]));
+    return MX_OK;
+}
+
+static bool mixes_types(const mx_context *list, int n, mx_context c)
+{
+    return n > 0 && list[0].dev_type != c.dev_type;
+}
+
+static mx_status list_error(const char *text, const char *why)
+{
+    return MX_ERROR(MX_ERR_INVALID, "bad context list '%s': %s (cpu, cpu:0-3, gpu:0, gpu:0-3 or gpu:0,2)", text, why);
+}
+
+/* A device number: digits only, 0..1023. */
+static bool parse_id(const char *s, size_t len, int *out)
+{
+    while (len && isspace((unsigned char)*s)) s++, len--;
+    while (len && isspace((unsigned char)s[len - 1])) len--;
+    if (!len || len > 4) return false;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i])) return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > 1023) return false;
+    *out = v;
+    return true;
+}
+
+mx_status mx_device_parse_list(const char *text, mx_context **out, int *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    mx_context *list = NULL;
+    int n = 0, cap = 0, type = 0; /* type carries over to bare numbers */
+    const char *p = text;
+    while (isspace((unsigned char)*p)) p++;
+    if (!*p) return list_error(text, "empty");
+    mx_status s = MX_OK;
+    while (*p && s == MX_OK) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) p++, len--;
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        const char *ids = p;
+        size_t ids_len = len;
+        if (len >= 3 && !strncmp(p, "cpu", 3)) type = MX_DEV_CPU, ids += 3, ids_len -= 3;
+        else if (len >= 3 && !strncmp(p, "gpu", 3)) type = MX_DEV_GPU, ids += 3, ids_len -= 3;
+        else if (!type || !len || !isdigit((unsigned char)p[0])) {
+            s = list_error(text, len ? "expected cpu or gpu" : "empty item");
+            break;
+        }
+        int lo = 0, hi = 0;
+        if (ids != p) { /* after a type name: nothing, ":N", ":A-B" or "(N)" */
+            if (ids_len == 0) {
+                lo = hi = 0;
+            } else if (ids[0] == ':' || ids[0] == '(') {
+                const char *num = ids + 1;
+                size_t num_len = ids_len - 1;
+                if (ids[0] == '(') {
+                    if (!num_len || num[num_len - 1] != ')') {
+                        s = list_error(text, "missing ')'");
+                        break;
+                    }
+                    num_len--;
+                }
+                const char *dash = memchr(num, '-', num_len);
+                if (dash) {
+                    if (!parse_id(num, (size_t)(dash - num), &lo) ||
+                        !parse_id(dash + 1, num_len - (size_t)(dash - num) - 1, &hi)) {
+                        s = list_error(text, "bad range (device numbers 0..1023, as low-high)");
+                        break;
+                    }
+                } else if (!parse_id(num, num_len, &lo)) {
+                    s = list_error(text, "bad device number (0..1023)");
+                    break;
+                } else {
+                    hi = lo;
+                }
+            } else {
+                s = list_error(text, "expected ':' after the device type");
+                break;
+            }
+        } else if (!parse_id(p, len, &lo)) {
+            s = list_error(text, "bad device number (0..1023)");
+            break;
+        } else {
+            hi = lo;
+        }
+        if (hi < lo) {
+            s = list_error(text, "bad range (device numbers 0..1023, as low-high)");
+            break;
+        }
+        for (int d = lo; d <= hi && s == MX_OK; d++) {
+            mx_context c = {type, d};
+            for (int i = 0; i < n; i++)
+                if (mx_context_equal(list[i], c)) s = list_error(text, "a device is listed twice");
+            if (mixes_types(list, n, c)) s = list_error(text, "mixes cpu and gpu");
+            if (s != MX_OK) break;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 4;
+                mx_context *grown = mx_realloc(list, (size_t)cap * sizeof(*grown));
+                if (!grown) {
+                    s = mx_last_status();
+                    break;
+                }
+                list = grown;
+            }
+            list[n++] = c;
+        }
+        if (!end) break;
+        p = end + 1;
+        if (!*p) s = list_error(text, "empty item");
+    }
+    if (s != MX_OK) {
+        free(list);
+        return s;
+    }
+    *out = list;
+    *n_out = n;
     return MX_OK;
 }
 

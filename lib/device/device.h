@@ -35,6 +35,18 @@ const mx_device_ops *mx_device_get(int dev_type);
 /* Checks that ctx names a usable device; MX_ERR_INVALID / UNSUPPORTED. */
 mx_status mx_device_check(mx_context ctx);
 
+/* A list of contexts as configs and tools write it (MXNet's names):
+ * "cpu", "cpu:0-3", "gpu", "gpu:0", "gpu(1)", "gpu:0-3", "gpu:0,2"; a
+ * type carries over to bare numbers ("gpu:0,2" is gpu 0 and gpu 2). No
+ * duplicates, no mixing of cpu and gpu. *out is malloc'ed (free()).
+ * Checks the syntax only: whether this machine has the devices is
+ * mx_device_check_list's question. Errors (MX_ERR_INVALID) read
+ * "bad context list 'T': why (cpu, cpu:0-3, gpu:0, gpu:0-3 or gpu:0,2)". */
+mx_status mx_device_parse_list(const char *text, mx_context **out, int *n);
+/* mx_device_check on each: the first context this build or machine cannot
+ * give is the error. */
+mx_status mx_device_check_list(const mx_context *ctx, int n);
+
 /* Engine hooks that dispatch to the device of the worker's context. */
 mx_status mx_device_worker_init(mx_context ctx, mx_engine_lane lane, void **stream, void *user);
 void mx_device_worker_exit(mx_context ctx, mx_engine_lane lane, void *stream, void *user);

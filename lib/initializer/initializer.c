@@ -122,6 +122,8 @@ static mx_status find_kind(const char *name, const init_kind **out)
                     "unknown initializer '%s' (xavier, msraprelu, uniform, normal, constant, zero or one)", name);
 }
 
+const char *mx_initializer_name_at(int i) { return i >= 0 && i < N_KINDS ? kinds[i].name : NULL; }
+
 mx_status mx_initializer_param_table(const char *name, const mx_param_desc **table, int *n)
 {
     const init_kind *k;
@@ -233,6 +235,20 @@ mx_status mx_initializer_create_json(const char *json, mx_initializer **out)
     }
     if (s == MX_OK) s = mx_initializer_create_kv(root->items[0]->string, keys, values, n, out);
     mx_json_free(root);
+    return s;
+}
+
+mx_status mx_initializer_parse(const char *text, mx_initializer **out)
+{
+    *out = NULL;
+    mx_param_call call;
+    MX_TRY(mx_param_call_parse(text, &call));
+    const init_kind *k;
+    mx_status s = find_kind(call.name, &k);
+    if (s == MX_OK)
+        s = mx_initializer_create_kv(k->name, (const char *const *)call.keys, (const char *const *)call.values, call.n,
+                                     out);
+    mx_param_call_free(&call);
     return s;
 }
 

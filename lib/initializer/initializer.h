@@ -73,12 +73,19 @@ mx_status mx_initializer_create_kv(const char *name, const char *const *keys, co
  * ["xavier", {"rnd_type": "gaussian", "factor_type": "in", "magnitude": 2}]
  * (numbers may be given as numbers or strings). MX_ERR_INVALID otherwise. */
 mx_status mx_initializer_create_json(const char *json, mx_initializer **out);
+/* The config form: NAME or NAME(key=value, ...), e.g.
+ * "xavier(rnd_type=gaussian, factor_type=in, magnitude=2)", "normal(sigma=0.02)",
+ * "constant(value=0.1)" (constant needs its value). Each kind's own table
+ * checks the arguments. Messages say what is wrong without a location. */
+mx_status mx_initializer_parse(const char *text, mx_initializer **out);
 void mx_initializer_free(mx_initializer *init);
 
 const char *mx_initializer_name(const mx_initializer *init);
 const mx_initializer_params *mx_initializer_get_params(const mx_initializer *init);
 /* MXNet's dumps(): the JSON above, into buf; returns buf. */
 const char *mx_initializer_dumps(const mx_initializer *init, char *buf, size_t size);
+/* The registered names, in table order (NULL past the end). */
+const char *mx_initializer_name_at(int i);
 /* The parameter table of initializer `name` (for --help output). */
 mx_status mx_initializer_param_table(const char *name, const mx_param_desc **table, int *n);
 

@@ -29,6 +29,16 @@ typedef struct mx_data_batch {
     const uint64_t *index; /* batch_size sample ids (record id / image index), or NULL */
 } mx_data_batch;
 
+/* How a kind turns a decoded image into a sample: out = (pixel - mean[c])
+ * * scale / std[c], after resizing the shorter side to `resize` (-1: off)
+ * and a centre crop. For tools that preprocess images themselves the way
+ * training did (mxpredict). */
+typedef struct mx_data_image_norm {
+    float mean[4], std[4], scale;
+    int32_t resize;
+    const char *mean_img; /* a mean image file ("" none), borrowed from the parameters */
+} mx_data_image_norm;
+
 /* One kind of iterator: adding one is a file and a line in io.c. */
 typedef struct mx_data_iter_kind {
     const char *name;                  /* "mnist", "csv", "imagerecord" */
@@ -49,11 +59,54 @@ typedef struct mx_data_iter_kind {
     /* Optional: sets (fn = NULL clears) where the kind's warnings go (a
      * skipped corrupt record, say). NULL for kinds that never warn. */
     void (*set_log)(void *state, mx_io_log_fn fn, void *user);
+    /* Checks across parameters that need no file (part_index < num_parts,
+     * a data_shape's channels, parameters this build lacks), run before
+     * create; problems are reported through mx_params_blame(in, ...) so a
+     * config names the file and line. May be NULL. */
+    mx_status (*check)(const void *params, const mx_param_input *in);
+    /* The batch shapes create() will produce, from the parameters (a kind
+     * may read a file's header, never the data). */
+    mx_status (*shapes)(const void *params, mx_shape *data, mx_shape *label);
+    /* Optional: the image preprocessing of the parameters (NULL for kinds
+     * that do not read images). */
+    void (*image_norm)(const void *params, mx_data_image_norm *out);
 } mx_data_iter_kind;
 
 const mx_data_iter_kind *mx_data_iter_kind_find(const char *name);
 /* MX_ERR_INVALID "unknown iterator 'x' (did you mean 'y'?)". */
 mx_status mx_data_iter_kind_lookup(const char *name, const mx_data_iter_kind **out);
+
+/* The registered kinds, in table order (NULL past the end). */
+const mx_data_iter_kind *mx_data_iter_kind_at(int i);
+
+/* A parsed iterator section: the kind and the parameters its own table
+ * parsed, checked, ready for create. A config's [train] / [val] become one
+ * of these once; what create receives is these parameters. */
+typedef struct mx_data_iter_spec mx_data_iter_spec;
+
+/* A config section: `iter` names the kind, every other key goes to that
+ * kind's table; a key only other kinds have is an error that names them
+ * ("not used with iter = mnist (only with imagerecord)"). */
+mx_status mx_data_iter_spec_parse(const mx_param_input *in, mx_data_iter_spec **out);
+/* The same with the kind given by the caller (no `iter` key). */
+mx_status mx_data_iter_spec_parse_kind(const char *kind, const mx_param_input *in, mx_data_iter_spec **out);
+void mx_data_iter_spec_free(mx_data_iter_spec *spec);
+const mx_data_iter_kind *mx_data_iter_spec_kind(const mx_data_iter_spec *spec);
+/* The parsed parameter struct (the kind's own layout). */
+const void *mx_data_iter_spec_params(const mx_data_iter_spec *spec);
+/* Whether the section set `key` (rather than its default taking effect). */
+bool mx_data_iter_spec_given(const mx_data_iter_spec *spec, const char *key);
+/* A parameter's value in MXNet's str() form into buf (NULL for a key the
+ * kind does not have). */
+const char *mx_data_iter_spec_format(const mx_data_iter_spec *spec, const char *key, char *buf, size_t size);
+/* Sets one parameter after parsing (a run that decides partitions, say),
+ * through the kind's table and checks. */
+mx_status mx_data_iter_spec_set(mx_data_iter_spec *spec, const char *key, const char *value);
+/* The kind's shapes() of the parameters: (batch, ...) data and label. */
+mx_status mx_data_iter_spec_shapes(const mx_data_iter_spec *spec, mx_shape *data, mx_shape *label);
+/* The kind's image_norm(); false when the kind reads no images. */
+bool mx_data_iter_spec_image_norm(const mx_data_iter_spec *spec, mx_data_image_norm *out);
+mx_status mx_data_iter_create_spec(mx_runtime *rt, const mx_data_iter_spec *spec, mx_data_iter **out);
 
 /* Parses keys/values against the kind's table and creates the iterator. */
 mx_status mx_data_iter_create(mx_runtime *rt, const char *kind, const char *const *keys, const char *const *values,

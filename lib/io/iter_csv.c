@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -314,16 +315,43 @@ static mx_status batch_shape(const char *name, const mx_tuple *t, int64_t batch,
     return MX_OK;
 }
 
+static mx_status csv_check(const void *params, const mx_param_input *in)
+{
+    const csv_params *p = params;
+    if (p->part_index >= p->num_parts)
+        return mx_params_blame(in, "csv", "part_index", MX_ERR_INVALID, "must be less than num_parts (%lld)",
+                               (long long)p->num_parts);
+    if (p->dtype > 1)
+        return mx_params_blame(in, "csv", "dtype", MX_ERR_UNSUPPORTED, "'%s' is not supported (batches are float32)",
+                               dtype_choices[p->dtype]);
+    if (!p->data_csv[0]) return mx_params_blame(in, "csv", "data_csv", MX_ERR_INVALID, "is empty");
+    mx_shape shape;
+    int64_t width;
+    const char *names[2] = {"data_shape", "label_shape"};
+    const mx_tuple *t[2] = {&p->data_shape, &p->label_shape};
+    for (int i = 0; i < 2; i++)
+        if (batch_shape(names[i], t[i], p->batch_size, i == 1, &shape, &width) != MX_OK) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "%s", mx_last_error());
+            const char *body = strstr(msg, names[i]);
+            body = body ? body + strlen(names[i]) + 1 : msg; /* "csv: data_shape must ..." -> "must ..." */
+            return mx_params_blame(in, "csv", names[i], MX_ERR_INVALID, "%s", body);
+        }
+    return MX_OK;
+}
+
+static mx_status csv_shapes(const void *params, mx_shape *data, mx_shape *label)
+{
+    const csv_params *p = params;
+    int64_t width;
+    MX_TRY(batch_shape("data_shape", &p->data_shape, p->batch_size, false, data, &width));
+    return batch_shape("label_shape", &p->label_shape, p->batch_size, true, label, &width);
+}
+
 static mx_status csv_setup(csv_state *st)
 {
     const csv_params *p = &st->p;
-    if (p->part_index >= p->num_parts)
-        return MX_ERROR(MX_ERR_INVALID, "csv: part_index %lld must be less than num_parts %lld",
-                        (long long)p->part_index, (long long)p->num_parts);
-    if (p->dtype > 1)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "csv: dtype '%s' is not supported (batches are float32)",
-                        dtype_choices[p->dtype]);
-    if (!p->data_csv[0]) return MX_ERROR(MX_ERR_INVALID, "csv: data_csv is empty");
+    MX_TRY(csv_check(p, NULL));
     MX_TRY(batch_shape("data_shape", &p->data_shape, p->batch_size, false, &st->data_shape, &st->data.width));
     MX_TRY(batch_shape("label_shape", &p->label_shape, p->batch_size, true, &st->label_shape, &st->label.width));
     st->data.path = p->data_csv;
@@ -417,4 +445,6 @@ const mx_data_iter_kind mx_iter_csv = {
     .data_shape = csv_data_shape,
     .label_shape = csv_label_shape,
     .num_samples = csv_num_samples,
+    .check = csv_check,
+    .shapes = csv_shapes,
 };

@@ -64,9 +64,11 @@
  * defaults): rotation, shear, aspect and scale jitter, crop-size ranges,
  * random_resized_crop, brightness/contrast/saturation, PCA noise, HSL
  * shifts, min/max_img_size, inter_method other than 1 (bilinear), dtype
- * other than float32, directories and ';' lists in path_imgrec. Accepted
- * without effect: verbose (the library does not print), ctx,
- * shuffle_chunk_size / shuffle_chunk_seed (the shuffle is global anyway).
+ * other than float32, directories and ';' lists in path_imgrec,
+ * shuffle_chunk_size / shuffle_chunk_seed (the shuffle is global: use
+ * shuffle = 1). verbose = 0 keeps the skip warnings from the log callback
+ * (they are still counted). Accepted without effect: ctx (MXNet's hint of
+ * where batches go; they are made on the host).
  * The file is memory-mapped: it must not shrink while the iterator lives.
  */
 #include "io/iter_imagerecord.h"
@@ -178,10 +180,11 @@ static const mx_param_desc ir_param_table[] = {
     {"fill_value", MX_PARAM_INT, "255", 0, 255, NULL, P(fill_value), "value of the border"},
     {"dtype", MX_PARAM_ENUM, "None", NOR, dtype_choices, P(dtype), "output type: None (float32) or float32"},
     {"ctx", MX_PARAM_ENUM, "gpu", NOR, ctx_choices, P(ctx), "accepted; batches are produced on the CPU"},
-    {"verbose", MX_PARAM_BOOL, "True", NOR, NULL, P(verbose), "accepted; the library does not print"},
+    {"verbose", MX_PARAM_BOOL, "True", NOR, NULL, P(verbose), "send skip warnings to the log (0: only count them)"},
     {"shuffle_chunk_size", MX_PARAM_INT, "0", 0, 1e12, NULL, P(shuffle_chunk_size),
-     "accepted; the shuffle is global"},
-    {"shuffle_chunk_seed", MX_PARAM_INT, "0", -1e18, 1e18, NULL, P(shuffle_chunk_seed), "accepted"},
+     "not supported: the shuffle is global"},
+    {"shuffle_chunk_seed", MX_PARAM_INT, "0", -1e18, 1e18, NULL, P(shuffle_chunk_seed),
+     "not supported: the shuffle is global"},
     {"seed_aug", MX_PARAM_INT, "-1", -1, 4294967295.0, NULL, P(seed_aug),
      "augmentation seed; -1: use seed"},
     {"max_rotate_angle", MX_PARAM_INT, "0", 0, 360, NULL, P(max_rotate_angle), "not supported"},
@@ -331,7 +334,7 @@ static void deliver_warnings(ir_state *st)
     st->n_pending = 0;
     int64_t dropped = st->dropped_undelivered;
     st->dropped_undelivered = 0;
-    mx_io_log_fn fn = st->log_fn;
+    mx_io_log_fn fn = st->p.verbose ? st->log_fn : NULL; /* verbose = 0: counted only */
     void *user = st->log_user;
     pthread_mutex_unlock(&st->log_mu);
     for (int i = 0; i < n; i++) {
@@ -1053,7 +1056,7 @@ static void ir_free(void *state)
 }
 
 /* Parameters this implementation does not have: an error when set. */
-static mx_status check_unsupported(const ir_params *p)
+static mx_status check_unsupported(const ir_params *p, const mx_param_input *in)
 {
     struct {
         const char *name;
@@ -1080,32 +1083,73 @@ static mx_status check_unsupported(const ir_params *p)
         {"random_l", p->random_l != 0},
         {"max_img_size", p->max_img_size != 1e10},
         {"min_img_size", p->min_img_size != 0},
+        {"shuffle_chunk_size", p->shuffle_chunk_size != 0},
+        {"shuffle_chunk_seed", p->shuffle_chunk_seed != 0},
     };
     for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
         if (knobs[i].set)
-            return MX_ERROR(MX_ERR_UNSUPPORTED,
-                            "imagerecord: %s is not supported (implemented: resize, pad, rand_crop, rand_mirror, "
-                            "mirror, mean/std/scale, mean_img, max_random_contrast, max_random_illumination)",
-                            knobs[i].name);
+            return mx_params_blame(in, "imagerecord", knobs[i].name, MX_ERR_UNSUPPORTED,
+                                   "not supported (implemented: resize, pad, rand_crop, rand_mirror, mirror, "
+                                   "mean/std/scale, mean_img, max_random_contrast, max_random_illumination)");
     if (p->inter_method != 1)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "imagerecord: inter_method %lld is not supported (only 1, bilinear)",
-                        (long long)p->inter_method);
+        return mx_params_blame(in, "imagerecord", "inter_method", MX_ERR_UNSUPPORTED,
+                               "%lld is not supported (only 1, bilinear)", (long long)p->inter_method);
     if (p->dtype > 1)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "imagerecord: dtype '%s' is not supported (batches are float32)",
-                        dtype_choices[p->dtype]);
+        return mx_params_blame(in, "imagerecord", "dtype", MX_ERR_UNSUPPORTED,
+                               "'%s' is not supported (batches are float32)", dtype_choices[p->dtype]);
     return MX_OK;
+}
+
+/* Everything about the parameters that needs no file. */
+static mx_status ir_check(const void *params, const mx_param_input *in)
+{
+    const ir_params *p = params;
+    MX_TRY(check_unsupported(p, in));
+    if (!p->path_imgrec[0]) return mx_params_blame(in, "imagerecord", "path_imgrec", MX_ERR_INVALID, "is required");
+    if (p->part_index >= p->num_parts)
+        return mx_params_blame(in, "imagerecord", "part_index", MX_ERR_INVALID, "must be less than num_parts (%lld)",
+                               (long long)p->num_parts);
+    if (p->data_shape.ndim != 3 || !(p->data_shape.v[0] == 1 || p->data_shape.v[0] == 3 || p->data_shape.v[0] == 4))
+        return mx_params_blame(in, "imagerecord", "data_shape", MX_ERR_INVALID, "expected (C, H, W) with 1, 3 or 4 channels");
+    mx_aug_params a = {.channels = (int32_t)p->data_shape.v[0], .height = (int32_t)p->data_shape.v[1],
+                       .width = (int32_t)p->data_shape.v[2], .resize = (int32_t)p->resize, .pad = (int32_t)p->pad};
+    const double stds[4] = {p->std_r, p->std_g, p->std_b, p->std_a};
+    for (int c = 0; c < 4; c++) a.std[c] = (float)stds[c];
+    if (mx_aug_prepare(&a) != MX_OK) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", mx_last_error());
+        const char *key = !strncmp(msg, "pad", 3) ? "pad" : !strncmp(msg, "resize", 6) ? "resize"
+                          : !strncmp(msg, "std", 3) ? "std_r" : "data_shape";
+        return mx_params_blame(in, "imagerecord", key, MX_ERR_INVALID, "%s", msg);
+    }
+    return MX_OK;
+}
+
+static mx_status ir_shapes(const void *params, mx_shape *data, mx_shape *label)
+{
+    const ir_params *p = params;
+    MX_TRY(ir_check(params, NULL));
+    *data = MX_SHAPE(p->batch_size, p->data_shape.v[0], p->data_shape.v[1], p->data_shape.v[2]);
+    *label = p->label_width == 1 ? MX_SHAPE(p->batch_size) : MX_SHAPE(p->batch_size, p->label_width);
+    return MX_OK;
+}
+
+static void ir_image_norm(const void *params, mx_data_image_norm *out)
+{
+    const ir_params *p = params;
+    *out = (mx_data_image_norm){
+        .mean = {(float)p->mean_r, (float)p->mean_g, (float)p->mean_b, (float)p->mean_a},
+        .std = {(float)p->std_r, (float)p->std_g, (float)p->std_b, (float)p->std_a},
+        .scale = (float)p->scale,
+        .resize = (int32_t)p->resize,
+        .mean_img = p->mean_img,
+    };
 }
 
 static mx_status setup(mx_runtime *rt, ir_state *st)
 {
     const ir_params *p = &st->p;
-    MX_TRY(check_unsupported(p));
-    if (p->part_index >= p->num_parts)
-        return MX_ERROR(MX_ERR_INVALID, "imagerecord: part_index %lld must be less than num_parts %lld",
-                        (long long)p->part_index, (long long)p->num_parts);
-    if (p->data_shape.ndim != 3)
-        return MX_ERROR(MX_ERR_INVALID, "imagerecord: data_shape must be (C, H, W), got %d dimensions",
-                        p->data_shape.ndim);
+    MX_TRY(ir_check(p, NULL));
     mx_aug_params *a = &st->aug;
     a->channels = (int32_t)p->data_shape.v[0];
     a->height = (int32_t)p->data_shape.v[1];
@@ -1267,4 +1311,7 @@ const mx_data_iter_kind mx_iter_imagerecord = {
     .label_shape = ir_label_shape,
     .num_samples = ir_num_samples,
     .set_log = mx_imagerecord_set_log,
+    .check = ir_check,
+    .shapes = ir_shapes,
+    .image_norm = ir_image_norm,
 };

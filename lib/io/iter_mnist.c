@@ -18,8 +18,12 @@
  *   - stricter than MXNet: the magics (0x00000803 / 0x00000801), the
  *     dimensions, the image and label counts and the file lengths are
  *     checked, and a part smaller than one batch is an error;
- *   - silent and ctx are accepted and have no effect (the library does not
- *     log; batches live on the CPU and the trainer copies them);
+ *   - unless silent, the first next() sends one line to the log callback
+ *     (set_log), as MXNet's MNISTIter prints at load: the image file, the
+ *     count and the batch shape; ctx is accepted without effect (MXNet's
+ *     hint of where batches go; they are made on the host);
+ *   - image and label are required (MXNet defaults them to files in the
+ *     working directory);
  *   - dtype: None or float32 only.
  *
  * Files are read incrementally (a gzip'd file's size is unknown until it
@@ -31,6 +35,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,16 +66,16 @@ static const char *const dtype_choices[] = {"None", "float32", "float64", "float
 
 #define P(f) offsetof(mnist_params, f)
 static const mx_param_desc mnist_param_table[] = {
-    {"image", MX_PARAM_STRING, "./train-images-idx3-ubyte", 1, 0, NULL, P(image),
-     "image file: idx3-ubyte, raw or gzip'd"},
-    {"label", MX_PARAM_STRING, "./train-labels-idx1-ubyte", 1, 0, NULL, P(label),
-     "label file: idx1-ubyte, raw or gzip'd"},
+    /* Required, unlike MXNet's ./train-images-idx3-ubyte defaults: a config
+     * that forgets them must not silently read whatever is in the cwd. */
+    {"image", MX_PARAM_STRING, NULL, 1, 0, NULL, P(image), "image file: idx3-ubyte, raw or gzip'd"},
+    {"label", MX_PARAM_STRING, NULL, 1, 0, NULL, P(label), "label file: idx1-ubyte, raw or gzip'd"},
     {"batch_size", MX_PARAM_INT, "128", 1, 1e9, NULL, P(batch_size), "batch size"},
     {"shuffle", MX_PARAM_BOOL, "True", 1, 0, NULL, P(shuffle), "shuffle the examples (a new order every epoch)"},
     {"flat", MX_PARAM_BOOL, "False", 1, 0, NULL, P(flat), "data (batch, rows*cols) instead of (batch, 1, rows, cols)"},
     {"seed", MX_PARAM_INT, "0", -2147483648.0, 4294967295.0, NULL, P(seed),
      "shuffle seed: MT19937 seeded with (uint32)seed"},
-    {"silent", MX_PARAM_BOOL, "False", 1, 0, NULL, P(silent), "accepted; the library does not log"},
+    {"silent", MX_PARAM_BOOL, "False", 1, 0, NULL, P(silent), "no load line in the log"},
     {"num_parts", MX_PARAM_INT, "1", 1, 1e9, NULL, P(num_parts), "partition the data into this many parts"},
     {"part_index", MX_PARAM_INT, "0", 0, 1e9, NULL, P(part_index), "the part to read"},
     {"prefetch_buffer", MX_PARAM_INT, "4", 1, 1e6, NULL, P(prefetch_buffer), "batches prefetched in background"},
@@ -304,6 +309,9 @@ typedef struct mnist_state {
     mx_mt19937 rng;
     mx_shape data_shape, label_shape;
     mx_prefetch *pf;
+    mx_io_log_fn log_fn;  /* where the load line goes (set_log) */
+    void *log_user;
+    bool announced;       /* the load line was sent */
 } mnist_state;
 
 static mx_status mnist_fill(void *user, int64_t k, mx_prefetch_slot *slot, bool *produced)
@@ -375,16 +383,45 @@ static mx_status mnist_load(mnist_state *st)
     return MX_OK;
 }
 
+static mx_status mnist_check(const void *params, const mx_param_input *in)
+{
+    const mnist_params *p = params;
+    if (p->part_index >= p->num_parts)
+        return mx_params_blame(in, "mnist", "part_index", MX_ERR_INVALID, "must be less than num_parts (%lld)",
+                               (long long)p->num_parts);
+    if (p->dtype > 1)
+        return mx_params_blame(in, "mnist", "dtype", MX_ERR_UNSUPPORTED, "'%s' is not supported (batches are float32)",
+                               dtype_choices[p->dtype]);
+    return MX_OK;
+}
+
+/* The image file's header gives rows and columns. */
+static mx_status mnist_shapes(const void *params, mx_shape *data, mx_shape *label)
+{
+    const mnist_params *p = params;
+    idx_file img;
+    mx_status s = idx_open(&img, p->image, "image file", "images", IDX_IMAGES_MAGIC);
+    idx_close(&img);
+    MX_TRY(s);
+    *data = p->flat ? MX_SHAPE(p->batch_size, (int64_t)img.item_bytes)
+                    : MX_SHAPE(p->batch_size, 1, (int64_t)img.dims[0], (int64_t)img.dims[1]);
+    *label = MX_SHAPE(p->batch_size);
+    return MX_OK;
+}
+
+/* Pixels are bytes / 256, as MXNet's MNISTIter. */
+static void mnist_image_norm(const void *params, mx_data_image_norm *out)
+{
+    (void)params;
+    *out = (mx_data_image_norm){.mean = {0, 0, 0, 0}, .std = {1, 1, 1, 1}, .scale = 1.0f / 256.0f, .resize = -1,
+                                .mean_img = ""};
+}
+
 static mx_status mnist_create(mx_runtime *rt, const void *params, void **out)
 {
     *out = NULL;
     const mnist_params *p = params;
-    if (p->part_index >= p->num_parts)
-        return MX_ERROR(MX_ERR_INVALID, "mnist: part_index %lld must be less than num_parts %lld",
-                        (long long)p->part_index, (long long)p->num_parts);
-    if (p->dtype > 1)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "mnist: dtype '%s' is not supported (batches are float32)",
-                        dtype_choices[p->dtype]);
+    MX_TRY(mnist_check(params, NULL));
     mnist_state *st = mx_calloc(1, sizeof(*st));
     if (!st) return MX_ERR_NOMEM;
     st->p = *p;
@@ -424,9 +461,29 @@ static mx_status mnist_create(mx_runtime *rt, const void *params, void **out)
     return MX_OK;
 }
 
+/* Unless silent, one line as MXNet's MNISTIter prints at load. */
+static void announce(mnist_state *st)
+{
+    if (st->announced || !st->log_fn || st->p.silent) return;
+    st->announced = true;
+    char line[2 * MX_PARAM_STRING_MAX + 256], shape[128];
+    snprintf(line, sizeof(line), "mnist: '%s': %lld images of batch shape %s (part %lld of %lld), shuffle=%d",
+             st->p.image, (long long)st->n, mx_shape_str(&st->data_shape, shape, sizeof(shape)),
+             (long long)st->p.part_index, (long long)st->p.num_parts, (int)st->p.shuffle);
+    st->log_fn(st->log_user, line);
+}
+
+static void mnist_set_log(void *state, mx_io_log_fn fn, void *user)
+{
+    mnist_state *st = state;
+    st->log_fn = fn;
+    st->log_user = user;
+}
+
 static mx_status mnist_next(void *state, mx_data_batch *batch, bool *has_batch)
 {
     mnist_state *st = state;
+    announce(st);
     return mx_prefetch_next(st->pf, batch, has_batch);
 }
 
@@ -454,4 +511,8 @@ const mx_data_iter_kind mx_iter_mnist = {
     .data_shape = mnist_data_shape,
     .label_shape = mnist_label_shape,
     .num_samples = mnist_num_samples,
+    .set_log = mnist_set_log,
+    .check = mnist_check,
+    .shapes = mnist_shapes,
+    .image_norm = mnist_image_norm,
 };

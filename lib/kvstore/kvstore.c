@@ -19,6 +19,8 @@ static const kv_kind_row kinds[] = {
     {"device", NULL, "reduction on the GPUs is not in this build yet; use 'local' (same results, sums on the CPU)"},
     {"dist_sync", NULL, "distributed training (MPI) is not in this build yet"},
     {"dist_async", NULL, "distributed training (MPI) is not in this build yet"},
+    {"dist_sync_device", NULL, "distributed training (MPI) is not in this build yet"},
+    {"dist_device_sync", NULL, "distributed training (MPI) is not in this build yet"},
 };
 #define N_KINDS ((int)(sizeof(kinds) / sizeof(kinds[0])))
 
@@ -30,21 +32,35 @@ struct mx_kvstore {
     mx_kvstore_updater updater;
 };
 
+static mx_status find_row(const char *type, const kv_kind_row **out)
+{
+    *out = NULL;
+    if (!type) return MX_ERROR(MX_ERR_INVALID, "kvstore: no type given");
+    for (int i = 0; i < N_KINDS; i++)
+        if (!strcmp(type, kinds[i].name)) *out = &kinds[i];
+    if (*out) return MX_OK;
+    const char *names[N_KINDS];
+    for (int i = 0; i < N_KINDS; i++) names[i] = kinds[i].name;
+    const char *near = mx_suggest(type, names, N_KINDS);
+    if (near) return MX_ERROR(MX_ERR_INVALID, "unknown kvstore '%s' (did you mean '%s'?)", type, near);
+    return MX_ERROR(MX_ERR_INVALID, "unknown kvstore '%s' (local, device, dist_sync, dist_async or dist_sync_device)",
+                    type);
+}
+
+mx_status mx_kvstore_type_check(const char *type)
+{
+    const kv_kind_row *row;
+    return find_row(type, &row);
+}
+
+const char *mx_kvstore_type_at(int i) { return i >= 0 && i < N_KINDS ? kinds[i].name : NULL; }
+
 mx_status mx_kvstore_create(mx_runtime *rt, const char *type, mx_kvstore **out)
 {
     *out = NULL;
     if (!rt) return MX_ERROR(MX_ERR_INVALID, "kvstore: runtime is NULL");
-    if (!type) return MX_ERROR(MX_ERR_INVALID, "kvstore: no type given");
-    const kv_kind_row *row = NULL;
-    for (int i = 0; i < N_KINDS; i++)
-        if (!strcmp(type, kinds[i].name)) row = &kinds[i];
-    if (!row) {
-        const char *names[N_KINDS];
-        for (int i = 0; i < N_KINDS; i++) names[i] = kinds[i].name;
-        const char *near = mx_suggest(type, names, N_KINDS);
-        if (near) return MX_ERROR(MX_ERR_INVALID, "unknown kvstore '%s' (did you mean '%s'?)", type, near);
-        return MX_ERROR(MX_ERR_INVALID, "unknown kvstore '%s' (local, device, dist_sync or dist_async)", type);
-    }
+    const kv_kind_row *row;
+    MX_TRY(find_row(type, &row));
     if (!row->ops) return MX_ERROR(MX_ERR_UNSUPPORTED, "kvstore '%s': %s", type, row->missing);
     mx_kvstore *kv = mx_calloc(1, sizeof(*kv));
     if (!kv) return MX_ERR_NOMEM;

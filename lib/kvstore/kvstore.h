@@ -16,7 +16,8 @@
  *   local       the store and the sums on the CPU (MXNet's KVStoreLocal with
  *               CommCPU): gradients on other devices are copied over first
  *   device      (sums on the GPUs) not in this build yet: MX_ERR_UNSUPPORTED
- *   dist_sync, dist_async   (MPI) not in this build yet: MX_ERR_UNSUPPORTED
+ *   dist_sync, dist_async, dist_sync_device (= dist_device_sync)
+ *               (MPI) not in this build yet: MX_ERR_UNSUPPORTED
  */
 #ifndef MX_KVSTORE_H
 #define MX_KVSTORE_H
@@ -41,6 +42,11 @@ typedef struct mx_kvstore_updater {
  * suggestion for unknown names, MX_ERR_UNSUPPORTED for kinds this build
  * lacks). */
 mx_status mx_kvstore_create(mx_runtime *rt, const char *type, mx_kvstore **out);
+/* Whether `type` names a kind of store (MX_ERR_INVALID with a suggestion
+ * when not), whether or not this build has it: a config check. */
+mx_status mx_kvstore_type_check(const char *type);
+/* The kind names, in table order (NULL past the end). */
+const char *mx_kvstore_type_at(int i);
 /* Frees the store; work already pushed completes on its own (it holds
  * references to the arrays it uses). */
 void mx_kvstore_free(mx_kvstore *kv);

@@ -321,6 +321,95 @@ mx_status mx_metric_create_kv(const char *name, const char *const *keys, const c
     return create_kind(k, &p, out);
 }
 
+const char *mx_metric_name_at(int i) { return i >= 0 && i < N_KINDS ? kinds[i].name : NULL; }
+const mx_metric_params *mx_metric_get_params(const mx_metric *m) { return &m->p; }
+
+/* One item of a list: NAME, NAME(k=v, ...) or NAME:K (top_k_acc). */
+static mx_status parse_item(const char *item, mx_metric_spec *out)
+{
+    const char *colon = strchr(item, ':');
+    char shorthand[64];
+    const char *text = item;
+    if (colon && !strchr(item, '(')) { /* "top_k_acc:5" is top_k_acc(top_k=5) */
+        size_t len = (size_t)(colon - item);
+        while (len && item[len - 1] == ' ') len--;
+        if (len >= 32) return MX_ERROR(MX_ERR_INVALID, "metric '%s': name too long", item);
+        const metric_kind *k;
+        char name[32];
+        memcpy(name, item, len);
+        name[len] = '\0';
+        MX_TRY(find_kind(name, &k));
+        if (k->fn != top_k_fn)
+            return MX_ERROR(MX_ERR_INVALID, "metric '%s' takes no ':%s' (only top_k_acc:K does)", name, colon + 1);
+        snprintf(shorthand, sizeof(shorthand), "%s(top_k=%.20s)", name, colon + 1);
+        text = shorthand;
+    }
+    mx_param_call call;
+    MX_TRY(mx_param_call_parse(text, &call));
+    const metric_kind *k;
+    mx_status s = find_kind(call.name, &k);
+    if (s == MX_OK && k->fn == top_k_fn && call.n == 0)
+        s = MX_ERROR(MX_ERR_INVALID, "top_k_acc needs k: top_k_acc:5 or top_k_acc(top_k=5)");
+    if (s == MX_OK) {
+        out->name = k->name;
+        s = mx_params_parse(k->name, k->params, k->n_params, sizeof(out->params), (const char *const *)call.keys,
+                            (const char *const *)call.values, call.n, &out->params);
+    }
+    mx_param_call_free(&call);
+    return s;
+}
+
+mx_status mx_metric_parse_list(const char *text, mx_metric_spec **out, int *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    size_t len = strlen(text);
+    char *buf = mx_malloc(len + 1);
+    if (!buf) return mx_last_status();
+    memcpy(buf, text, len + 1);
+    mx_metric_spec *list = NULL;
+    int n = 0;
+    mx_status s = MX_OK;
+    /* Items end at commas outside parentheses. */
+    char *p = buf;
+    while (s == MX_OK) {
+        char *q = p;
+        int depth = 0;
+        for (; *q && !(*q == ',' && depth == 0); q++) depth += *q == '(' ? 1 : *q == ')' ? -1 : 0;
+        bool last = !*q;
+        *q = '\0';
+        while (*p == ' ' || *p == '\t') p++;
+        size_t l = strlen(p);
+        while (l && (p[l - 1] == ' ' || p[l - 1] == '\t')) p[--l] = '\0';
+        if (!*p) {
+            s = MX_ERROR(MX_ERR_INVALID, n || !last ? "empty item in the metric list" :
+                                                      "no metric given (acc, top_k_acc:5, ce, mse, mae, rmse)");
+            break;
+        }
+        mx_metric_spec *grown = mx_realloc(list, sizeof(*list) * (size_t)(n + 1));
+        if (!grown) {
+            s = mx_last_status();
+            break;
+        }
+        list = grown;
+        s = parse_item(p, &list[n]);
+        for (int i = 0; s == MX_OK && i < n; i++)
+            if (list[i].name == list[n].name && !memcmp(&list[i].params, &list[n].params, sizeof(list[n].params)))
+                s = MX_ERROR(MX_ERR_INVALID, "metric '%s' listed twice", p);
+        if (s == MX_OK) n++;
+        if (last) break;
+        p = q + 1;
+    }
+    free(buf);
+    if (s != MX_OK) {
+        free(list);
+        return s;
+    }
+    *out = list;
+    *n_out = n;
+    return MX_OK;
+}
+
 void mx_metric_free(mx_metric *m) { free(m); }
 
 const char *mx_metric_get_name(const mx_metric *m) { return m->name; }

@@ -48,6 +48,22 @@ void mx_metric_free(mx_metric *m);
 /* The parameter table of metric `name` (for --help output). */
 mx_status mx_metric_param_table(const char *name, const mx_param_desc **table, int *n);
 
+/* One metric of a config's list: a registered name and its parameters. */
+typedef struct mx_metric_spec {
+    const char *name;     /* the registry's name ("acc", "top_k_acc", ...) */
+    mx_metric_params params;
+} mx_metric_spec;
+
+/* A config's metric list, "acc, top_k_acc:5, ce(eps=1e-10)": items
+ * NAME, NAME(key=value, ...) or NAME:K for top_k_acc's k; each checked by
+ * its kind's table; a metric listed twice with the same parameters is an
+ * error. *out is malloc'ed (free()). Messages say what is wrong without a
+ * location. */
+mx_status mx_metric_parse_list(const char *text, mx_metric_spec **out, int *n);
+/* The registered names, in table order (NULL past the end). */
+const char *mx_metric_name_at(int i);
+const mx_metric_params *mx_metric_get_params(const mx_metric *m);
+
 /* MXNet's display name: "accuracy", "top_k_accuracy_5", "cross-entropy",
  * "mse", "mae", "rmse". */
 const char *mx_metric_get_name(const mx_metric *m);

@@ -13,38 +13,12 @@
 struct mx_rng {
     mx_runtime *rt;
     mx_engine_var *var;
-    uint64_t state[4];
+    mx_xoshiro gen;
 };
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static void rng_set_seed(mx_rng *rng, uint64_t seed) { mx_xoshiro_seed(&rng->gen, seed); }
 
-static void rng_set_seed(mx_rng *rng, uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) rng->state[i] = splitmix64(&x);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t mx_rng_next_u64(mx_rng *rng)
-{
-    uint64_t *s = rng->state;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+uint64_t mx_rng_next_u64(mx_rng *rng) { return mx_xoshiro_next(&rng->gen); }
 
 double mx_rng_next_double(mx_rng *rng) { return (double)(mx_rng_next_u64(rng) >> 11) * 0x1.0p-53; }
 
@@ -112,7 +86,7 @@ static mx_status draw_run(void *payload, const mx_exec_ctx *exec)
         return MX_OK;
     }
     if (d->kind == DRAW_STATE) {
-        memcpy(d->rng->state, d->state, sizeof(d->state));
+        memcpy(d->rng->gen.s, d->state, sizeof(d->state));
         return MX_OK;
     }
     int64_t n = mx_ndarray_size(d->out);
@@ -180,7 +154,7 @@ mx_status mx_rng_seed(mx_rng *rng, uint64_t seed)
     return draw_push((draw_op){.kind = DRAW_SEED, .rng = rng, .seed = seed});
 }
 
-void mx_rng_get_state(const mx_rng *rng, uint64_t state[4]) { memcpy(state, rng->state, sizeof(rng->state)); }
+void mx_rng_get_state(const mx_rng *rng, uint64_t state[4]) { memcpy(state, rng->gen.s, sizeof(rng->gen.s)); }
 
 mx_status mx_rng_set_state(mx_rng *rng, const uint64_t state[4])
 {

@@ -38,6 +38,8 @@ struct sched_kind {
     const char *alias; /* MXNet's class name, lower case */
     const mx_param_desc *params;
     int n_params;
+    const mx_param_desc *epoch_keys; /* the config's keys, in epochs */
+    int n_epoch_keys;
     mx_status (*check)(const mx_lr_scheduler_params *p);
     double (*lr)(mx_lr_scheduler *s, int64_t num_update);
 };
@@ -90,6 +92,37 @@ static const mx_param_desc cosine_params[] = {
     {"final_lr", MX_PARAM_FLOAT, "0", 0, 1e30, NULL, offsetof(sched_kv, p.final_lr), "the last rate"},
     SCHED_COMMON_PARAMS,
 };
+
+/* The [optimizer] keys of each schedule, in epochs (mx_lr_epoch_keys). */
+#define EK(f) offsetof(mx_lr_epoch_keys, f)
+#define EPOCH_COMMON_KEYS                                                                                 \
+    {"warmup_epochs", MX_PARAM_FLOAT, "0", 0, 1e9, NULL, EK(warmup_epochs),                               \
+     "epochs of warm-up (fractions allowed) before the schedule starts"},                                 \
+    {"warmup_begin_lr", MX_PARAM_FLOAT, "0", 0, 1e30, NULL, EK(warmup_begin_lr),                          \
+     "the rate warm-up starts from (at most lr)"},                                                        \
+    {"warmup_mode", MX_PARAM_ENUM, "linear", 1, 0, warmup_modes, EK(warmup_mode),                         \
+     "linear: equal increments; constant: warmup_begin_lr throughout"}
+#define EPOCH_STEP_KEYS                                                                                   \
+    {"lr_factor", MX_PARAM_FLOAT, "0.1", 0, 1, NULL, EK(lr_factor), "multiplier at each step"},           \
+    {"lr_step_epochs", MX_PARAM_STRING, NULL, 1, 0, NULL, EK(lr_step_epochs),                             \
+     "epochs at which the rate is multiplied by lr_factor (factor: one period)"}
+
+static const mx_param_desc factor_epoch_keys[] = {
+    EPOCH_STEP_KEYS,
+    {"stop_factor_lr", MX_PARAM_FLOAT, "1e-8", 0, 1e30, NULL, EK(stop_factor_lr), "the rate never goes below this"},
+    EPOCH_COMMON_KEYS,
+};
+static const mx_param_desc multifactor_epoch_keys[] = {EPOCH_STEP_KEYS, EPOCH_COMMON_KEYS};
+static const mx_param_desc poly_epoch_keys[] = {
+    {"final_lr", MX_PARAM_FLOAT, "0", 0, 1e30, NULL, EK(final_lr), "the rate at the last epoch (at most lr)"},
+    {"pwr", MX_PARAM_FLOAT, "2", 0, 1e30, NULL, EK(pwr), "power of the decay"},
+    EPOCH_COMMON_KEYS,
+};
+static const mx_param_desc cosine_epoch_keys[] = {
+    {"final_lr", MX_PARAM_FLOAT, "0", 0, 1e30, NULL, EK(final_lr), "the rate at the last epoch (at most lr)"},
+    EPOCH_COMMON_KEYS,
+};
+#undef EK
 
 /* ---------------------------------------------------------------- rates */
 
@@ -175,11 +208,14 @@ static mx_status check_decay(const mx_lr_scheduler_params *p)
 #define N_ROWS(t) ((int)(sizeof(t) / sizeof((t)[0])))
 
 static const sched_kind kinds[] = {
-    {"factor", "factorscheduler", factor_params, N_ROWS(factor_params), NULL, factor_lr},
-    {"multifactor", "multifactorscheduler", multifactor_params, N_ROWS(multifactor_params), check_steps,
-     multifactor_lr},
-    {"poly", "polyscheduler", poly_params, N_ROWS(poly_params), check_decay, poly_lr},
-    {"cosine", "cosinescheduler", cosine_params, N_ROWS(cosine_params), check_decay, cosine_lr},
+    {"factor", "factorscheduler", factor_params, N_ROWS(factor_params), factor_epoch_keys, N_ROWS(factor_epoch_keys),
+     NULL, factor_lr},
+    {"multifactor", "multifactorscheduler", multifactor_params, N_ROWS(multifactor_params), multifactor_epoch_keys,
+     N_ROWS(multifactor_epoch_keys), check_steps, multifactor_lr},
+    {"poly", "polyscheduler", poly_params, N_ROWS(poly_params), poly_epoch_keys, N_ROWS(poly_epoch_keys),
+     check_decay, poly_lr},
+    {"cosine", "cosinescheduler", cosine_params, N_ROWS(cosine_params), cosine_epoch_keys, N_ROWS(cosine_epoch_keys),
+     check_decay, cosine_lr},
 };
 #define N_KINDS ((int)(sizeof(kinds) / sizeof(kinds[0])))
 
@@ -197,6 +233,24 @@ static mx_status find_kind(const char *name, const sched_kind **out)
     const char *near = mx_suggest(name, names, N_KINDS);
     if (near) return MX_ERROR(MX_ERR_INVALID, "unknown lr_scheduler '%s' (did you mean '%s'?)", name, near);
     return MX_ERROR(MX_ERR_INVALID, "unknown lr_scheduler '%s' (factor, multifactor, poly or cosine)", name);
+}
+
+const char *mx_lr_scheduler_name_at(int i)
+{
+    if (i == 0) return "none";
+    return i >= 1 && i <= N_KINDS ? kinds[i - 1].name : NULL;
+}
+
+mx_status mx_lr_scheduler_epoch_table(const char *kind, const mx_param_desc **table, int *n)
+{
+    *table = NULL;
+    *n = 0;
+    if (kind && !strcmp(kind, "none")) return MX_OK;
+    const sched_kind *k;
+    MX_TRY(find_kind(kind, &k));
+    *table = k->epoch_keys;
+    *n = k->n_epoch_keys;
+    return MX_OK;
 }
 
 mx_status mx_lr_scheduler_param_table(const char *kind, const mx_param_desc **table, int *n)
@@ -318,7 +372,7 @@ mx_status mx_lr_scheduler_create_epochs(const mx_lr_epoch_schedule *e, mx_lr_sch
             p.steps[i] = e->step_epochs[i] * e->updates_per_epoch;
         }
         p.n_steps = e->n_step_epochs;
-        if (k->lr == factor_lr) p.step = p.steps[0], p.n_steps = 0;
+        if (k->lr == factor_lr) p.step = p.steps[0], p.n_steps = 0, p.stop_factor_lr = e->stop_factor_lr;
     } else {
         if (e->num_epoch < 1 || (double)e->num_epoch * B > 1e15)
             return MX_ERROR(MX_ERR_INVALID, "lr_scheduler %s: bad num_epoch %lld", k->name, (long long)e->num_epoch);

@@ -95,6 +95,13 @@ static mx_status check_params(const opt_kind_def *k, const mx_optimizer_params *
     return k->check ? k->check(p) : MX_OK;
 }
 
+mx_status mx_optimizer_check(const char *name, const mx_optimizer_params *params)
+{
+    const opt_kind_def *k;
+    MX_TRY(find_kind(name, &k));
+    return check_params(k, params);
+}
+
 mx_status mx_optimizer_create(mx_runtime *rt, const char *name, const mx_optimizer_params *params, mx_optimizer **out)
 {
     *out = NULL;

@@ -128,9 +128,29 @@ typedef struct mx_lr_epoch_schedule {
     double warmup_epochs;
     double warmup_begin_lr;
     int warmup_mode;               /* mx_warmup_mode */
+    double stop_factor_lr;         /* factor: the floor of the rate (MXNet's default 1e-8) */
     int64_t updates_per_epoch;     /* >= 1 */
 } mx_lr_epoch_schedule;
 mx_status mx_lr_scheduler_create_epochs(const mx_lr_epoch_schedule *e, mx_lr_scheduler **out);
+
+/* The schedule names, "none" first, then the kinds in table order (NULL
+ * past the end). */
+const char *mx_lr_scheduler_name_at(int i);
+/* The keys of schedule `kind` as a config's [optimizer] section writes them,
+ * in epochs (lr_step_epochs, lr_factor, stop_factor_lr, final_lr, pwr,
+ * warmup_epochs, warmup_begin_lr, warmup_mode): one table per kind; "none"
+ * has none. The table's rows sit in an mx_lr_epoch_keys. */
+typedef struct mx_lr_epoch_keys {
+    double lr_factor;
+    char lr_step_epochs[MX_PARAM_STRING_MAX]; /* "30,60": increasing epochs */
+    double stop_factor_lr;
+    double final_lr;
+    double pwr;
+    double warmup_epochs;
+    double warmup_begin_lr;
+    int warmup_mode;
+} mx_lr_epoch_keys;
+mx_status mx_lr_scheduler_epoch_table(const char *kind, const mx_param_desc **table, int *n);
 
 /* ================================================================ optimizers */
 
@@ -209,6 +229,37 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
  * first update). Borrowed references, live: reads must go through the
  * engine (mx_ndarray_to_host waits). */
 int mx_optimizer_states(const mx_optimizer *opt, int index, mx_ndarray **states, const char **names);
+
+/* ================================================================ config */
+
+/* A config's [optimizer] section, parsed once by the tables of the chosen
+ * optimizer and schedule: `type` picks the optimizer (default sgd),
+ * `lr_scheduler` the schedule (default none: a constant rate); every other
+ * key belongs to one of their tables ("lr" is learning_rate), and a key of
+ * another optimizer or schedule is an error that says which have it. */
+typedef struct mx_optimizer_spec {
+    const char *name;              /* the optimizer's registry name */
+    mx_optimizer_params params;    /* as its table parsed them */
+    bool rescale_grad_given;       /* else 1 / samples per update, as MXNet's Module */
+    const char *lr_scheduler;      /* the schedule's name; NULL: none */
+    mx_lr_epoch_keys schedule;     /* as the schedule's table parsed them */
+    int64_t step_epochs[MX_LR_MAX_STEPS]; /* lr_step_epochs as numbers */
+    int n_step_epochs;
+} mx_optimizer_spec;
+
+/* Parses a section (messages located by the input when it is). */
+mx_status mx_optimizer_spec_parse(const mx_param_input *in, mx_optimizer_spec *out);
+
+/* What the run knows when it creates the optimizer. */
+typedef struct mx_optimizer_run {
+    int64_t samples_per_update; /* the default rescale_grad is its inverse */
+    int64_t updates_per_epoch;  /* epochs of the schedule -> update counts */
+    int64_t num_epoch;          /* cosine, poly: the end of the decay */
+} mx_optimizer_run;
+
+/* The optimizer of a spec, with its schedule attached. */
+mx_status mx_optimizer_create_spec(mx_runtime *rt, const mx_optimizer_spec *spec, const mx_optimizer_run *run,
+                                   mx_optimizer **out);
 
 /* Saving and restoring: everything needed to continue exactly (state
  * arrays, update counts, the schedule's position) as a named list of CPU

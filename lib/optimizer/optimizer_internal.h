@@ -56,6 +56,9 @@ extern const opt_kind_def mx_opt_adagrad;
     {"begin_num_update", MX_PARAM_INT, "0", 0, 1e15, NULL, offsetof(mx_optimizer_params, begin_num_update), \
      "initial update count"}
 
+/* The kind's checks of a typed parameter set (table ranges and its own). */
+mx_status mx_optimizer_check(const char *name, const mx_optimizer_params *params);
+
 /* The schedule's mutable position (base_lr, count, cur_step_ind), saved
  * with the optimizer's states (lr_scheduler.c). */
 void mx_opt_sched_get_state(const mx_lr_scheduler *s, double state[3]);

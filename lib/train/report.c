@@ -6,6 +6,8 @@
  */
 #include "train/trainer.h"
 
+#include "checkpoint/checkpoint.h"
+#include "device/device.h"
 #include "executor/executor.h"
 
 #include <stdarg.h>
@@ -37,28 +39,116 @@ static const char *human_bytes(double bytes, char *buf, size_t size)
     return buf;
 }
 
-mx_status mx_train_plan_report(const mx_config *cfg, const mx_iter_settings *it, mx_train_report *out)
+/* The data input's batch shape from [train] (else [val]). */
+static mx_status input_shape(const mx_train_settings *s, const char **name, mx_shape *shape)
 {
-    memset(out, 0, sizeof(*out));
-    const char *names[MX_CONFIG_MAX_INPUTS];
-    mx_shape shapes[MX_CONFIG_MAX_INPUTS];
-    int n = mx_config_input_shapes(cfg, it, names, shapes, MX_CONFIG_MAX_INPUTS);
-    if (n == 0) return MX_ERROR(MX_ERR_INVALID, "%s: no [train] section to take the input shape from", cfg->path);
-    out->batch_size = shapes[0].dims[0];
-    MX_TRY(mx_executor_plan_memory(cfg->graph, names, shapes, n, true, &out->train));
-    MX_TRY(mx_executor_plan_memory(cfg->graph, names, shapes, n, false, &out->predict));
+    const mx_data_iter_spec *spec = mx_train_settings_shape_source(s);
+    if (!spec) return MX_ERROR(MX_ERR_INVALID, "%s: no [train] or [val] section to take the input shape from", s->cfg->path);
+    mx_shape label;
+    mx_status st = mx_data_iter_spec_shapes(spec, shape, &label);
+    if (st != MX_OK) return mx_error_prefix(st, "%s: [%s]", s->cfg->path, s->train ? "train" : "val");
+    *name = s->cfg->inputs[0];
     return MX_OK;
 }
 
-mx_status mx_train_dry_run(const mx_config *cfg, const mx_train_options *opt)
+mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
 {
-    const char *names[MX_CONFIG_MAX_INPUTS];
-    mx_shape shapes[MX_CONFIG_MAX_INPUTS];
-    const mx_iter_settings *it = cfg->train.kind != MX_ITER_NONE ? &cfg->train : &cfg->val;
-    int n = mx_config_input_shapes(cfg, it, names, shapes, MX_CONFIG_MAX_INPUTS);
-    if (n == 0) return MX_ERROR(MX_ERR_INVALID, "%s: no [train] or [val] section to take the input shape from", cfg->path);
+    memset(out, 0, sizeof(*out));
+    const char *name;
+    mx_shape shape;
+    MX_TRY(input_shape(s, &name, &shape));
+    out->batch_size = shape.dims[0];
+    MX_TRY(mx_executor_plan_memory(s->cfg->graph, &name, &shape, 1, true, &out->train));
+    MX_TRY(mx_executor_plan_memory(s->cfg->graph, &name, &shape, 1, false, &out->predict));
+    return MX_OK;
+}
+
+/* "a, b, c" of up to `max` names into buf, with "... (N more)". */
+static void name_list(const char *const *names, int n, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < size; i++) {
+        if (used > 600) {
+            snprintf(buf + used, size - used, ", ... (%d more)", n - i);
+            return;
+        }
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", names[i]);
+    }
+}
+
+/* What fit.finetune_from loads and fit.fixed_params freezes. */
+static mx_status report_finetune(const mx_train_settings *s, const mx_train_options *opt)
+{
+    const mx_graph *g = s->cfg->graph;
+    size_t cap = (size_t)mx_graph_num_nodes(g) + 1;
+    uint32_t *ids = mx_malloc(cap * sizeof(uint32_t));
+    const char **params = mx_malloc(cap * sizeof(char *)), **frozen = mx_malloc(cap * sizeof(char *));
+    const char **from_file = mx_malloc(cap * sizeof(char *)), **fresh = mx_malloc(cap * sizeof(char *));
+    mx_status st = ids && params && frozen && from_file && fresh ? MX_OK : mx_last_status();
+    int n_params = 0, n_frozen = 0, n_file = 0, n_fresh = 0;
+    if (st == MX_OK) {
+        int n = mx_graph_list_arguments(g, ids);
+        for (int i = 0; i < n; i++) {
+            const mx_node *node = mx_graph_node(g, ids[i]);
+            bool is_input = false;
+            for (int k = 0; k < s->cfg->n_inputs; k++) is_input = is_input || !strcmp(node->name, s->cfg->inputs[k]);
+            /* Labels feed a loss layer's label slot only. */
+            for (int l = 0; l < s->cfg->n_layers && !is_input; l++) {
+                const mx_node *ln = mx_graph_node(g, s->cfg->layers[l].node);
+                if ((ln->op->flags & MX_OP_LOSS) && ln->n_inputs >= 2 && ln->inputs[1].node == ids[i]) is_input = true;
+            }
+            if (is_input) continue;
+            params[n_params++] = node->name;
+            if (mx_train_settings_fixed(s, node->name)) frozen[n_frozen++] = node->name;
+        }
+        n = mx_graph_list_aux(g, ids);
+        for (int i = 0; i < n; i++) params[n_params++] = mx_graph_node(g, ids[i])->name;
+    }
+    char buf[1024];
+    if (st == MX_OK && s->fit.finetune_from[0]) {
+        mx_runtime *rt = NULL;
+        mx_ndarray_list args = {0}, aux = {0};
+        st = mx_runtime_create(NULL, &rt);
+        if (st == MX_OK) st = mx_checkpoint_load_file(rt, s->fit.finetune_from, &args, &aux, NULL);
+        for (int i = 0; i < n_params && st == MX_OK; i++) {
+            bool found = false;
+            for (int k = 0; k < args.count && !found; k++) found = !strcmp(args.names[k], params[i]);
+            for (int k = 0; k < aux.count && !found; k++) found = !strcmp(aux.names[k], params[i]);
+            if (found) from_file[n_file++] = params[i];
+            else fresh[n_fresh++] = params[i];
+        }
+        mx_ndarray_list_free(&args);
+        mx_ndarray_list_free(&aux);
+        mx_runtime_free(rt);
+        if (st == MX_OK) {
+            logf_(opt, "fine-tuning from %s:", s->fit.finetune_from);
+            name_list(from_file, n_file, buf, sizeof(buf));
+            logf_(opt, "  from the file (%d): %s", n_file, n_file ? buf : "none");
+            name_list(fresh, n_fresh, buf, sizeof(buf));
+            logf_(opt, "  initialized (%d): %s", n_fresh, n_fresh ? buf : "none");
+        }
+    }
+    if (st == MX_OK && n_frozen) {
+        name_list(frozen, n_frozen, buf, sizeof(buf));
+        logf_(opt, "frozen by fit.fixed_params (%d, no gradient computed or applied): %s", n_frozen, buf);
+    }
+    free(ids);
+    free(params);
+    free(frozen);
+    free(from_file);
+    free(fresh);
+    return st;
+}
+
+mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *opt)
+{
+    const mx_config *cfg = s->cfg;
+    const char *name;
+    mx_shape shape;
+    MX_TRY(input_shape(s, &name, &shape));
     mx_graph_shapes sh;
-    MX_TRY(mx_config_infer_shapes(cfg, names, shapes, n, &sh));
+    MX_TRY(mx_config_infer_shapes(cfg, &name, &shape, 1, &sh));
     const mx_graph *g = cfg->graph;
     char buf[160], buf2[64];
     logf_(opt, "%-24s %-22s %-22s %12s", "layer", "op", "output", "parameters");
@@ -86,8 +176,18 @@ mx_status mx_train_dry_run(const mx_config *cfg, const mx_train_options *opt)
     logf_(opt, "total parameters: %lld (%s as float32)", (long long)total, human_bytes((double)total * 4, buf, sizeof(buf)));
     mx_graph_shapes_free(&sh);
 
+    /* Contexts: a config for another machine still dry-runs, with a note. */
+    for (int i = 0; i < s->n_ctx; i++)
+        if (mx_device_check(s->ctx[i]) != MX_OK)
+            logf_(opt, "note: fit.ctx %s is not available here: %s", mx_context_str(s->ctx[i], buf, sizeof(buf)),
+                  mx_last_error());
+    MX_TRY(report_finetune(s, opt));
+    if (s->fit.grad_accum > 1)
+        logf_(opt, "gradient accumulation: %lld batches of %lld per update (%lld samples)",
+              (long long)s->fit.grad_accum, (long long)shape.dims[0], (long long)(s->fit.grad_accum * shape.dims[0]));
+
     mx_train_report r;
-    MX_TRY(mx_train_plan_report(cfg, it, &r));
+    MX_TRY(mx_train_plan_report(s, &r));
     logf_(opt, "internal memory at batch %lld (arguments, gradients and outputs excluded):", (long long)r.batch_size);
     logf_(opt, "  %-10s %12s %12s %12s %12s %10s %12s", "plan", "naive", "inplace", "co-share", "both", "saving",
           "workspace");
@@ -100,6 +200,16 @@ mx_status mx_train_dry_run(const mx_config *cfg, const mx_train_options *opt)
               human_bytes((double)st[k]->both, d, sizeof(d)),
               st[k]->both ? (double)st[k]->naive / (double)st[k]->both : 0.0,
               human_bytes((double)st[k]->workspace, w, sizeof(w)));
+    }
+    if (s->val && s->train) {
+        mx_shape vd, vl;
+        if (mx_data_iter_spec_shapes(s->val, &vd, &vl) == MX_OK && vd.dims[0] != shape.dims[0]) {
+            mx_memory_plan_stats vp;
+            MX_TRY(mx_executor_plan_memory(g, &name, &vd, 1, false, &vp));
+            char a[32];
+            logf_(opt, "  validation at batch %lld: a prediction plan of %s beside the training one",
+                  (long long)vd.dims[0], human_bytes((double)vp.both, a, sizeof(a)));
+        }
     }
     return MX_OK;
 }

@@ -1,23 +1,25 @@
 /*
  * trainer.c - the training loop of mxtrain (MXNet's Module.fit):
  *   bind the network with the iterator's shapes; initialize parameters by
- *   MXNet's name rules; each batch: copy it in, forward, backward, push
- *   every gradient to the KVStore (whose updater is the optimizer) and
- *   pull the weight back; evaluate [val] each epoch; checkpoint every
- *   save_period epochs; resume exactly (weights, optimizer state, schedule
- *   position, RNG, data order).
+ *   MXNet's name rules, then fine-tune from a file when asked; each batch:
+ *   copy it in, forward, backward; every grad_accum batches push every
+ *   learnable gradient to the KVStore (whose updater is the optimizer) and
+ *   pull the weight back; evaluate [val] each epoch (at its own batch
+ *   size); checkpoint every save_period epochs; resume exactly (weights,
+ *   optimizer state, schedule position, RNG, data order), also from a
+ *   checkpoint written when a stop was requested mid-epoch.
  * Metrics are read one batch behind: the output is copied (through the
  * engine) right after backward, and read while the next batch runs, so the
- * host never stalls the pipeline on the newest batch.
+ * host never stalls the pipeline on the newest batch. When that read finds
+ * a NaN or Inf, the batch in flight is run again with every layer checked,
+ * to name the first layer that produced it; fit.check_numerics checks every
+ * batch that way.
  */
 #include "train/trainer.h"
 
-#include "initializer/initializer.h"
-#include "io/io.h"
-#include "kvstore/kvstore.h"
-#include "metric/metric.h"
-#include "optimizer/optimizer.h"
 #include "checkpoint/checkpoint.h"
+#include "device/device.h"
+#include "kvstore/kvstore.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,33 +27,55 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define MAX_ARGS 4096
-#define MAX_METRICS MX_CONFIG_MAX_METRICS
-#define STATES_FORMAT 1
+#define STATES_FORMAT 2 /* trainer:state = {format, epoch, batches done in it, rng[4]} */
+#define STATE_PREFIX "state:"
+#define PATH_BUF (MX_PARAM_STRING_MAX + 64) /* a prefix and a file suffix */
+
+typedef enum arg_role { ARG_DATA, ARG_LABEL, ARG_PARAM, ARG_FROZEN, ARG_OTHER } arg_role;
 
 typedef struct trainer {
+    const mx_train_settings *s;
     const mx_config *cfg;
     const mx_train_options *opt;
     mx_runtime *rt;
     mx_rng *rng;
     mx_data_iter *train_it, *val_it;
-    int64_t batch_size;
-    uint32_t arg_ids[MAX_ARGS], aux_ids[MAX_ARGS];
+    int64_t batch_size, grad_accum;
+    /* Arguments in mx_graph_list_arguments order, aux states likewise. */
     int n_args, n_aux;
-    int data_arg, label_arg;     /* argument indices of the data and label inputs */
-    mx_ndarray *args[MAX_ARGS], *grads[MAX_ARGS], *aux[MAX_ARGS];
-    const char *arg_names[MAX_ARGS], *aux_names[MAX_ARGS];
-    int param_index[MAX_ARGS];   /* argument -> optimizer / kvstore key, -1 for inputs */
-    int n_params;
+    uint32_t *arg_ids, *aux_ids;
+    const char **arg_names, **aux_names;
+    arg_role *role;
+    int *key;                /* kvstore / optimizer key of a learnable argument, else -1 */
+    mx_ndarray **args, **grads, **aux;
+    mx_grad_req *reqs;
+    int data_arg, label_arg;
     mx_executor *ex;
+    /* [val] at another batch size: a prediction executor sharing the
+     * parameters and aux states (NULL: the training executor serves). */
+    mx_executor *val_ex;
+    mx_ndarray **val_args;
     mx_optimizer *optimizer;
     mx_kvstore *kv;
-    mx_metric *metrics[MAX_METRICS];
+    mx_metric **metrics;
     int n_metrics;
-    mx_ndarray *out_copy, *label_copy; /* the newest batch's output and labels, for metrics */
+    mx_ndarray *out_copy, *label_copy;         /* the newest training batch's output and labels */
+    mx_ndarray *val_out_copy, *val_label_copy; /* validation's */
     FILE *metrics_log;
-    int64_t batches_per_epoch;
+    int64_t batches_per_epoch, updates_per_epoch;
+    int64_t accumulated;     /* batches summed in the gradients since the last update */
+    int64_t skip_batches;    /* resuming mid-epoch: batches of the first epoch already done */
+    /* Where the training output first went non-finite (epoch -1: not yet). */
+    int diverged_epoch;
+    int64_t diverged_batch;
+    /* A re-run that traces a divergence: every layer checked from batch
+     * check_from of epoch `until_epoch`, stopping after batch until_batch;
+     * no validation, checkpoints or logs. */
+    bool tracing;
+    int until_epoch;
+    int64_t check_from, until_batch;
 } trainer;
 
 static void logf_(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -66,15 +90,31 @@ static void logf_(const trainer *t, const char *fmt, ...)
     t->opt->log(t->opt->log_user, line);
 }
 
+const char *mx_train_interrupted_path(const char *prefix, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s-interrupted.params", prefix);
+    if (n < 0 || (size_t)n >= size) buf[0] = '\0'; /* never a truncated name */
+    return buf;
+}
+
+static bool has_prefix(const trainer *t) { return t->s->fit.model_prefix[0] != '\0'; }
+
+/* A setup problem with a [fit] key: the key's location first. */
+static mx_status fit_error(const trainer *t, const char *key, mx_status code)
+{
+    char where[1024], msg[1024];
+    snprintf(msg, sizeof(msg), "%s", mx_last_error());
+    mx_config_where(t->cfg, "fit", key, where, sizeof(where));
+    return MX_ERROR(code, "%s: %s", where, msg);
+}
+
 /* ---------------------------------------------------------------- set-up */
 
-static mx_status make_iter(trainer *t, const char *section, const mx_iter_settings *it, mx_data_iter **out)
+static mx_status make_iter(trainer *t, const char *section, const mx_data_iter_spec *spec, mx_data_iter **out)
 {
     *out = NULL;
-    if (it->kind == MX_ITER_NONE) return MX_OK;
-    const char *keys[256], *values[256];
-    int n = mx_config_section_entries(t->cfg, section, keys, values, 256);
-    mx_status s = mx_data_iter_create(t->rt, mx_iter_kind_name(it->kind), keys, values, n, out);
+    if (!spec) return MX_OK;
+    mx_status s = mx_data_iter_create_spec(t->rt, spec, out);
     if (s != MX_OK) {
         char where[512];
         snprintf(where, sizeof(where), "%s: [%s]", t->cfg->path, section);
@@ -101,29 +141,117 @@ static mx_status find_label(const mx_graph *g, uint32_t *label)
                     "output; did you mean op = SoftmaxOutput?)");
 }
 
+/* fit.ctx: every context must exist here, and this build trains on one CPU. */
+static mx_status check_contexts(const trainer *t)
+{
+    const mx_train_settings *s = t->s;
+    if (mx_device_check_list(s->ctx, s->n_ctx) != MX_OK) return fit_error(t, "ctx", mx_last_status());
+    char name[32];
+    if (s->n_ctx > 1) {
+        MX_ERROR(MX_ERR_UNSUPPORTED,
+                 "%d contexts given: data-parallel training over several devices is not in this build yet (give one)",
+                 s->n_ctx);
+        return fit_error(t, "ctx", MX_ERR_UNSUPPORTED);
+    }
+    if (s->ctx[0].dev_type != MX_DEV_CPU) {
+        MX_ERROR(MX_ERR_UNSUPPORTED, "training on %s is not in this build yet: the operators have no GPU kernels",
+                 mx_context_str(s->ctx[0], name, sizeof(name)));
+        return fit_error(t, "ctx", MX_ERR_UNSUPPORTED);
+    }
+    return MX_OK;
+}
+
 static mx_status init_params(trainer *t)
 {
-    char json[512];
-    mx_init_to_json(&t->cfg->fit.initializer, json, sizeof(json));
-    mx_initializer *init;
-    MX_TRY(mx_initializer_create_json(json, &init));
     mx_status s = MX_OK;
     for (int pass = 0; pass < 2 && s == MX_OK; pass++) {
         int n = pass == 0 ? t->n_args : t->n_aux;
         for (int i = 0; i < n && s == MX_OK; i++) {
-            if (pass == 0 && t->param_index[i] < 0) continue;
+            if (pass == 0 && t->role[i] != ARG_PARAM && t->role[i] != ARG_FROZEN) continue;
             uint32_t id = pass == 0 ? t->arg_ids[i] : t->aux_ids[i];
             const char *name = mx_graph_node(t->cfg->graph, id)->name;
             const char *attr = mx_graph_get_attr(t->cfg->graph, id, "__init__");
             mx_initializer *explicit_init = NULL;
             if (attr) s = mx_initializer_create_json(attr, &explicit_init);
             if (s == MX_OK)
-                s = mx_initializer_init(init, t->rng, name, explicit_init, pass == 0 ? t->args[i] : t->aux[i]);
+                s = mx_initializer_init(t->s->initializer, t->rng, name, explicit_init,
+                                        pass == 0 ? t->args[i] : t->aux[i]);
             mx_initializer_free(explicit_init);
         }
     }
-    mx_initializer_free(init);
     return s;
+}
+
+/* The layer that takes variable `id` as an input ("?" if none does). */
+static const char *layer_of(const trainer *t, uint32_t id)
+{
+    for (int li = 0; li < t->cfg->n_layers; li++) {
+        const mx_node *ln = mx_graph_node(t->cfg->graph, t->cfg->layers[li].node);
+        for (int j = 0; j < ln->n_inputs; j++)
+            if (ln->inputs[j].node == id) return t->cfg->layers[li].name;
+    }
+    return "?";
+}
+
+/* Copies the arrays of a .params file's lists into the learnable arguments
+ * and aux states of the same names. Missing names are an error when
+ * require_all (a checkpoint of this network), else counted and named in
+ * `missing` (fine-tuning); another shape is always an error naming the
+ * layer and both shapes. */
+static mx_status copy_weights(trainer *t, const char *path, const mx_ndarray_list *args, const mx_ndarray_list *aux,
+                              bool require_all, int *copied, int *n_missing, char *missing, size_t missing_size)
+{
+    *copied = *n_missing = 0;
+    if (missing_size) missing[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) {
+        const mx_ndarray_list *l = pass ? aux : args;
+        int n = pass ? t->n_aux : t->n_args;
+        for (int i = 0; i < n; i++) {
+            if (!pass && t->role[i] != ARG_PARAM && t->role[i] != ARG_FROZEN) continue;
+            const char *name = pass ? t->aux_names[i] : t->arg_names[i];
+            mx_ndarray *dst = pass ? t->aux[i] : t->args[i];
+            int k = 0;
+            while (k < l->count && strcmp(l->names[k], name)) k++;
+            if (k == l->count) {
+                if (require_all) return MX_ERROR(MX_ERR_FORMAT, "%s: has no %s:%s", path, pass ? "aux" : "arg", name);
+                size_t used = strlen(missing);
+                if (used + 1 < missing_size)
+                    snprintf(missing + used, missing_size - used, "%s%s", *n_missing ? ", " : "", name);
+                (*n_missing)++;
+                continue;
+            }
+            if (!mx_shape_equal(mx_ndarray_shape(l->arrays[k]), mx_ndarray_shape(dst))) {
+                char a[160], b[160];
+                return MX_ERROR(MX_ERR_INVALID, "%s: %s of layer '%s' has shape %s in the file, the network needs %s",
+                                path, name, layer_of(t, pass ? t->aux_ids[i] : t->arg_ids[i]),
+                                mx_shape_str(mx_ndarray_shape(l->arrays[k]), a, sizeof(a)),
+                                mx_shape_str(mx_ndarray_shape(dst), b, sizeof(b)));
+            }
+            MX_TRY(mx_nd_copy(dst, l->arrays[k]));
+            (*copied)++;
+        }
+    }
+    return MX_OK;
+}
+
+/* fit.finetune_from: every parameter and aux state whose name is in the
+ * file starts from it; the others keep their initialization. */
+static mx_status finetune(trainer *t)
+{
+    const char *path = t->s->fit.finetune_from;
+    mx_ndarray_list args, aux;
+    mx_status s = mx_checkpoint_load_file(t->rt, path, &args, &aux, NULL);
+    if (s != MX_OK) return fit_error(t, "finetune_from", s);
+    int loaded, fresh;
+    char fresh_names[512];
+    s = copy_weights(t, path, &args, &aux, false, &loaded, &fresh, fresh_names, sizeof(fresh_names));
+    int unused = args.count + aux.count - loaded;
+    mx_ndarray_list_free(&args);
+    mx_ndarray_list_free(&aux);
+    if (s != MX_OK) return fit_error(t, "finetune_from", s);
+    logf_(t, "Fine-tuning from %s: %d arrays loaded, %d initialized%s%s%s, %d in the file not used", path, loaded,
+          fresh, fresh ? " (" : "", fresh_names, fresh ? ")" : "", unused);
+    return MX_OK;
 }
 
 static double attr_double(const mx_graph *g, uint32_t id, const char *key, double fallback)
@@ -134,24 +262,12 @@ static double attr_double(const mx_graph *g, uint32_t id, const char *key, doubl
 
 static mx_status make_optimizer(trainer *t)
 {
-    const mx_optimizer_settings *o = &t->cfg->optimizer;
-    const char *name = mx_optimizer_kind_name(o->type);
-    mx_optimizer_params p;
-    MX_TRY(mx_optimizer_defaults(name, &p));
-    p.learning_rate = o->lr;
-    p.wd = o->wd;
-    p.rescale_grad = o->rescale_grad > 0 ? o->rescale_grad : 1.0 / (double)t->batch_size; /* as MXNet's Module */
-    p.clip_gradient = o->clip_gradient;
-    p.momentum = o->momentum;
-    p.beta1 = o->beta1;
-    p.beta2 = o->beta2;
-    p.epsilon = o->epsilon;
-    p.gamma1 = o->gamma1;
-    p.gamma2 = o->gamma2;
-    p.centered = o->centered;
-    MX_TRY(mx_optimizer_create(t->rt, name, &p, &t->optimizer));
+    mx_optimizer_run run = {.samples_per_update = t->batch_size * t->grad_accum,
+                            .updates_per_epoch = t->updates_per_epoch > 0 ? t->updates_per_epoch : 1,
+                            .num_epoch = t->s->fit.num_epoch};
+    MX_TRY(mx_optimizer_create_spec(t->rt, &t->s->optimizer, &run, &t->optimizer));
     for (int i = 0; i < t->n_args; i++) {
-        int k = t->param_index[i];
+        int k = t->key[i];
         if (k < 0) continue;
         uint32_t id = t->arg_ids[i];
         MX_TRY(mx_optimizer_set_param_name(t->optimizer, k, t->arg_names[i]));
@@ -160,88 +276,116 @@ static mx_status make_optimizer(trainer *t)
         if (mx_graph_get_attr(t->cfg->graph, id, "__wd_mult__"))
             MX_TRY(mx_optimizer_set_wd_mult(t->optimizer, k, attr_double(t->cfg->graph, id, "__wd_mult__", 1)));
     }
-    if (o->lr_scheduler != MX_LR_NONE) {
-        mx_lr_epoch_schedule e = {.kind = mx_lr_scheduler_name(o->lr_scheduler), .base_lr = o->lr,
-                                  .factor = o->lr_factor, .step_epochs = o->lr_step_epochs,
-                                  .n_step_epochs = o->n_lr_step_epochs, .num_epoch = t->cfg->fit.num_epoch,
-                                  .final_lr = o->final_lr, .pwr = o->pwr, .warmup_epochs = o->warmup_epochs,
-                                  .warmup_begin_lr = o->warmup_begin_lr,
-                                  .updates_per_epoch = t->batches_per_epoch > 0 ? t->batches_per_epoch : 1};
-        mx_lr_scheduler *sched;
-        MX_TRY(mx_lr_scheduler_create_epochs(&e, &sched));
-        MX_TRY(mx_optimizer_set_lr_scheduler(t->optimizer, sched));
-    }
-    MX_TRY(mx_kvstore_create(t->rt, mx_kvstore_name(t->cfg->fit.kvstore), &t->kv));
     MX_TRY(mx_kvstore_set_optimizer(t->kv, t->optimizer));
     return MX_OK;
 }
 
 static mx_status make_metrics(trainer *t)
 {
-    for (int i = 0; i < t->cfg->fit.n_metrics; i++) {
-        const mx_metric_spec *m = &t->cfg->fit.metrics[i];
-        mx_metric_params p;
-        MX_TRY(mx_metric_defaults(mx_metric_name(m->kind), &p));
-        if (m->kind == MX_METRIC_TOP_K_ACC) p.top_k = m->top_k;
-        MX_TRY(mx_metric_create(mx_metric_name(m->kind), &p, &t->metrics[t->n_metrics]));
+    t->metrics = mx_calloc((size_t)t->s->n_metrics + 1, sizeof(mx_metric *));
+    if (!t->metrics) return mx_last_status();
+    for (int i = 0; i < t->s->n_metrics; i++) {
+        MX_TRY(mx_metric_create(t->s->metrics[i].name, &t->s->metrics[i].params, &t->metrics[i]));
         t->n_metrics++;
     }
     return MX_OK;
 }
 
+/* [val] at its own batch size: a prediction executor over the same
+ * parameter and aux arrays (MXNet's Module shares them when it reshapes). */
+static mx_status bind_validation(trainer *t, const mx_shape *vd, const mx_shape *vl)
+{
+    t->val_args = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
+    if (!t->val_args) return mx_last_status();
+    for (int i = 0; i < t->n_args; i++) {
+        if (i == t->data_arg || i == t->label_arg) {
+            MX_TRY(mx_ndarray_create(t->rt, i == t->data_arg ? *vd : *vl, MX_FLOAT32, mx_cpu(), &t->val_args[i]));
+            MX_TRY(mx_nd_fill(t->val_args[i], 0.0)); /* prediction never reads the label; keep it defined */
+        } else
+            t->val_args[i] = mx_ndarray_retain(t->args[i]);
+    }
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = t->val_args, .aux = t->aux, .for_training = false, .rng = t->rng};
+    return mx_executor_bind(t->rt, t->cfg->graph, &bc, &t->val_ex);
+}
+
 static mx_status setup(trainer *t)
 {
+    const mx_train_settings *st = t->s;
     const mx_config *cfg = t->cfg;
     const mx_graph *g = cfg->graph;
-    if (cfg->train.kind == MX_ITER_NONE) return MX_ERROR(MX_ERR_INVALID, "%s: there is no [train] section", cfg->path);
+    if (!st->train) return MX_ERROR(MX_ERR_INVALID, "%s: there is no [train] section", cfg->path);
     uint32_t label_id;
     MX_TRY(find_label(g, &label_id));
-    if (cfg->fit.model_prefix && *cfg->fit.model_prefix) MX_TRY(mx_checkpoint_prepare_dir(cfg->fit.model_prefix));
+    MX_TRY(check_contexts(t));
+    if (has_prefix(t)) MX_TRY(mx_checkpoint_prepare_dir(st->fit.model_prefix));
+    t->grad_accum = st->fit.grad_accum;
 
     mx_engine_config ec = mx_engine_config_default();
     MX_TRY(mx_runtime_create(&ec, &t->rt));
-    MX_TRY(mx_rng_create(t->rt, (uint64_t)cfg->fit.seed, &t->rng));
-    MX_TRY(make_iter(t, "train", &cfg->train, &t->train_it));
-    MX_TRY(make_iter(t, "val", &cfg->val, &t->val_it));
+    MX_TRY(mx_rng_create(t->rt, (uint64_t)st->fit.seed, &t->rng));
+    /* Before any data is read: a store this build lacks is a config problem. */
+    if (mx_kvstore_create(t->rt, st->fit.kvstore, &t->kv) != MX_OK) return fit_error(t, "kvstore", mx_last_status());
+    MX_TRY(make_iter(t, "train", st->train, &t->train_it));
+    MX_TRY(make_iter(t, "val", st->val, &t->val_it));
     mx_shape data_shape = mx_data_iter_data_shape(t->train_it), label_shape = mx_data_iter_label_shape(t->train_it);
     t->batch_size = data_shape.dims[0];
-    if (t->val_it) {
-        mx_shape vd = mx_data_iter_data_shape(t->val_it);
-        char a[160], b[160];
-        if (!mx_shape_equal(&vd, &data_shape))
-            return MX_ERROR(MX_ERR_INVALID, "%s: [val] batches are %s but [train] batches are %s: use the same batch_size",
-                            cfg->path, mx_shape_str(&vd, a, sizeof(a)), mx_shape_str(&data_shape, b, sizeof(b)));
-    }
     int64_t samples = mx_data_iter_num_samples(t->train_it);
     t->batches_per_epoch = samples > 0 ? samples / t->batch_size : -1;
+    t->updates_per_epoch = t->batches_per_epoch > 0 ? (t->batches_per_epoch + t->grad_accum - 1) / t->grad_accum : -1;
 
     const char *names[2] = {cfg->inputs[0], mx_graph_node(g, label_id)->name};
     mx_shape shapes[2] = {data_shape, label_shape};
     mx_graph_shapes sh;
     MX_TRY(mx_config_infer_shapes(cfg, names, shapes, 2, &sh));
-    t->n_args = mx_graph_list_arguments(g, t->arg_ids);
-    t->n_aux = mx_graph_list_aux(g, t->aux_ids);
-    mx_status s = MX_OK;
-    if (t->n_args > MAX_ARGS || t->n_aux > MAX_ARGS) s = MX_ERROR(MX_ERR_UNSUPPORTED, "more than %d parameters", MAX_ARGS);
+    size_t cap = (size_t)mx_graph_num_nodes(g) + 1;
+    t->arg_ids = mx_malloc(cap * sizeof(uint32_t));
+    t->aux_ids = mx_malloc(cap * sizeof(uint32_t));
+    mx_status s = t->arg_ids && t->aux_ids ? MX_OK : mx_last_status();
+    if (s == MX_OK) {
+        t->n_args = mx_graph_list_arguments(g, t->arg_ids);
+        t->n_aux = mx_graph_list_aux(g, t->aux_ids);
+        size_t na = (size_t)t->n_args + 1, nx = (size_t)t->n_aux + 1;
+        t->arg_names = mx_calloc(na, sizeof(char *));
+        t->aux_names = mx_calloc(nx, sizeof(char *));
+        t->role = mx_calloc(na, sizeof(arg_role));
+        t->key = mx_calloc(na, sizeof(int));
+        t->args = mx_calloc(na, sizeof(mx_ndarray *));
+        t->grads = mx_calloc(na, sizeof(mx_ndarray *));
+        t->reqs = mx_calloc(na, sizeof(mx_grad_req));
+        t->aux = mx_calloc(nx, sizeof(mx_ndarray *));
+        if (!t->arg_names || !t->aux_names || !t->role || !t->key || !t->args || !t->grads || !t->reqs || !t->aux)
+            s = mx_last_status();
+    }
     t->data_arg = t->label_arg = -1;
+    int n_keys = 0;
     for (int i = 0; i < t->n_args && s == MX_OK; i++) {
         uint32_t id = t->arg_ids[i];
         const char *name = mx_graph_node(g, id)->name;
         t->arg_names[i] = name;
+        t->key[i] = -1;
         const mx_shape *shape = mx_graph_entry_shape(&sh, (mx_entry){id, 0});
         s = mx_ndarray_create(t->rt, *shape, MX_FLOAT32, mx_cpu(), &t->args[i]);
-        if (!strcmp(name, names[0])) t->data_arg = i;
-        else if (id == label_id) t->label_arg = i;
-        if (s != MX_OK || i == t->data_arg || i == t->label_arg) {
-            t->param_index[i] = -1;
+        if (!strcmp(name, names[0])) {
+            t->data_arg = i, t->role[i] = ARG_DATA;
+            continue;
+        }
+        if (id == label_id) {
+            t->label_arg = i, t->role[i] = ARG_LABEL;
             continue;
         }
         /* Other data inputs ([net] inputs) are not supported by one iterator. */
         for (int k = 1; k < cfg->n_inputs && s == MX_OK; k++)
             if (!strcmp(name, cfg->inputs[k]))
                 s = MX_ERROR(MX_ERR_UNSUPPORTED, "%s: input '%s': training feeds only one data input", cfg->path, name);
-        t->param_index[i] = t->n_params++;
+        if (mx_train_settings_fixed(st, name)) {
+            t->role[i] = ARG_FROZEN; /* no gradient: the executor prunes what only it needed */
+            continue;
+        }
+        t->role[i] = ARG_PARAM;
+        t->key[i] = n_keys++;
+        t->reqs[i] = t->grad_accum > 1 ? MX_GRAD_ADD : MX_GRAD_WRITE;
         if (s == MX_OK) s = mx_ndarray_create(t->rt, *shape, MX_FLOAT32, mx_cpu(), &t->grads[i]);
+        if (s == MX_OK && t->grad_accum > 1) s = mx_nd_fill(t->grads[i], 0.0);
     }
     for (int i = 0; i < t->n_aux && s == MX_OK; i++) {
         t->aux_names[i] = mx_graph_node(g, t->aux_ids[i])->name;
@@ -253,12 +397,21 @@ static mx_status setup(trainer *t)
     if (t->data_arg < 0 || t->label_arg < 0)
         return MX_ERROR(MX_ERR_INVALID, "%s: the network does not read '%s'", cfg->path, names[t->data_arg < 0 ? 0 : 1]);
     MX_TRY(init_params(t));
-    mx_bind_config bc = {.ctx = mx_cpu(), .args = t->args, .arg_grads = t->grads, .aux = t->aux,
-                         .for_training = true, .rng = t->rng};
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = t->args, .arg_grads = t->grads, .grad_reqs = t->reqs,
+                         .aux = t->aux, .for_training = true, .rng = t->rng};
     MX_TRY(mx_executor_bind(t->rt, g, &bc, &t->ex));
+    if (st->fit.check_numerics) MX_TRY(mx_executor_set_check_numerics(t->ex, true));
+    if (t->val_it) {
+        mx_shape vd = mx_data_iter_data_shape(t->val_it), vl = mx_data_iter_label_shape(t->val_it);
+        if (!mx_shape_equal(&vd, &data_shape) || !mx_shape_equal(&vl, &label_shape)) MX_TRY(bind_validation(t, &vd, &vl));
+        mx_executor *vex = t->val_ex ? t->val_ex : t->ex;
+        MX_TRY(mx_ndarray_create(t->rt, *mx_ndarray_shape(mx_executor_output(vex, 0)), MX_FLOAT32, mx_cpu(),
+                                 &t->val_out_copy));
+        MX_TRY(mx_ndarray_create(t->rt, vl, MX_FLOAT32, mx_cpu(), &t->val_label_copy));
+    }
     MX_TRY(make_optimizer(t));
     for (int i = 0; i < t->n_args; i++)
-        if (t->param_index[i] >= 0) MX_TRY(mx_kvstore_init(t->kv, t->param_index[i], t->args[i]));
+        if (t->key[i] >= 0) MX_TRY(mx_kvstore_init(t->kv, t->key[i], t->args[i]));
     MX_TRY(make_metrics(t));
     mx_ndarray *out = mx_executor_output(t->ex, 0);
     MX_TRY(mx_ndarray_create(t->rt, *mx_ndarray_shape(out), MX_FLOAT32, mx_cpu(), &t->out_copy));
@@ -270,43 +423,62 @@ static void teardown(trainer *t)
 {
     if (t->rt) mx_engine_wait_all(mx_runtime_engine(t->rt));
     mx_executor_free(t->ex);
+    mx_executor_free(t->val_ex);
     mx_kvstore_free(t->kv);
     mx_optimizer_free(t->optimizer);
     for (int i = 0; i < t->n_metrics; i++) mx_metric_free(t->metrics[i]);
+    free(t->metrics);
     for (int i = 0; i < t->n_args; i++) {
-        mx_ndarray_free(t->args[i]);
-        mx_ndarray_free(t->grads[i]);
+        if (t->args) mx_ndarray_free(t->args[i]);
+        if (t->grads) mx_ndarray_free(t->grads[i]);
+        if (t->val_args) mx_ndarray_free(t->val_args[i]);
     }
-    for (int i = 0; i < t->n_aux; i++) mx_ndarray_free(t->aux[i]);
+    for (int i = 0; i < t->n_aux && t->aux; i++) mx_ndarray_free(t->aux[i]);
     mx_ndarray_free(t->out_copy);
     mx_ndarray_free(t->label_copy);
+    mx_ndarray_free(t->val_out_copy);
+    mx_ndarray_free(t->val_label_copy);
     mx_data_iter_free(t->train_it);
     mx_data_iter_free(t->val_it);
     mx_rng_free(t->rng);
     if (t->metrics_log) fclose(t->metrics_log);
     mx_runtime_free(t->rt);
+    free(t->arg_ids);
+    free(t->aux_ids);
+    free(t->arg_names);
+    free(t->aux_names);
+    free(t->role);
+    free(t->key);
+    free(t->args);
+    free(t->grads);
+    free(t->reqs);
+    free(t->aux);
+    free(t->val_args);
 }
 
 /* ---------------------------------------------------------------- metrics */
 
 /* Reads the copied output and labels, checks for NaN, updates metrics. */
-static mx_status update_metrics(trainer *t, int epoch, int64_t batch, int pad)
+static mx_status update_metrics(trainer *t, mx_ndarray *out_copy, mx_ndarray *label_copy, int epoch, int64_t batch,
+                                int pad, bool training)
 {
-    size_t out_bytes = mx_ndarray_nbytes(t->out_copy), label_bytes = mx_ndarray_nbytes(t->label_copy);
+    size_t out_bytes = mx_ndarray_nbytes(out_copy), label_bytes = mx_ndarray_nbytes(label_copy);
     float *out = mx_malloc(out_bytes), *labels = mx_malloc(label_bytes);
     mx_status s = (out && labels) ? MX_OK : MX_ERR_NOMEM;
-    if (s == MX_OK) s = mx_ndarray_to_host(t->out_copy, out, out_bytes);
-    if (s == MX_OK) s = mx_ndarray_to_host(t->label_copy, labels, label_bytes);
-    if (s == MX_OK)
-        for (size_t i = 0; i < out_bytes / sizeof(float); i++)
-            if (!isfinite(out[i])) {
-                s = MX_ERROR(MX_ERR_RUNTIME,
-                             "training diverged: the output became %s at epoch %d, batch %lld (lower the learning "
-                             "rate?)",
-                             isnan(out[i]) ? "NaN" : "infinite", epoch, (long long)batch);
-                break;
+    if (s == MX_OK) s = mx_ndarray_to_host(out_copy, out, out_bytes);
+    if (s == MX_OK) s = mx_ndarray_to_host(label_copy, labels, label_bytes);
+    for (size_t i = 0; s == MX_OK && i < out_bytes / sizeof(float); i++)
+        if (!isfinite(out[i])) {
+            char what[256];
+            snprintf(what, sizeof(what), "training diverged: the %s output became %s at epoch %d, batch %lld",
+                     training ? "training" : "validation", isnan(out[i]) ? "NaN" : "infinite", epoch, (long long)batch);
+            if (training && t->diverged_epoch < 0) {
+                t->diverged_epoch = epoch;
+                t->diverged_batch = batch;
             }
-    mx_shape os = *mx_ndarray_shape(t->out_copy), ls = *mx_ndarray_shape(t->label_copy);
+            s = MX_ERROR(MX_ERR_RUNTIME, "%s", what);
+        }
+    mx_shape os = *mx_ndarray_shape(out_copy), ls = *mx_ndarray_shape(label_copy);
     os.dims[0] -= pad; /* padding rows are not samples */
     ls.dims[0] -= pad;
     for (int m = 0; m < t->n_metrics && s == MX_OK && os.dims[0] > 0; m++)
@@ -314,18 +486,6 @@ static mx_status update_metrics(trainer *t, int epoch, int64_t batch, int pad)
     free(out);
     free(labels);
     return s;
-}
-
-static void metric_text(trainer *t, bool global, const char *prefix, char *buf, size_t size)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int m = 0; m < t->n_metrics && used < size; m++) {
-        double v;
-        const char *name = global ? mx_metric_get_global(t->metrics[m], &v) : mx_metric_get(t->metrics[m], &v);
-        int n = snprintf(buf + used, size - used, "%s%s%s=%f", m ? " " : "", prefix, name, v);
-        if (n > 0) used += (size_t)n;
-    }
 }
 
 static void metric_json(trainer *t, bool global, char *buf, size_t size)
@@ -340,98 +500,179 @@ static void metric_json(trainer *t, bool global, char *buf, size_t size)
     }
 }
 
+static void metric_text(trainer *t, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int m = 0; m < t->n_metrics && used < size; m++) {
+        double v;
+        const char *name = mx_metric_get(t->metrics[m], &v);
+        int n = snprintf(buf + used, size - used, "%s%s=%f", m ? " " : "", name, v);
+        if (n > 0) used += (size_t)n;
+    }
+}
+
 /* ---------------------------------------------------------------- checkpoints */
 
-static mx_status save_states(trainer *t, int epoch)
+/* The learnable and frozen arguments and the aux states, by name. */
+static mx_status weight_lists(trainer *t, mx_named_arrays *args, mx_named_arrays *aux, const char ***names,
+                              mx_ndarray ***arrays)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s-%04d.states", t->cfg->fit.model_prefix, epoch);
+    *names = mx_calloc((size_t)t->n_args + 1, sizeof(char *));
+    *arrays = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
+    if (!*names || !*arrays) return mx_last_status();
+    int n = 0;
+    for (int i = 0; i < t->n_args; i++)
+        if (t->role[i] == ARG_PARAM || t->role[i] == ARG_FROZEN) {
+            (*names)[n] = t->arg_names[i];
+            (*arrays)[n++] = t->args[i];
+        }
+    *args = (mx_named_arrays){n, *names, *arrays};
+    *aux = (mx_named_arrays){t->n_aux, t->aux_names, t->aux};
+    return MX_OK;
+}
+
+/* The optimizer's state plus ours ("trainer:state": where we are and the
+ * generator), names prefixed by `prefix`. The list and its names are the
+ * caller's (free with mx_ndarray_list_free). */
+static mx_status training_state(trainer *t, int epoch, int64_t batch, const char *prefix, mx_ndarray_list *out)
+{
+    memset(out, 0, sizeof(*out));
     mx_ndarray_list states;
     MX_TRY(mx_optimizer_get_states(t->optimizer, &states));
-    /* Ours: the generator state and the epoch, for exact resume. */
-    mx_ndarray *extra;
-    mx_status s = mx_ndarray_create(t->rt, MX_SHAPE(6), MX_INT64, mx_cpu(), &extra);
+    mx_ndarray *extra = NULL;
+    mx_status s = mx_ndarray_create(t->rt, MX_SHAPE(7), MX_INT64, mx_cpu(), &extra);
     if (s == MX_OK) s = mx_engine_wait_var(mx_runtime_engine(t->rt), mx_rng_var(t->rng));
     if (s == MX_OK) {
-        uint64_t v[6] = {STATES_FORMAT, (uint64_t)epoch};
-        mx_rng_get_state(t->rng, v + 2);
+        uint64_t v[7] = {STATES_FORMAT, (uint64_t)epoch, (uint64_t)batch};
+        mx_rng_get_state(t->rng, v + 3);
         s = mx_ndarray_from_host(extra, v, sizeof(v));
     }
     int n = states.count + 1;
-    mx_ndarray **arrays = mx_malloc(sizeof(*arrays) * (size_t)n);
-    const char **names = mx_malloc(sizeof(*names) * (size_t)n);
-    if (s == MX_OK && (!arrays || !names)) s = MX_ERR_NOMEM;
-    if (s == MX_OK) {
-        for (int i = 0; i < states.count; i++) {
-            arrays[i] = states.arrays[i];
-            names[i] = states.names[i];
+    out->arrays = mx_calloc((size_t)n, sizeof(mx_ndarray *));
+    out->names = mx_calloc((size_t)n, sizeof(char *));
+    if (s == MX_OK && (!out->arrays || !out->names)) s = mx_last_status();
+    for (int i = 0; i < n && s == MX_OK; i++) {
+        const char *name = i < states.count ? states.names[i] : "trainer:state";
+        size_t len = strlen(prefix) + strlen(name) + 1;
+        if (!(out->names[i] = mx_malloc(len))) {
+            s = mx_last_status();
+            break;
         }
-        arrays[states.count] = extra;
-        names[states.count] = "trainer:state";
-        s = mx_ndarray_save(path, arrays, names, n);
+        snprintf(out->names[i], len, "%s%s", prefix, name);
+        out->arrays[i] = mx_ndarray_retain(i < states.count ? states.arrays[i] : extra);
+        out->count++;
     }
-    free(arrays);
-    free(names);
     mx_ndarray_free(extra);
     mx_ndarray_list_free(&states);
+    if (s != MX_OK) mx_ndarray_list_free(out);
     return s;
 }
 
 static mx_status save_checkpoint(trainer *t, int epoch)
 {
-    const char *prefix = t->cfg->fit.model_prefix;
-    const char *names[MAX_ARGS];
-    mx_ndarray *arrays[MAX_ARGS];
-    int n = 0;
-    for (int i = 0; i < t->n_args; i++)
-        if (t->param_index[i] >= 0) {
-            names[n] = t->arg_names[i];
-            arrays[n++] = t->args[i];
-        }
-    mx_named_arrays args = {n, names, arrays}, aux = {t->n_aux, t->aux_names, t->aux};
-    MX_TRY(mx_checkpoint_save(prefix, epoch, t->cfg->graph, args, aux));
-    MX_TRY(save_states(t, epoch));
-    char path[4096];
+    const char *prefix = t->s->fit.model_prefix;
+    mx_named_arrays args, aux;
+    const char **names = NULL;
+    mx_ndarray **arrays = NULL;
+    mx_status s = weight_lists(t, &args, &aux, &names, &arrays);
+    if (s == MX_OK) s = mx_checkpoint_save(prefix, epoch, t->cfg->graph, args, aux);
+    mx_ndarray_list st = {0};
+    if (s == MX_OK) s = training_state(t, epoch, 0, "", &st);
+    char path[PATH_BUF];
+    if (s == MX_OK) {
+        snprintf(path, sizeof(path), "%s-%04d.states", prefix, epoch);
+        s = mx_ndarray_save(path, st.arrays, (const char *const *)st.names, st.count);
+    }
+    mx_ndarray_list_free(&st);
+    free(names);
+    free(arrays);
+    MX_TRY(s);
+    /* An interrupted run's file is older than this checkpoint now. */
+    remove(mx_train_interrupted_path(prefix, path, sizeof(path)));
     logf_(t, "Saved checkpoint to \"%s\"", mx_checkpoint_params_path(prefix, epoch, path, sizeof(path)));
     return MX_OK;
+}
+
+/* A stop mid-epoch: weights and state in one file, written atomically. */
+static mx_status save_interrupted(trainer *t, int epoch, int64_t batch, char *path, size_t size)
+{
+    const char *prefix = t->s->fit.model_prefix;
+    mx_named_arrays args, aux;
+    const char **names = NULL;
+    mx_ndarray **arrays = NULL;
+    mx_status s = weight_lists(t, &args, &aux, &names, &arrays);
+    mx_ndarray_list st = {0};
+    if (s == MX_OK) s = training_state(t, epoch, batch, STATE_PREFIX, &st);
+    if (s == MX_OK) {
+        char json[PATH_BUF];
+        snprintf(json, sizeof(json), "%s-symbol.json", prefix);
+        s = mx_graph_save_json(t->cfg->graph, json);
+    }
+    mx_named_arrays extra = {st.count, (const char *const *)st.names, st.arrays};
+    if (s == MX_OK) s = mx_checkpoint_save_file(mx_train_interrupted_path(prefix, path, size), args, aux, extra);
+    mx_ndarray_list_free(&st);
+    free(names);
+    free(arrays);
+    return s;
+}
+
+/* Copies a checkpoint's weights into the network and the store. */
+static mx_status restore_weights(trainer *t, const char *path, mx_ndarray_list *args, mx_ndarray_list *aux)
+{
+    int copied, missing;
+    mx_status s = copy_weights(t, path, args, aux, true, &copied, &missing, NULL, 0);
+    if (s == MX_ERR_INVALID) s = MX_ERR_FORMAT; /* a checkpoint of another network */
+    for (int i = 0; i < t->n_args && s == MX_OK; i++) /* the store holds the weights */
+        if (t->key[i] >= 0) s = mx_nd_copy(mx_kvstore_stored(t->kv, t->key[i]), t->args[i]);
+    return s;
+}
+
+/* Restores optimizer and trainer state from a list (names without prefix);
+ * *epoch / *batch get the position it records. */
+static mx_status restore_state(trainer *t, const char *path, mx_ndarray_list *st, int64_t *epoch, int64_t *batch)
+{
+    int extra = -1;
+    for (int i = 0; i < st->count && st->names; i++)
+        if (!strcmp(st->names[i], "trainer:state")) extra = i;
+    int64_t n = extra >= 0 ? mx_ndarray_size(st->arrays[extra]) : 0;
+    if (extra < 0 || (n != 6 && n != 7) || mx_ndarray_dtype(st->arrays[extra]) != MX_INT64)
+        return MX_ERROR(MX_ERR_FORMAT, "%s: not a training state file of this tool", path);
+    uint64_t v[7] = {0};
+    MX_TRY(mx_ndarray_to_host(st->arrays[extra], v, (size_t)n * sizeof(uint64_t)));
+    if (!(v[0] == 1 && n == 6) && !(v[0] == STATES_FORMAT && n == 7))
+        return MX_ERROR(MX_ERR_FORMAT, "%s: training state format %llu is not known to this tool", path,
+                        (unsigned long long)v[0]);
+    *epoch = (int64_t)v[1];
+    *batch = v[0] == 1 ? 0 : (int64_t)v[2];
+    MX_TRY(mx_rng_set_state(t->rng, v + (v[0] == 1 ? 2 : 3)));
+    /* The optimizer gets the rest of the list. */
+    mx_ndarray *last = st->arrays[extra];
+    char *last_name = st->names[extra];
+    st->arrays[extra] = st->arrays[st->count - 1];
+    st->names[extra] = st->names[st->count - 1];
+    st->arrays[st->count - 1] = last;
+    st->names[st->count - 1] = last_name;
+    st->count--;
+    mx_status s = mx_optimizer_set_states(t->optimizer, st);
+    st->count++;
+    if (s != MX_OK) mx_error_prefix(s, "%s", path);
+    return s;
 }
 
 /* Loads weights (and optimizer/RNG state when present) of `epoch`. */
 static mx_status load_checkpoint(trainer *t, int epoch, bool need_states)
 {
-    const char *prefix = t->cfg->fit.model_prefix;
+    const char *prefix = t->s->fit.model_prefix;
+    char path[PATH_BUF];
+    mx_checkpoint_params_path(prefix, epoch, path, sizeof(path));
     mx_ndarray_list args, aux;
     MX_TRY(mx_checkpoint_load(t->rt, prefix, epoch, &args, &aux));
-    mx_status s = MX_OK;
-    for (int pass = 0; pass < 2 && s == MX_OK; pass++) {
-        mx_ndarray_list *l = pass ? &aux : &args;
-        int n = pass ? t->n_aux : t->n_args;
-        for (int i = 0; i < n && s == MX_OK; i++) {
-            if (!pass && t->param_index[i] < 0) continue;
-            const char *name = pass ? t->aux_names[i] : t->arg_names[i];
-            mx_ndarray *dst = pass ? t->aux[i] : t->args[i];
-            int k = 0;
-            while (k < l->count && strcmp(l->names[k], name)) k++;
-            char path[4096], a[160], b[160];
-            mx_checkpoint_params_path(prefix, epoch, path, sizeof(path));
-            if (k == l->count) {
-                s = MX_ERROR(MX_ERR_FORMAT, "%s: has no %s:%s", path, pass ? "aux" : "arg", name);
-            } else if (!mx_shape_equal(mx_ndarray_shape(l->arrays[k]), mx_ndarray_shape(dst))) {
-                s = MX_ERROR(MX_ERR_FORMAT, "%s: %s has shape %s, the network needs %s", path, name,
-                             mx_shape_str(mx_ndarray_shape(l->arrays[k]), a, sizeof(a)),
-                             mx_shape_str(mx_ndarray_shape(dst), b, sizeof(b)));
-            } else {
-                s = mx_nd_copy(dst, l->arrays[k]);
-            }
-        }
-    }
+    mx_status s = restore_weights(t, path, &args, &aux);
     mx_ndarray_list_free(&args);
     mx_ndarray_list_free(&aux);
-    for (int i = 0; i < t->n_args && s == MX_OK; i++) /* the store holds the weights */
-        if (t->param_index[i] >= 0) s = mx_nd_copy(mx_kvstore_stored(t->kv, t->param_index[i]), t->args[i]);
     MX_TRY(s);
 
-    char path[4096];
     snprintf(path, sizeof(path), "%s-%04d.states", prefix, epoch);
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -442,31 +683,51 @@ static mx_status load_checkpoint(trainer *t, int epoch, bool need_states)
     fclose(f);
     mx_ndarray_list st;
     MX_TRY(mx_ndarray_load(t->rt, path, &st));
-    int extra = -1;
-    for (int i = 0; i < st.count && st.names; i++)
-        if (!strcmp(st.names[i], "trainer:state")) extra = i;
-    if (extra < 0 || mx_ndarray_size(st.arrays[extra]) != 6 || mx_ndarray_dtype(st.arrays[extra]) != MX_INT64) {
-        mx_ndarray_list_free(&st);
-        return MX_ERROR(MX_ERR_FORMAT, "%s: not a training state file of this tool", path);
-    }
-    uint64_t v[6];
-    s = mx_ndarray_to_host(st.arrays[extra], v, sizeof(v));
-    if (s == MX_OK && (v[0] != STATES_FORMAT || v[1] != (uint64_t)epoch))
-        s = MX_ERROR(MX_ERR_FORMAT, "%s: state of epoch %llu in the file of epoch %d", path, (unsigned long long)v[1],
-                     epoch);
-    if (s == MX_OK) s = mx_rng_set_state(t->rng, v + 2);
-    /* The optimizer gets the rest of the list. */
-    mx_ndarray *last = st.arrays[extra];
-    char *last_name = st.names[extra];
-    st.arrays[extra] = st.arrays[st.count - 1];
-    st.names[extra] = st.names[st.count - 1];
-    st.arrays[st.count - 1] = last;
-    st.names[st.count - 1] = last_name;
-    st.count--;
-    if (s == MX_OK) s = mx_optimizer_set_states(t->optimizer, &st);
-    st.count++;
+    int64_t e = -1, b = 0;
+    s = restore_state(t, path, &st, &e, &b);
     mx_ndarray_list_free(&st);
-    if (s != MX_OK) mx_error_prefix(s, "%s", path);
+    MX_TRY(s);
+    if (e != epoch || b != 0)
+        return MX_ERROR(MX_ERR_FORMAT, "%s: state of epoch %lld in the file of epoch %d", path, (long long)e, epoch);
+    return MX_OK;
+}
+
+/* PREFIX-interrupted.params when it is newer than epoch checkpoint `latest`:
+ * loads it and sets *epoch, *batch. *found false when there is none. */
+static mx_status load_interrupted(trainer *t, int latest, bool *found, int64_t *epoch, int64_t *batch)
+{
+    *found = false;
+    char path[PATH_BUF];
+    mx_train_interrupted_path(t->s->fit.model_prefix, path, sizeof(path));
+    if (access(path, F_OK) != 0) return MX_OK;
+    mx_ndarray_list args, aux, extra;
+    MX_TRY(mx_checkpoint_load_file(t->rt, path, &args, &aux, &extra));
+    /* The state entries without their "state:" prefix. */
+    size_t plen = strlen(STATE_PREFIX);
+    mx_status s = MX_OK;
+    for (int i = 0; i < extra.count && s == MX_OK; i++) {
+        if (strncmp(extra.names[i], STATE_PREFIX, plen)) {
+            s = MX_ERROR(MX_ERR_FORMAT, "%s: unexpected array '%s'", path, extra.names[i]);
+            break;
+        }
+        memmove(extra.names[i], extra.names[i] + plen, strlen(extra.names[i]) - plen + 1);
+    }
+    /* Its position first: an older stop than the newest epoch is stale. */
+    int64_t e = -1, b = 0;
+    for (int i = 0; i < extra.count && s == MX_OK; i++)
+        if (!strcmp(extra.names[i], "trainer:state") && mx_ndarray_size(extra.arrays[i]) == 7) {
+            uint64_t v[7];
+            s = mx_ndarray_to_host(extra.arrays[i], v, sizeof(v));
+            e = (int64_t)v[1];
+        }
+    if (s == MX_OK && e >= latest) {
+        s = restore_weights(t, path, &args, &aux);
+        if (s == MX_OK) s = restore_state(t, path, &extra, epoch, &b);
+        if (s == MX_OK) *batch = b, *found = true;
+    }
+    mx_ndarray_list_free(&args);
+    mx_ndarray_list_free(&aux);
+    mx_ndarray_list_free(&extra);
     return s;
 }
 
@@ -477,71 +738,107 @@ static mx_status run_validation(trainer *t, int epoch)
     if (!t->val_it) return MX_OK;
     for (int m = 0; m < t->n_metrics; m++) mx_metric_reset(t->metrics[m]);
     MX_TRY(mx_data_iter_reset(t->val_it));
-    mx_ndarray *out = mx_executor_output(t->ex, 0);
+    mx_executor *ex = t->val_ex ? t->val_ex : t->ex;
+    mx_ndarray **args = t->val_ex ? t->val_args : t->args;
+    mx_ndarray *out = mx_executor_output(ex, 0);
     for (int64_t b = 0;; b++) {
         mx_data_batch batch;
         bool has;
         MX_TRY(mx_data_iter_next(t->val_it, &batch, &has));
         if (!has) break;
-        MX_TRY(mx_nd_copy(t->args[t->data_arg], batch.data));
-        MX_TRY(mx_nd_copy(t->label_copy, batch.label));
-        MX_TRY(mx_executor_forward(t->ex, false));
-        MX_TRY(mx_nd_copy(t->out_copy, out));
-        MX_TRY(update_metrics(t, epoch, b, batch.pad));
+        MX_TRY(mx_nd_copy(args[t->data_arg], batch.data));
+        MX_TRY(mx_nd_copy(t->val_label_copy, batch.label));
+        MX_TRY(mx_executor_forward(ex, false));
+        MX_TRY(mx_nd_copy(t->val_out_copy, out));
+        MX_TRY(update_metrics(t, t->val_out_copy, t->val_label_copy, epoch, b, batch.pad, false));
     }
-    char text[1024], json[1024];
-    metric_text(t, true, "Validation-", text, sizeof(text));
     for (int m = 0; m < t->n_metrics; m++) {
         double v;
         const char *name = mx_metric_get_global(t->metrics[m], &v);
         logf_(t, "Epoch[%d] Validation-%s=%f", epoch, name, v);
     }
     if (t->metrics_log) {
+        char json[1024];
         metric_json(t, true, json, sizeof(json));
         fprintf(t->metrics_log, "{\"phase\": \"val\", \"epoch\": %d%s}\n", epoch, json);
         fflush(t->metrics_log);
     }
-    (void)text;
     return MX_OK;
 }
 
-static mx_status train_epoch(trainer *t, int epoch)
+/* One update from the gradients of `batches` batches: push and pull every
+ * learnable parameter (later layers first). With accumulation the
+ * optimizer's rescale_grad counts grad_accum batches, so a shorter run at
+ * the end of an epoch is scaled up to match, and the sums start again. */
+static mx_status apply_update(trainer *t, int64_t batches)
 {
+    for (int i = 0; i < t->n_args; i++) {
+        int k = t->key[i];
+        if (k < 0) continue;
+        if (batches != t->grad_accum)
+            MX_TRY(mx_nd_binary_scalar(MX_OP_MUL, t->grads[i], t->grads[i],
+                                       (double)t->grad_accum / (double)batches, false));
+        MX_TRY(mx_kvstore_push(t->kv, k, &t->grads[i], 1, -k));
+        MX_TRY(mx_kvstore_pull(t->kv, k, &t->args[i], 1, -k));
+        if (t->grad_accum > 1) MX_TRY(mx_nd_fill(t->grads[i], 0.0));
+    }
+    t->accumulated = 0;
+    return MX_OK;
+}
+
+static bool stop_requested(const trainer *t) { return t->opt->stop && *t->opt->stop; }
+
+/* Trains one epoch; *stopped_at >= 0 when a stop request ended it there
+ * (batches done). */
+static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
+{
+    *stopped_at = -1;
     for (int m = 0; m < t->n_metrics; m++) mx_metric_reset(t->metrics[m]);
     mx_ndarray *out = mx_executor_output(t->ex, 0);
     double t_epoch = mx_time_seconds(), t_window = t_epoch;
-    int64_t window_samples = 0, disp = t->cfg->fit.disp_batches > 0 ? t->cfg->fit.disp_batches : 20;
+    int64_t window_samples = 0, disp = t->s->fit.disp_batches;
     int pending_pad = -1; /* pad of the batch whose output is in out_copy, -1 if none */
     int64_t b = 0;
-    for (;; b++) {
+    /* Resuming mid-epoch: the batches already done are read and dropped, so
+     * the data order is the uninterrupted run's. */
+    for (; b < t->skip_batches; b++) {
         mx_data_batch batch;
         bool has;
         MX_TRY(mx_data_iter_next(t->train_it, &batch, &has));
         if (!has) break;
+    }
+    t->skip_batches = 0;
+    bool trace_epoch = t->tracing && epoch == t->until_epoch;
+    for (;; b++) {
+        if (trace_epoch && b > t->until_batch) break;
+        mx_data_batch batch;
+        bool has;
+        MX_TRY(mx_data_iter_next(t->train_it, &batch, &has));
+        if (!has) break;
+        if (trace_epoch && b == t->check_from) MX_TRY(mx_executor_set_check_numerics(t->ex, true));
         MX_TRY(mx_nd_copy(t->args[t->data_arg], batch.data));
         MX_TRY(mx_nd_copy(t->args[t->label_arg], batch.label));
-        MX_TRY(mx_executor_forward(t->ex, true));
-        MX_TRY(mx_executor_backward(t->ex, NULL));
-        for (int i = 0; i < t->n_args; i++) {
-            int k = t->param_index[i];
-            if (k < 0) continue;
-            MX_TRY(mx_kvstore_push(t->kv, k, &t->grads[i], 1, -k));
-            MX_TRY(mx_kvstore_pull(t->kv, k, &t->args[i], 1, -k));
-        }
+        mx_status s = mx_executor_forward(t->ex, true);
+        if (s == MX_OK) s = mx_executor_backward(t->ex, NULL);
+        if (s != MX_OK)
+            return s == MX_ERR_RUNTIME && mx_executor_check_numerics(t->ex)
+                       ? mx_error_prefix(s, "training diverged at epoch %d, batch %lld", epoch, (long long)b)
+                       : s;
+        if (++t->accumulated == t->grad_accum) MX_TRY(apply_update(t, t->accumulated));
         /* Metrics of the previous batch, while this one runs. */
-        if (pending_pad >= 0) MX_TRY(update_metrics(t, epoch, b - 1, pending_pad));
+        if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b - 1, pending_pad, true));
         MX_TRY(mx_nd_copy(t->out_copy, out));
         MX_TRY(mx_nd_copy(t->label_copy, t->args[t->label_arg]));
         pending_pad = batch.pad;
         window_samples += t->batch_size - batch.pad;
         if (t->opt->progress) t->opt->progress(t->opt->log_user, epoch, b + 1, t->batches_per_epoch);
         if ((b + 1) % disp == 0) {
-            MX_TRY(update_metrics(t, epoch, b, pending_pad));
+            MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b, pending_pad, true));
             pending_pad = -1;
             double now = mx_time_seconds();
             double speed = (double)window_samples / (now - t_window);
             char text[1024];
-            metric_text(t, false, "", text, sizeof(text));
+            metric_text(t, text, sizeof(text));
             logf_(t, "Epoch[%d] Batch[%lld] Speed: %.2f samples/sec %s", epoch, (long long)(b + 1), speed, text);
             if (t->metrics_log) {
                 char json[1024];
@@ -556,8 +853,17 @@ static mx_status train_epoch(trainer *t, int epoch)
             t_window = now;
             window_samples = 0;
         }
+        /* A stop lands on an update boundary, so resuming repeats nothing. */
+        if (t->accumulated == 0 && stop_requested(t)) {
+            if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b, pending_pad, true));
+            MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt)));
+            *stopped_at = b + 1;
+            return MX_OK;
+        }
     }
-    if (pending_pad >= 0) MX_TRY(update_metrics(t, epoch, b - 1, pending_pad));
+    if (trace_epoch) return MX_OK; /* traced up to the batch that diverged: nothing went non-finite */
+    if (t->accumulated > 0) MX_TRY(apply_update(t, t->accumulated));
+    if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b - 1, pending_pad, true));
     MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt)));
     double cost = mx_time_seconds() - t_epoch;
     for (int m = 0; m < t->n_metrics; m++) {
@@ -576,64 +882,184 @@ static mx_status train_epoch(trainer *t, int epoch)
     return MX_OK;
 }
 
-mx_status mx_train_fit(const mx_config *cfg, const mx_train_options *opt)
+static mx_status time_layers(trainer *t)
+{
+    mx_layer_time *lt;
+    int n;
+    MX_TRY(mx_executor_time_layers(t->ex, t->opt->time_batches, &lt, &n));
+    double fwd = 0, bwd = 0;
+    logf_(t, "%-24s %-22s %12s %12s", "layer", "op", "forward ms", "backward ms");
+    for (int i = 0; i < n; i++) {
+        logf_(t, "%-24s %-22s %12.3f %12.3f", lt[i].name, lt[i].op, lt[i].forward_ms, lt[i].backward_ms);
+        fwd += lt[i].forward_ms;
+        bwd += lt[i].backward_ms;
+    }
+    logf_(t, "total: forward %.3f ms, backward %.3f ms per batch of %lld (mean of %d)", fwd, bwd,
+          (long long)t->batch_size, t->opt->time_batches);
+    free(lt);
+    return MX_OK;
+}
+
+/* Where training starts: a checkpoint (--resume, fit.load_epoch), else
+ * fresh weights, fine-tuned from a file when asked. */
+static mx_status starting_point(trainer *t, int *begin)
+{
+    const mx_fit_params *fit = &t->s->fit;
+    *begin = 0;
+    if (!t->opt->resume && fit->load_epoch < 0) return fit->finetune_from[0] ? finetune(t) : MX_OK;
+    if (!has_prefix(t)) return MX_ERROR(MX_ERR_INVALID, "%s: resuming needs fit.model_prefix", t->cfg->path);
+    const char *prefix = fit->model_prefix;
+    int latest = fit->load_epoch >= 0 ? (int)fit->load_epoch : mx_checkpoint_latest_epoch(prefix);
+    bool found = false;
+    int64_t e = 0, b = 0;
+    if (t->opt->resume && fit->load_epoch < 0) MX_TRY(load_interrupted(t, latest, &found, &e, &b));
+    if (found) {
+        char path[PATH_BUF];
+        logf_(t, "Resumed from %s (epoch %lld, after batch %lld)",
+              mx_train_interrupted_path(prefix, path, sizeof(path)), (long long)e, (long long)b);
+        *begin = (int)e;
+        t->skip_batches = b;
+    } else if (latest < 0) {
+        logf_(t, "no checkpoint %s-NNNN.params yet: starting from scratch", prefix);
+        return fit->finetune_from[0] ? finetune(t) : MX_OK;
+    } else {
+        MX_TRY(load_checkpoint(t, latest, t->opt->resume));
+        logf_(t, "Resumed from epoch %d", latest);
+        *begin = latest;
+    }
+    if (fit->finetune_from[0]) logf_(t, "fit.finetune_from is not applied: the checkpoint holds the weights");
+    /* Replay the data order of the epochs already done. */
+    for (int ep = 0; ep < *begin; ep++) MX_TRY(mx_data_iter_reset(t->train_it));
+    return MX_OK;
+}
+
+/* What a tracing re-run needs from the run that diverged. */
+typedef struct trace_request {
+    int from_epoch;       /* epoch checkpoint to start from; -1: where the run started */
+    int epoch;            /* where the output went non-finite */
+    int64_t batch;
+} trace_request;
+
+/* One run: the user's, or (trace != NULL) a quiet re-run up to a
+ * divergence with every layer checked near it. */
+static mx_status fit(const mx_train_settings *settings, const mx_train_options *opt, mx_train_result *result,
+                     const trace_request *trace, trace_request *diverged)
 {
     trainer *t = mx_calloc(1, sizeof(*t));
     if (!t) return MX_ERR_NOMEM;
-    t->cfg = cfg;
-    t->opt = opt;
+    mx_train_options quiet = {.resume = opt->resume};
+    t->s = settings;
+    t->cfg = settings->cfg;
+    t->opt = trace ? &quiet : opt;
+    t->diverged_epoch = -1;
+    if (trace) {
+        /* The first non-finite value comes at most one update before the
+         * output shows it: check from the batch after the update before. */
+        t->tracing = true;
+        t->until_epoch = trace->epoch;
+        t->until_batch = trace->batch;
+        t->check_from = trace->batch - settings->fit.grad_accum;
+        if (t->check_from < 0) t->check_from = 0;
+    }
     mx_status s = setup(t);
-    if (s == MX_OK && opt->metrics_log) {
+    if (s == MX_OK && opt->metrics_log && !trace) {
         t->metrics_log = fopen(opt->metrics_log, "a");
         if (!t->metrics_log) s = MX_ERROR(MX_ERR_IO, "%s: cannot open for writing: %s", opt->metrics_log, strerror(errno));
     }
-    int begin = 0;
-    const char *prefix = cfg->fit.model_prefix;
-    bool has_prefix = prefix && *prefix;
-    if (s == MX_OK && (opt->resume || cfg->fit.load_epoch >= 0)) {
-        if (!has_prefix) {
-            s = MX_ERROR(MX_ERR_INVALID, "%s: resuming needs fit.model_prefix", cfg->path);
-        } else {
-            begin = cfg->fit.load_epoch >= 0 ? (int)cfg->fit.load_epoch : mx_checkpoint_latest_epoch(prefix);
-            if (begin < 0) {
-                if (opt->resume) logf_(t, "no checkpoint %s-NNNN.params yet: starting from scratch", prefix);
-                begin = 0;
-            } else {
-                s = load_checkpoint(t, begin, opt->resume);
-                if (s == MX_OK) logf_(t, "Resumed from epoch %d", begin);
-                /* Replay the data order of the epochs already done. */
-                for (int e = 0; e < begin && s == MX_OK; e++) s = mx_data_iter_reset(t->train_it);
-            }
-        }
+    int begin = 0, first = 0;
+    if (s == MX_OK && trace && trace->from_epoch >= 0) {
+        s = load_checkpoint(t, trace->from_epoch, true);
+        begin = trace->from_epoch;
+        for (int ep = 0; ep < begin && s == MX_OK; ep++) s = mx_data_iter_reset(t->train_it);
+    } else if (s == MX_OK) {
+        s = starting_point(t, &begin);
     }
-    if (s == MX_OK && opt->time_batches > 0) {
-        mx_layer_time *lt;
-        int n;
-        s = mx_executor_time_layers(t->ex, opt->time_batches, &lt, &n);
-        if (s == MX_OK) {
-            double fwd = 0, bwd = 0;
-            logf_(t, "%-24s %-22s %12s %12s", "layer", "op", "forward ms", "backward ms");
-            for (int i = 0; i < n; i++) {
-                logf_(t, "%-24s %-22s %12.3f %12.3f", lt[i].name, lt[i].op, lt[i].forward_ms, lt[i].backward_ms);
-                fwd += lt[i].forward_ms;
-                bwd += lt[i].backward_ms;
-            }
-            logf_(t, "total: forward %.3f ms, backward %.3f ms per batch of %lld (mean of %d)", fwd, bwd,
-                  (long long)t->batch_size, opt->time_batches);
-            free(lt);
-        }
+    first = begin;
+    if (s == MX_OK && opt->time_batches > 0 && !trace) {
+        s = time_layers(t);
         teardown(t);
         free(t);
         return s;
     }
-    for (int epoch = begin; epoch < cfg->fit.num_epoch && s == MX_OK; epoch++) {
-        s = train_epoch(t, epoch);
+    const mx_fit_params *fit = &settings->fit;
+    int last = trace ? trace->epoch + 1 : (int)fit->num_epoch;
+    int saved = -1; /* the newest epoch checkpoint this run wrote */
+    for (int epoch = begin; epoch < last && s == MX_OK; epoch++) {
+        int64_t stopped_at;
+        s = train_epoch(t, epoch, &stopped_at);
+        if (trace) {
+            if (s == MX_OK && epoch + 1 < last) s = mx_data_iter_reset(t->train_it);
+            continue;
+        }
+        if (s == MX_OK && stopped_at >= 0) {
+            result->stopped = true;
+            result->epoch = epoch;
+            result->batch = stopped_at;
+            if (has_prefix(t)) s = save_interrupted(t, epoch, stopped_at, result->checkpoint, sizeof(result->checkpoint));
+            break;
+        }
         if (s == MX_OK) s = run_validation(t, epoch);
-        if (s == MX_OK && has_prefix && (epoch + 1) % cfg->fit.save_period == 0) s = save_checkpoint(t, epoch + 1);
-        if (s == MX_OK && epoch + 1 < cfg->fit.num_epoch) s = mx_data_iter_reset(t->train_it);
+        if (s == MX_OK && has_prefix(t) && (epoch + 1) % fit->save_period == 0) {
+            s = save_checkpoint(t, epoch + 1);
+            if (s == MX_OK) saved = epoch + 1;
+        }
+        if (s == MX_OK && epoch + 1 < fit->num_epoch) s = mx_data_iter_reset(t->train_it);
+        if (s == MX_OK && stop_requested(t) && epoch + 1 < fit->num_epoch) {
+            /* Asked between epochs: resume at the start of the next one. */
+            result->stopped = true;
+            result->epoch = epoch + 1;
+            result->batch = 0;
+            if (has_prefix(t))
+                s = save_interrupted(t, epoch + 1, 0, result->checkpoint, sizeof(result->checkpoint));
+            break;
+        }
     }
     if (s == MX_OK) s = mx_engine_wait_all(mx_runtime_engine(t->rt));
+    if (diverged && t->diverged_epoch >= 0 && !mx_executor_check_numerics(t->ex)) {
+        /* Re-run from this run's newest checkpoint before the divergence,
+         * else from where it started. */
+        diverged->from_epoch = saved >= 0 && saved <= t->diverged_epoch && saved > first ? saved : -1;
+        diverged->epoch = t->diverged_epoch;
+        diverged->batch = t->diverged_batch;
+    }
     teardown(t);
     free(t);
     return s;
+}
+
+mx_status mx_train_fit(const mx_train_settings *settings, const mx_train_options *opt, mx_train_result *result)
+{
+    mx_train_result local;
+    if (!result) result = &local;
+    memset(result, 0, sizeof(*result));
+    trace_request diverged = {.epoch = -1};
+    mx_status s = fit(settings, opt, result, NULL, &diverged);
+    if (s != MX_ERR_RUNTIME || diverged.epoch < 0) return s;
+    /* The output went non-finite: the normal run checks nothing, so run
+     * again (deterministic from the same start) with every layer checked
+     * around that batch, to name the first layer that produced it. */
+    char first[1024];
+    snprintf(first, sizeof(first), "%s", mx_last_error());
+    if (opt->log) {
+        char line[256];
+        snprintf(line, sizeof(line), "training diverged at epoch %d, batch %lld: re-running %s with every layer checked",
+                 diverged.epoch, (long long)diverged.batch,
+                 diverged.from_epoch >= 0 ? "from the last checkpoint" : "from the start of this run");
+        opt->log(opt->log_user, line);
+    }
+    mx_train_result ignored;
+    memset(&ignored, 0, sizeof(ignored));
+    mx_status t = fit(settings, opt, &ignored, &diverged, NULL);
+    char found[2048];
+    if (t == MX_ERR_RUNTIME) {
+        const char *msg = mx_last_error();
+        const char *colon = strstr(msg, ": "); /* after "training diverged at epoch E, batch B" */
+        snprintf(found, sizeof(found), "%s (epoch %d, batch %lld of the re-run)", colon ? colon + 2 : msg,
+                 diverged.epoch, (long long)diverged.batch);
+    } else if (t != MX_OK) {
+        snprintf(found, sizeof(found), "the re-run failed: %s", mx_last_error());
+    } else {
+        snprintf(found, sizeof(found), "the re-run with every layer checked found no NaN or Inf up to that batch");
+    }
+    return MX_ERROR(MX_ERR_RUNTIME, "%s; first non-finite value: %s (lower the learning rate?)", first, found);
 }

@@ -1,0 +1,169 @@
+/*
+ * settings.c - the [fit] table, and the one place that hands each settings
+ * section of a config to its owner's parser (settings.h).
+ */
+#include "train/settings.h"
+
+#include "device/device.h"
+#include "kvstore/kvstore.h"
+
+#include <ctype.h>
+#include <fnmatch.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F(f) offsetof(mx_fit_params, f)
+#define NOR 1, 0
+static const mx_param_desc fit_table[] = {
+    {"num_epoch", MX_PARAM_INT, "10", 0, 1e9, NULL, F(num_epoch), "epochs to train"},
+    {"ctx", MX_PARAM_STRING, "cpu", NOR, NULL, F(ctx), "devices: cpu, cpu:0-3, gpu:0, gpu:0-3, gpu:0,2"},
+    {"kvstore", MX_PARAM_STRING, "local", NOR, NULL, F(kvstore),
+     "gradient aggregation: local, device, dist_sync, dist_async, dist_sync_device"},
+    {"model_prefix", MX_PARAM_STRING, "", NOR, NULL, F(model_prefix),
+     "checkpoints PREFIX-symbol.json, PREFIX-NNNN.params and .states (\"\": none)"},
+    {"save_period", MX_PARAM_INT, "1", 1, 1e9, NULL, F(save_period), "epochs between checkpoints"},
+    {"initializer", MX_PARAM_STRING, "xavier(rnd_type=gaussian, factor_type=in, magnitude=2)", NOR, NULL,
+     F(initializer), "NAME or NAME(key=value, ...): xavier, msra, uniform, normal, constant, zero, one"},
+    {"metric", MX_PARAM_STRING, "acc", NOR, NULL, F(metric),
+     "metrics: acc, top_k_acc:5, ce, mse, mae, rmse, NAME(key=value, ...)"},
+    {"seed", MX_PARAM_INT, "0", 0, 4294967295.0, NULL, F(seed), "random seed of initialization and Dropout"},
+    {"disp_batches", MX_PARAM_INT, "20", 1, 1e9, NULL, F(disp_batches), "batches between progress lines"},
+    {"load_epoch", MX_PARAM_INT, "-1", -1, 1e9, NULL, F(load_epoch), "resume from this epoch's checkpoint"},
+    {"finetune_from", MX_PARAM_STRING, "", NOR, NULL, F(finetune_from),
+     "PREFIX-NNNN.params: start from its parameters whose names match"},
+    {"fixed_params", MX_PARAM_STRING, "", NOR, NULL, F(fixed_params),
+     "glob patterns (conv1_*, conv2_*) of parameters kept frozen"},
+    {"grad_accum", MX_PARAM_INT, "1", 1, 1e6, NULL, F(grad_accum), "batches whose gradients make one update"},
+    {"check_numerics", MX_PARAM_BOOL, "0", NOR, NULL, F(check_numerics),
+     "check every layer's output and gradient for NaN/Inf every batch"},
+};
+#undef F
+#undef NOR
+#define N_FIT ((int)(sizeof(fit_table) / sizeof(fit_table[0])))
+
+const mx_param_desc *mx_fit_param_table(int *n)
+{
+    *n = N_FIT;
+    return fit_table;
+}
+
+void mx_train_settings_free(mx_train_settings *s)
+{
+    if (!s) return;
+    mx_data_iter_spec_free(s->train);
+    mx_data_iter_spec_free(s->val);
+    free(s->ctx);
+    mx_initializer_free(s->initializer);
+    free(s->metrics);
+    for (int i = 0; i < s->n_fixed; i++) free(s->fixed[i]);
+    free(s->fixed);
+    free(s);
+}
+
+/* A structured value's owner said no: its message at the key's place. */
+static mx_status blame_owner(const mx_param_input *in, const char *key, mx_status code)
+{
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", mx_last_error());
+    return mx_params_blame(in, "fit", key, code, "%s", msg);
+}
+
+bool mx_train_settings_fixed(const mx_train_settings *s, const char *name)
+{
+    for (int i = 0; i < s->n_fixed; i++)
+        if (!fnmatch(s->fixed[i], name, 0)) return true;
+    return false;
+}
+
+/* fit.fixed_params: comma-separated glob patterns, each matching at least
+ * one learnable parameter of the network (a typo must not freeze nothing). */
+static mx_status parse_fixed(mx_train_settings *s, const mx_param_input *in)
+{
+    const char *p = s->fit.fixed_params;
+    const mx_graph *g = s->cfg->graph;
+    uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
+    if (!ids) return mx_last_status();
+    int n_args = mx_graph_list_arguments(g, ids);
+    mx_status st = MX_OK;
+    while (*p && st == MX_OK) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        if (!*p) break;
+        const char *end = p;
+        while (*end && *end != ',') end++;
+        size_t len = (size_t)(end - p);
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        char *pattern = mx_malloc(len + 1);
+        char **grown = pattern ? mx_realloc(s->fixed, sizeof(char *) * (size_t)(s->n_fixed + 1)) : NULL;
+        if (!grown) {
+            free(pattern);
+            st = mx_last_status();
+            break;
+        }
+        s->fixed = grown;
+        memcpy(pattern, p, len);
+        pattern[len] = '\0';
+        s->fixed[s->n_fixed++] = pattern;
+        bool matched = false;
+        for (int i = 0; i < n_args && !matched; i++) {
+            const char *name = mx_graph_node(g, ids[i])->name;
+            bool is_input = false;
+            for (int k = 0; k < s->cfg->n_inputs; k++) is_input = is_input || !strcmp(name, s->cfg->inputs[k]);
+            if (!is_input && !fnmatch(pattern, name, 0)) matched = true;
+        }
+        if (!matched)
+            st = mx_params_blame(in, "fit", "fixed_params", MX_ERR_INVALID,
+                                 "'%s' matches no parameter of the network", pattern);
+        p = end;
+    }
+    free(ids);
+    return st;
+}
+
+static mx_status parse_fit(mx_train_settings *s, const mx_param_input *in)
+{
+    MX_TRY(mx_params_parse_input("fit", fit_table, N_FIT, sizeof(s->fit), in, &s->fit, NULL));
+    if (mx_device_parse_list(s->fit.ctx, &s->ctx, &s->n_ctx) != MX_OK) return blame_owner(in, "ctx", MX_ERR_INVALID);
+    if (mx_kvstore_type_check(s->fit.kvstore) != MX_OK) return blame_owner(in, "kvstore", MX_ERR_INVALID);
+    if (mx_initializer_parse(s->fit.initializer, &s->initializer) != MX_OK)
+        return blame_owner(in, "initializer", MX_ERR_INVALID);
+    if (mx_metric_parse_list(s->fit.metric, &s->metrics, &s->n_metrics) != MX_OK)
+        return blame_owner(in, "metric", MX_ERR_INVALID);
+    return parse_fixed(s, in);
+}
+
+mx_status mx_train_settings_load(const mx_config *cfg, mx_train_settings **out)
+{
+    *out = NULL;
+    mx_train_settings *s = mx_calloc(1, sizeof(*s));
+    if (!s) return mx_last_status();
+    s->cfg = cfg;
+    mx_param_input in;
+    mx_status st = MX_OK;
+    static const char *const iters[2] = {"train", "val"};
+    for (int k = 0; k < 2 && st == MX_OK; k++) {
+        if (!mx_config_has_section(cfg, iters[k])) continue;
+        mx_config_section_input(cfg, iters[k], &in);
+        st = mx_data_iter_spec_parse(&in, k == 0 ? &s->train : &s->val);
+    }
+    if (st == MX_OK) {
+        mx_config_section_input(cfg, "optimizer", &in);
+        st = mx_optimizer_spec_parse(&in, &s->optimizer);
+    }
+    if (st == MX_OK) {
+        mx_config_section_input(cfg, "fit", &in);
+        st = parse_fit(s, &in);
+    }
+    if (st != MX_OK) {
+        mx_train_settings_free(s);
+        return st;
+    }
+    *out = s;
+    return MX_OK;
+}
+
+const mx_data_iter_spec *mx_train_settings_shape_source(const mx_train_settings *s)
+{
+    return s->train ? s->train : s->val;
+}

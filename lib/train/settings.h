@@ -1,0 +1,75 @@
+/*
+ * settings.h - what mxtrain runs with besides the network: a config's
+ * [train] and [val] (parsed by lib/io's iterator kinds), [optimizer]
+ * (lib/optimizer's optimizer and schedule tables) and [fit] (the table
+ * below, owned here; its structured values are read by their modules:
+ * contexts by lib/device, the kvstore name by lib/kvstore, the initializer
+ * by lib/initializer, metrics by lib/metric). Each section is parsed once,
+ * by its owner, and the result is what that owner later runs with.
+ *
+ * [fit] keys (defaults in brackets):
+ *   num_epoch [10], ctx [cpu], kvstore [local], model_prefix [""],
+ *   save_period [1], initializer [xavier(rnd_type=gaussian, factor_type=in,
+ *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
+ *   load_epoch [-1], finetune_from [""], fixed_params [""],
+ *   grad_accum [1], check_numerics [0].
+ */
+#ifndef MX_TRAIN_SETTINGS_H
+#define MX_TRAIN_SETTINGS_H
+
+#include "config/config.h"
+#include "initializer/initializer.h"
+#include "io/io.h"
+#include "metric/metric.h"
+#include "optimizer/optimizer.h"
+
+/* [fit] as its table parses it. */
+typedef struct mx_fit_params {
+    int64_t num_epoch;
+    char ctx[MX_PARAM_STRING_MAX];          /* lib/device's context list */
+    char kvstore[MX_PARAM_STRING_MAX];      /* a lib/kvstore kind */
+    char model_prefix[MX_PARAM_STRING_MAX]; /* "": no checkpoints */
+    int64_t save_period;                    /* epochs between checkpoints */
+    char initializer[MX_PARAM_STRING_MAX];  /* lib/initializer's NAME(k=v, ...) */
+    char metric[MX_PARAM_STRING_MAX];       /* lib/metric's list */
+    int64_t seed;                           /* initialization and Dropout */
+    int64_t disp_batches;                   /* batches per progress line */
+    int64_t load_epoch;                     /* -1: from scratch */
+    char finetune_from[MX_PARAM_STRING_MAX]; /* PREFIX-NNNN.params to start from ("" none) */
+    char fixed_params[MX_PARAM_STRING_MAX];  /* glob patterns of frozen parameters */
+    int64_t grad_accum;                     /* batches summed into one update */
+    bool check_numerics;                    /* check every layer every batch */
+} mx_fit_params;
+
+/* The [fit] table (for --help output and the tests that walk every key). */
+const mx_param_desc *mx_fit_param_table(int *n);
+
+typedef struct mx_train_settings {
+    const mx_config *cfg;            /* borrowed: the network and locations */
+    mx_data_iter_spec *train, *val;  /* NULL when the section is absent */
+    mx_optimizer_spec optimizer;
+    mx_fit_params fit;
+    mx_context *ctx;                 /* fit.ctx */
+    int n_ctx;
+    mx_initializer *initializer;     /* fit.initializer */
+    mx_metric_spec *metrics;         /* fit.metric */
+    int n_metrics;
+    char **fixed;                    /* fit.fixed_params, one pattern each */
+    int n_fixed;
+} mx_train_settings;
+
+/* Parses every settings section of cfg through its owner. Errors are
+ * MX_ERR_INVALID (or MX_ERR_UNSUPPORTED for a value this build cannot
+ * serve) with the file, line, section and key. Availability (a GPU this
+ * machine lacks) is checked when training starts, so a config for another
+ * machine can still be drawn and dry-run. */
+mx_status mx_train_settings_load(const mx_config *cfg, mx_train_settings **out);
+void mx_train_settings_free(mx_train_settings *s);
+
+/* Whether a parameter name is frozen by fit.fixed_params. */
+bool mx_train_settings_fixed(const mx_train_settings *s, const char *name);
+
+/* The iterator to take input shapes from: [train], else [val], or NULL. */
+const mx_data_iter_spec *mx_train_settings_shape_source(const mx_train_settings *s);
+
+#endif /* MX_TRAIN_SETTINGS_H */

@@ -1,0 +1,24 @@
+/*
+ * tooltest.h - what the suites that run the tools (mxtrain, mxpredict)
+ * share: a scratch directory per test, reading a file whole, and running a
+ * tool with its output captured.
+ */
+#ifndef MX_TEST_TOOLTEST_H
+#define MX_TEST_TOOLTEST_H
+
+#include <stddef.h>
+
+/* A new directory /tmp/STEM-XXXXXX into dir (size bytes). */
+void tool_tmp_make(char *dir, size_t size, const char *stem);
+/* rm -rf of that directory. */
+void tool_tmp_remove(const char *dir);
+/* A file's bytes, NUL-terminated, malloc'ed; *len (may be NULL) gets the
+ * size. Fails the test when the file cannot be read. */
+char *tool_slurp(const char *path, size_t *len);
+/* Runs `prog args` (a shell word list) with stdin from stdin_path (NULL:
+ * /dev/null); stdout and stderr go through files in dir. out and err (each
+ * may be NULL) get them, malloc'ed. Returns the exit status (the test fails
+ * when the tool did not exit normally). */
+int tool_run(const char *prog, const char *args, const char *dir, const char *stdin_path, char **out, char **err);
+
+#endif /* MX_TEST_TOOLTEST_H */
