@@ -440,8 +440,11 @@ START_TEST(unavailable_contexts_are_refused)
     snprintf(path, sizeof(path), "%s/gpu/m-0001.params", tmp);
     ck_assert_int_ne(access(path, F_OK), 0);
 
-    ck_assert_int_eq(run("configs/mlp.conf fit.ctx=cpu:0-1", &err), 2);
-    ck_assert_msg(strstr(err, "[fit] ctx: 2 contexts given: data-parallel training"), "%s", err);
+    ck_assert_int_eq(run("configs/mlp.conf fit.ctx=cpu:0-1 fit.work_load_list=1,1,1", &err), 2);
+    ck_assert_msg(strstr(err, "command line: [fit] work_load_list: 3 shares for 2 contexts (fit.ctx)"), "%s", err);
+    free(err);
+    ck_assert_int_eq(run("configs/mlp.conf fit.ctx=cpu:0-1 train.batch_size=1 train.num_parts=60", &err), 2);
+    ck_assert_msg(strstr(err, "[fit] ctx: a batch of 1 cannot be split over 2 contexts"), "%s", err);
     free(err);
     ck_assert_int_eq(run("configs/mlp.conf fit.ctx=tpu", &err), 2);
     ck_assert_msg(strstr(err, "command line: [fit] ctx: bad context list 'tpu': expected cpu or gpu"), "%s", err);
@@ -456,6 +459,42 @@ START_TEST(unavailable_contexts_are_refused)
     snprintf(args, sizeof(args), "--model %s/none --ctx gpu:0 x.png", tmp);
     ck_assert_int_eq(run_prog(predict_bin, args, &err), 2);
     ck_assert_msg(strstr(err, "GPU(s) are visible") || strstr(err, "built without CUDA"), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* ------------------------------------------------------------ several contexts */
+
+/* Two CPU contexts, each on its rows of every batch, their gradients summed
+ * by the store: the same training as one context (MXNet's
+ * DataParallelExecutorGroup), also with uneven shares. */
+START_TEST(two_cpu_contexts_train_like_one)
+{
+    const char *common = "configs/mlp.conf train.num_parts=30 train.shuffle=0 val.num_parts=10 fit.num_epoch=2 "
+                         "fit.disp_batches=1000";
+    const char *variants[] = {"fit.ctx=cpu", "fit.ctx=cpu:0-1", "fit.ctx=cpu:0-1 fit.work_load_list=1,3"};
+    weights w[3];
+    for (int v = 0; v < 3; v++) {
+        char *err, args[2048], path[400];
+        snprintf(args, sizeof(args), "%s %s fit.model_prefix=%s/v%d/m", common, variants[v], tmp, v);
+        ck_assert_msg(run(args, &err) == 0, "%s: %s", variants[v], err);
+        ck_assert_msg(last_validation_accuracy(err) > 0.6, "%s", err);
+        free(err);
+        snprintf(path, sizeof(path), "%s/v%d/m-0002.params", tmp, v);
+        load_weights(path, &w[v]);
+    }
+    const char *names[] = {"fc1_weight", "fc1_bias", "fc2_weight", "fc3_weight", "fc3_bias"};
+    for (int v = 1; v < 3; v++)
+        for (int i = 0; i < 5; i++) {
+            bool same;
+            double d = rel_diff(&w[0], &w[v], names[i], &same);
+            ck_assert_msg(d < 1e-5, "%s: %s differs from one context by %g", variants[v], names[i], d);
+        }
+    for (int v = 0; v < 3; v++) free_weights(&w[v]);
+    char *err, args[2048];
+    snprintf(args, sizeof(args), "%s fit.ctx=cpu:0-1 fit.work_load_list=1,3 --dry-run", common);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "data-parallel over 2 contexts: cpu(0) 16 rows, cpu(1) 48 rows"), "%s", err);
     free(err);
 }
 END_TEST
@@ -494,6 +533,7 @@ int main(void)
     tcase_add_test(tc, nan_is_traced_to_its_layer);
     tcase_add_test(tc, validation_has_its_own_batch_size);
     tcase_add_test(tc, unavailable_contexts_are_refused);
+    tcase_add_test(tc, two_cpu_contexts_train_like_one);
     tcase_add_test(tc, synthetic_data_trains);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -9,6 +9,7 @@
 #include "checkpoint/checkpoint.h"
 #include "device/device.h"
 #include "executor/executor.h"
+#include "train/group.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -181,6 +182,22 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
         if (mx_device_check(s->ctx[i]) != MX_OK)
             logf_(opt, "note: fit.ctx %s is not available here: %s", mx_context_str(s->ctx[i], buf, sizeof(buf)),
                   mx_last_error());
+    if (s->n_ctx > 1) { /* the data-parallel split of every batch */
+        int64_t *offsets = mx_calloc((size_t)s->n_ctx, sizeof(int64_t)), *rows = mx_calloc((size_t)s->n_ctx, sizeof(int64_t));
+        mx_status st = offsets && rows ? train_group_slices(shape.dims[0], s->work_load, s->n_ctx, offsets, rows)
+                                       : mx_last_status();
+        char list[1024] = "";
+        size_t used = 0;
+        for (int i = 0; i < s->n_ctx && st == MX_OK && used < sizeof(list); i++) {
+            char c[32];
+            used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s %lld rows", i ? ", " : "",
+                                     mx_context_str(s->ctx[i], c, sizeof(c)), (long long)rows[i]);
+        }
+        free(offsets);
+        free(rows);
+        MX_TRY(st);
+        logf_(opt, "data-parallel over %d contexts: %s", s->n_ctx, list);
+    }
     MX_TRY(report_finetune(s, opt));
     if (s->fit.grad_accum > 1)
         logf_(opt, "gradient accumulation: %lld batches of %lld per update (%lld samples)",

@@ -38,6 +38,8 @@ static const mx_param_desc fit_table[] = {
     {"grad_accum", MX_PARAM_INT, "1", 1, 1e6, NULL, F(grad_accum), "batches whose gradients make one update"},
     {"check_numerics", MX_PARAM_BOOL, "0", NOR, NULL, F(check_numerics),
      "check every layer's output and gradient for NaN/Inf every batch"},
+    {"work_load_list", MX_PARAM_STRING, "", NOR, NULL, F(work_load_list),
+     "relative share of each context in a batch, e.g. 1, 1, 2 (\"\": equal)"},
 };
 #undef F
 #undef NOR
@@ -55,6 +57,7 @@ void mx_train_settings_free(mx_train_settings *s)
     mx_data_iter_spec_free(s->train);
     mx_data_iter_spec_free(s->val);
     free(s->ctx);
+    free(s->work_load);
     mx_initializer_free(s->initializer);
     free(s->metrics);
     for (int i = 0; i < s->n_fixed; i++) free(s->fixed[i]);
@@ -121,10 +124,41 @@ static mx_status parse_fixed(mx_train_settings *s, const mx_param_input *in)
     return st;
 }
 
+/* fit.work_load_list: one positive share per context. */
+static mx_status parse_work_load(mx_train_settings *s, const mx_param_input *in)
+{
+    const char *p = s->fit.work_load_list;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) return MX_OK;
+    s->work_load = mx_calloc((size_t)s->n_ctx + 1, sizeof(double));
+    if (!s->work_load) return mx_last_status();
+    int n = 0;
+    while (*p) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !(v > 0) || v > 1e9)
+            return mx_params_blame(in, "fit", "work_load_list", MX_ERR_INVALID,
+                                   "bad value '%s': expected positive shares such as 1, 1, 2", s->fit.work_load_list);
+        if (n < s->n_ctx) s->work_load[n] = v;
+        n++;
+        p = end;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == ',') p++;
+        else if (*p)
+            return mx_params_blame(in, "fit", "work_load_list", MX_ERR_INVALID,
+                                   "bad value '%s': expected positive shares such as 1, 1, 2", s->fit.work_load_list);
+    }
+    if (n != s->n_ctx)
+        return mx_params_blame(in, "fit", "work_load_list", MX_ERR_INVALID, "%d shares for %d contexts (fit.ctx)", n,
+                               s->n_ctx);
+    return MX_OK;
+}
+
 static mx_status parse_fit(mx_train_settings *s, const mx_param_input *in)
 {
     MX_TRY(mx_params_parse_input("fit", fit_table, N_FIT, sizeof(s->fit), in, &s->fit, NULL));
     if (mx_device_parse_list(s->fit.ctx, &s->ctx, &s->n_ctx) != MX_OK) return blame_owner(in, "ctx", MX_ERR_INVALID);
+    MX_TRY(parse_work_load(s, in));
     if (mx_kvstore_type_check(s->fit.kvstore) != MX_OK) return blame_owner(in, "kvstore", MX_ERR_INVALID);
     if (mx_initializer_parse(s->fit.initializer, &s->initializer) != MX_OK)
         return blame_owner(in, "initializer", MX_ERR_INVALID);

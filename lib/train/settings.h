@@ -12,7 +12,7 @@
  *   save_period [1], initializer [xavier(rnd_type=gaussian, factor_type=in,
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
- *   grad_accum [1], check_numerics [0].
+ *   grad_accum [1], check_numerics [0], work_load_list [""].
  */
 #ifndef MX_TRAIN_SETTINGS_H
 #define MX_TRAIN_SETTINGS_H
@@ -39,6 +39,7 @@ typedef struct mx_fit_params {
     char fixed_params[MX_PARAM_STRING_MAX];  /* glob patterns of frozen parameters */
     int64_t grad_accum;                     /* batches summed into one update */
     bool check_numerics;                    /* check every layer every batch */
+    char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
 } mx_fit_params;
 
 /* The [fit] table (for --help output and the tests that walk every key). */
@@ -51,6 +52,7 @@ typedef struct mx_train_settings {
     mx_fit_params fit;
     mx_context *ctx;                 /* fit.ctx */
     int n_ctx;
+    double *work_load;               /* fit.work_load_list, one per context; NULL: equal shares */
     mx_initializer *initializer;     /* fit.initializer */
     mx_metric_spec *metrics;         /* fit.metric */
     int n_metrics;

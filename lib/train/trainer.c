@@ -17,6 +17,8 @@
  */
 #include "train/trainer.h"
 
+#include "train/group.h"
+
 #include "checkpoint/checkpoint.h"
 #include "device/device.h"
 #include "kvstore/kvstore.h"
@@ -49,10 +51,11 @@ typedef struct trainer {
     const char **arg_names, **aux_names;
     arg_role *role;
     int *key;                /* kvstore / optimizer key of a learnable argument, else -1 */
-    mx_ndarray **args, **grads, **aux;
+    train_group group;       /* one executor per context */
+    mx_ndarray **args, **aux;  /* device 0's (borrowed from the group): the weights saved */
     mx_grad_req *reqs;
     int data_arg, label_arg;
-    mx_executor *ex;
+    mx_executor *ex;         /* device 0's */
     /* [val] at another batch size: a prediction executor sharing the
      * parameters and aux states (NULL: the training executor serves). */
     mx_executor *val_ex;
@@ -66,6 +69,7 @@ typedef struct trainer {
     FILE *metrics_log;
     int64_t batches_per_epoch, updates_per_epoch;
     int64_t accumulated;     /* batches summed in the gradients since the last update */
+    mx_ndarray **push_list, **pull_list; /* one per device, for the store */
     int64_t skip_batches;    /* resuming mid-epoch: batches of the first epoch already done */
     /* Where the training output first went non-finite (epoch -1: not yet). */
     int diverged_epoch;
@@ -141,23 +145,18 @@ static mx_status find_label(const mx_graph *g, uint32_t *label)
                     "output; did you mean op = SoftmaxOutput?)");
 }
 
-/* fit.ctx: every context must exist here, and this build trains on one CPU. */
+/* fit.ctx: every context must exist here; this build trains on CPUs. */
 static mx_status check_contexts(const trainer *t)
 {
     const mx_train_settings *s = t->s;
     if (mx_device_check_list(s->ctx, s->n_ctx) != MX_OK) return fit_error(t, "ctx", mx_last_status());
     char name[32];
-    if (s->n_ctx > 1) {
-        MX_ERROR(MX_ERR_UNSUPPORTED,
-                 "%d contexts given: data-parallel training over several devices is not in this build yet (give one)",
-                 s->n_ctx);
-        return fit_error(t, "ctx", MX_ERR_UNSUPPORTED);
-    }
-    if (s->ctx[0].dev_type != MX_DEV_CPU) {
-        MX_ERROR(MX_ERR_UNSUPPORTED, "training on %s is not in this build yet: the operators have no GPU kernels",
-                 mx_context_str(s->ctx[0], name, sizeof(name)));
-        return fit_error(t, "ctx", MX_ERR_UNSUPPORTED);
-    }
+    for (int i = 0; i < s->n_ctx; i++)
+        if (s->ctx[i].dev_type != MX_DEV_CPU) {
+            MX_ERROR(MX_ERR_UNSUPPORTED, "training on %s is not in this build yet: the operators have no GPU kernels",
+                     mx_context_str(s->ctx[i], name, sizeof(name)));
+            return fit_error(t, "ctx", MX_ERR_UNSUPPORTED);
+        }
     return MX_OK;
 }
 
@@ -180,6 +179,15 @@ static mx_status init_params(trainer *t)
         }
     }
     return s;
+}
+
+/* Every device's parameters and aux states as device 0's. */
+static mx_status broadcast_weights(trainer *t)
+{
+    for (int i = 0; i < t->n_args; i++)
+        if (t->role[i] == ARG_PARAM || t->role[i] == ARG_FROZEN) MX_TRY(train_group_broadcast(&t->group, i, false));
+    for (int i = 0; i < t->n_aux; i++) MX_TRY(train_group_broadcast(&t->group, i, true));
+    return MX_OK;
 }
 
 /* The layer that takes variable `id` as an input ("?" if none does). */
@@ -245,6 +253,7 @@ static mx_status finetune(trainer *t)
     int loaded, fresh;
     char fresh_names[512];
     s = copy_weights(t, path, &args, &aux, false, &loaded, &fresh, fresh_names, sizeof(fresh_names));
+    if (s == MX_OK) s = broadcast_weights(t);
     int unused = args.count + aux.count - loaded;
     mx_ndarray_list_free(&args);
     mx_ndarray_list_free(&aux);
@@ -299,12 +308,14 @@ static mx_status bind_validation(trainer *t, const mx_shape *vd, const mx_shape 
     if (!t->val_args) return mx_last_status();
     for (int i = 0; i < t->n_args; i++) {
         if (i == t->data_arg || i == t->label_arg) {
-            MX_TRY(mx_ndarray_create(t->rt, i == t->data_arg ? *vd : *vl, MX_FLOAT32, mx_cpu(), &t->val_args[i]));
+            MX_TRY(mx_ndarray_create(t->rt, i == t->data_arg ? *vd : *vl, MX_FLOAT32, t->group.dev[0].ctx,
+                                     &t->val_args[i]));
             MX_TRY(mx_nd_fill(t->val_args[i], 0.0)); /* prediction never reads the label; keep it defined */
         } else
             t->val_args[i] = mx_ndarray_retain(t->args[i]);
     }
-    mx_bind_config bc = {.ctx = mx_cpu(), .args = t->val_args, .aux = t->aux, .for_training = false, .rng = t->rng};
+    mx_bind_config bc = {.ctx = t->group.dev[0].ctx, .args = t->val_args, .aux = t->aux, .for_training = false,
+                         .rng = t->rng};
     return mx_executor_bind(t->rt, t->cfg->graph, &bc, &t->val_ex);
 }
 
@@ -335,8 +346,9 @@ static mx_status setup(trainer *t)
 
     const char *names[2] = {cfg->inputs[0], mx_graph_node(g, label_id)->name};
     mx_shape shapes[2] = {data_shape, label_shape};
-    mx_graph_shapes sh;
+    mx_graph_shapes sh; /* the whole batch's shapes: errors located at the config's layer */
     MX_TRY(mx_config_infer_shapes(cfg, names, shapes, 2, &sh));
+    mx_graph_shapes_free(&sh);
     size_t cap = (size_t)mx_graph_num_nodes(g) + 1;
     t->arg_ids = mx_malloc(cap * sizeof(uint32_t));
     t->aux_ids = mx_malloc(cap * sizeof(uint32_t));
@@ -349,12 +361,8 @@ static mx_status setup(trainer *t)
         t->aux_names = mx_calloc(nx, sizeof(char *));
         t->role = mx_calloc(na, sizeof(arg_role));
         t->key = mx_calloc(na, sizeof(int));
-        t->args = mx_calloc(na, sizeof(mx_ndarray *));
-        t->grads = mx_calloc(na, sizeof(mx_ndarray *));
         t->reqs = mx_calloc(na, sizeof(mx_grad_req));
-        t->aux = mx_calloc(nx, sizeof(mx_ndarray *));
-        if (!t->arg_names || !t->aux_names || !t->role || !t->key || !t->args || !t->grads || !t->reqs || !t->aux)
-            s = mx_last_status();
+        if (!t->arg_names || !t->aux_names || !t->role || !t->key || !t->reqs) s = mx_last_status();
     }
     t->data_arg = t->label_arg = -1;
     int n_keys = 0;
@@ -363,8 +371,6 @@ static mx_status setup(trainer *t)
         const char *name = mx_graph_node(g, id)->name;
         t->arg_names[i] = name;
         t->key[i] = -1;
-        const mx_shape *shape = mx_graph_entry_shape(&sh, (mx_entry){id, 0});
-        s = mx_ndarray_create(t->rt, *shape, MX_FLOAT32, mx_cpu(), &t->args[i]);
         if (!strcmp(name, names[0])) {
             t->data_arg = i, t->role[i] = ARG_DATA;
             continue;
@@ -384,26 +390,34 @@ static mx_status setup(trainer *t)
         t->role[i] = ARG_PARAM;
         t->key[i] = n_keys++;
         t->reqs[i] = t->grad_accum > 1 ? MX_GRAD_ADD : MX_GRAD_WRITE;
-        if (s == MX_OK) s = mx_ndarray_create(t->rt, *shape, MX_FLOAT32, mx_cpu(), &t->grads[i]);
-        if (s == MX_OK && t->grad_accum > 1) s = mx_nd_fill(t->grads[i], 0.0);
     }
-    for (int i = 0; i < t->n_aux && s == MX_OK; i++) {
-        t->aux_names[i] = mx_graph_node(g, t->aux_ids[i])->name;
-        s = mx_ndarray_create(t->rt, *mx_graph_entry_shape(&sh, (mx_entry){t->aux_ids[i], 0}), MX_FLOAT32, mx_cpu(),
-                              &t->aux[i]);
-    }
-    mx_graph_shapes_free(&sh);
+    for (int i = 0; i < t->n_aux && s == MX_OK; i++) t->aux_names[i] = mx_graph_node(g, t->aux_ids[i])->name;
     MX_TRY(s);
     if (t->data_arg < 0 || t->label_arg < 0)
         return MX_ERROR(MX_ERR_INVALID, "%s: the network does not read '%s'", cfg->path, names[t->data_arg < 0 ? 0 : 1]);
+    /* One executor per context, each on its rows of the batch. */
+    train_group_config gc = {.rt = t->rt, .g = g, .ctx = st->ctx, .n_ctx = st->n_ctx,
+                             .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
+                             .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng};
+    s = train_group_bind(&gc, &t->group);
+    if (s != MX_OK) return st->n_ctx > 1 ? fit_error(t, "ctx", s) : s;
+    t->args = t->group.dev[0].args;
+    t->aux = t->group.dev[0].aux;
+    t->ex = t->group.dev[0].ex;
+    t->push_list = mx_calloc((size_t)t->group.n, sizeof(mx_ndarray *));
+    t->pull_list = mx_calloc((size_t)t->group.n, sizeof(mx_ndarray *));
+    if (!t->push_list || !t->pull_list) return mx_last_status();
+    for (int k = 0; k < t->group.n && t->grad_accum > 1; k++)
+        for (int i = 0; i < t->n_args; i++)
+            if (t->group.dev[k].grads[i]) MX_TRY(mx_nd_fill(t->group.dev[k].grads[i], 0.0));
+    /* Device 0 is initialized; the others start from its values. */
     MX_TRY(init_params(t));
-    mx_bind_config bc = {.ctx = mx_cpu(), .args = t->args, .arg_grads = t->grads, .grad_reqs = t->reqs,
-                         .aux = t->aux, .for_training = true, .rng = t->rng};
-    MX_TRY(mx_executor_bind(t->rt, g, &bc, &t->ex));
-    if (st->fit.check_numerics) MX_TRY(mx_executor_set_check_numerics(t->ex, true));
+    MX_TRY(broadcast_weights(t));
+    if (st->fit.check_numerics) MX_TRY(train_group_set_check_numerics(&t->group, true));
     if (t->val_it) {
         mx_shape vd = mx_data_iter_data_shape(t->val_it), vl = mx_data_iter_label_shape(t->val_it);
-        if (!mx_shape_equal(&vd, &data_shape) || !mx_shape_equal(&vl, &label_shape)) MX_TRY(bind_validation(t, &vd, &vl));
+        if (t->group.n > 1 || !mx_shape_equal(&vd, &data_shape) || !mx_shape_equal(&vl, &label_shape))
+            MX_TRY(bind_validation(t, &vd, &vl));
         mx_executor *vex = t->val_ex ? t->val_ex : t->ex;
         MX_TRY(mx_ndarray_create(t->rt, *mx_ndarray_shape(mx_executor_output(vex, 0)), MX_FLOAT32, mx_cpu(),
                                  &t->val_out_copy));
@@ -413,8 +427,10 @@ static mx_status setup(trainer *t)
     for (int i = 0; i < t->n_args; i++)
         if (t->key[i] >= 0) MX_TRY(mx_kvstore_init(t->kv, t->key[i], t->args[i]));
     MX_TRY(make_metrics(t));
-    mx_ndarray *out = mx_executor_output(t->ex, 0);
-    MX_TRY(mx_ndarray_create(t->rt, *mx_ndarray_shape(out), MX_FLOAT32, mx_cpu(), &t->out_copy));
+    /* The whole batch's output, gathered from the devices' rows. */
+    mx_shape os = *mx_ndarray_shape(mx_executor_output(t->ex, 0));
+    os.dims[0] = t->batch_size;
+    MX_TRY(mx_ndarray_create(t->rt, os, MX_FLOAT32, mx_cpu(), &t->out_copy));
     MX_TRY(mx_ndarray_create(t->rt, label_shape, MX_FLOAT32, mx_cpu(), &t->label_copy));
     return MX_OK;
 }
@@ -422,18 +438,13 @@ static mx_status setup(trainer *t)
 static void teardown(trainer *t)
 {
     if (t->rt) mx_engine_wait_all(mx_runtime_engine(t->rt));
-    mx_executor_free(t->ex);
+    train_group_free(&t->group);
     mx_executor_free(t->val_ex);
     mx_kvstore_free(t->kv);
     mx_optimizer_free(t->optimizer);
     for (int i = 0; i < t->n_metrics; i++) mx_metric_free(t->metrics[i]);
     free(t->metrics);
-    for (int i = 0; i < t->n_args; i++) {
-        if (t->args) mx_ndarray_free(t->args[i]);
-        if (t->grads) mx_ndarray_free(t->grads[i]);
-        if (t->val_args) mx_ndarray_free(t->val_args[i]);
-    }
-    for (int i = 0; i < t->n_aux && t->aux; i++) mx_ndarray_free(t->aux[i]);
+    for (int i = 0; i < t->n_args && t->val_args; i++) mx_ndarray_free(t->val_args[i]);
     mx_ndarray_free(t->out_copy);
     mx_ndarray_free(t->label_copy);
     mx_ndarray_free(t->val_out_copy);
@@ -449,11 +460,10 @@ static void teardown(trainer *t)
     free(t->aux_names);
     free(t->role);
     free(t->key);
-    free(t->args);
-    free(t->grads);
     free(t->reqs);
-    free(t->aux);
     free(t->val_args);
+    free(t->push_list);
+    free(t->pull_list);
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -514,21 +524,51 @@ static void metric_text(trainer *t, char *buf, size_t size)
 
 /* ---------------------------------------------------------------- checkpoints */
 
-/* The learnable and frozen arguments and the aux states, by name. */
-static mx_status weight_lists(trainer *t, mx_named_arrays *args, mx_named_arrays *aux, const char ***names,
-                              mx_ndarray ***arrays)
+/* What a checkpoint holds: the learnable and frozen arguments (every
+ * device has the same) and the aux states, averaged over the devices as
+ * MXNet's Module.get_params does (each device keeps its own moving
+ * statistics). The lists are the caller's: free with free_weight_lists. */
+typedef struct weight_lists {
+    mx_named_arrays args, aux;
+    const char **names;
+    mx_ndarray **arrays;
+    mx_ndarray **averaged; /* NULL with one device: aux is device 0's */
+} weight_lists;
+
+static void free_weight_lists(trainer *t, weight_lists *w)
 {
-    *names = mx_calloc((size_t)t->n_args + 1, sizeof(char *));
-    *arrays = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
-    if (!*names || !*arrays) return mx_last_status();
+    for (int i = 0; w->averaged && i < t->n_aux; i++) mx_ndarray_free(w->averaged[i]);
+    free(w->averaged);
+    free(w->names);
+    free(w->arrays);
+    memset(w, 0, sizeof(*w));
+}
+
+static mx_status make_weight_lists(trainer *t, weight_lists *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->names = mx_calloc((size_t)t->n_args + 1, sizeof(char *));
+    w->arrays = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
+    if (!w->names || !w->arrays) return mx_last_status();
     int n = 0;
     for (int i = 0; i < t->n_args; i++)
         if (t->role[i] == ARG_PARAM || t->role[i] == ARG_FROZEN) {
-            (*names)[n] = t->arg_names[i];
-            (*arrays)[n++] = t->args[i];
+            w->names[n] = t->arg_names[i];
+            w->arrays[n++] = t->args[i];
         }
-    *args = (mx_named_arrays){n, *names, *arrays};
-    *aux = (mx_named_arrays){t->n_aux, t->aux_names, t->aux};
+    w->args = (mx_named_arrays){n, w->names, w->arrays};
+    w->aux = (mx_named_arrays){t->n_aux, t->aux_names, t->aux};
+    if (t->group.n == 1) return MX_OK;
+    w->averaged = mx_calloc((size_t)t->n_aux + 1, sizeof(mx_ndarray *));
+    if (!w->averaged) return mx_last_status();
+    for (int i = 0; i < t->n_aux; i++) {
+        MX_TRY(mx_ndarray_create(t->rt, *mx_ndarray_shape(t->aux[i]), MX_FLOAT32, mx_cpu(), &w->averaged[i]));
+        MX_TRY(mx_nd_copy(w->averaged[i], t->aux[i]));
+        for (int d = 1; d < t->group.n; d++)
+            MX_TRY(mx_nd_add(w->averaged[i], w->averaged[i], t->group.dev[d].aux[i]));
+        MX_TRY(mx_nd_binary_scalar(MX_OP_MUL, w->averaged[i], w->averaged[i], 1.0 / t->group.n, false));
+    }
+    w->aux.arrays = w->averaged;
     return MX_OK;
 }
 
@@ -572,11 +612,9 @@ static mx_status training_state(trainer *t, int epoch, int64_t batch, const char
 static mx_status save_checkpoint(trainer *t, int epoch)
 {
     const char *prefix = t->s->fit.model_prefix;
-    mx_named_arrays args, aux;
-    const char **names = NULL;
-    mx_ndarray **arrays = NULL;
-    mx_status s = weight_lists(t, &args, &aux, &names, &arrays);
-    if (s == MX_OK) s = mx_checkpoint_save(prefix, epoch, t->cfg->graph, args, aux);
+    weight_lists w;
+    mx_status s = make_weight_lists(t, &w);
+    if (s == MX_OK) s = mx_checkpoint_save(prefix, epoch, t->cfg->graph, w.args, w.aux);
     mx_ndarray_list st = {0};
     if (s == MX_OK) s = training_state(t, epoch, 0, "", &st);
     char path[PATH_BUF];
@@ -585,8 +623,7 @@ static mx_status save_checkpoint(trainer *t, int epoch)
         s = mx_ndarray_save(path, st.arrays, (const char *const *)st.names, st.count);
     }
     mx_ndarray_list_free(&st);
-    free(names);
-    free(arrays);
+    free_weight_lists(t, &w);
     MX_TRY(s);
     /* An interrupted run's file is older than this checkpoint now. */
     remove(mx_train_interrupted_path(prefix, path, sizeof(path)));
@@ -598,10 +635,8 @@ static mx_status save_checkpoint(trainer *t, int epoch)
 static mx_status save_interrupted(trainer *t, int epoch, int64_t batch, char *path, size_t size)
 {
     const char *prefix = t->s->fit.model_prefix;
-    mx_named_arrays args, aux;
-    const char **names = NULL;
-    mx_ndarray **arrays = NULL;
-    mx_status s = weight_lists(t, &args, &aux, &names, &arrays);
+    weight_lists w;
+    mx_status s = make_weight_lists(t, &w);
     mx_ndarray_list st = {0};
     if (s == MX_OK) s = training_state(t, epoch, batch, STATE_PREFIX, &st);
     if (s == MX_OK) {
@@ -610,10 +645,9 @@ static mx_status save_interrupted(trainer *t, int epoch, int64_t batch, char *pa
         s = mx_graph_save_json(t->cfg->graph, json);
     }
     mx_named_arrays extra = {st.count, (const char *const *)st.names, st.arrays};
-    if (s == MX_OK) s = mx_checkpoint_save_file(mx_train_interrupted_path(prefix, path, size), args, aux, extra);
+    if (s == MX_OK) s = mx_checkpoint_save_file(mx_train_interrupted_path(prefix, path, size), w.args, w.aux, extra);
     mx_ndarray_list_free(&st);
-    free(names);
-    free(arrays);
+    free_weight_lists(t, &w);
     return s;
 }
 
@@ -623,6 +657,7 @@ static mx_status restore_weights(trainer *t, const char *path, mx_ndarray_list *
     int copied, missing;
     mx_status s = copy_weights(t, path, args, aux, true, &copied, &missing, NULL, 0);
     if (s == MX_ERR_INVALID) s = MX_ERR_FORMAT; /* a checkpoint of another network */
+    if (s == MX_OK) s = broadcast_weights(t);
     for (int i = 0; i < t->n_args && s == MX_OK; i++) /* the store holds the weights */
         if (t->key[i] >= 0) s = mx_nd_copy(mx_kvstore_stored(t->kv, t->key[i]), t->args[i]);
     return s;
@@ -772,15 +807,21 @@ static mx_status run_validation(trainer *t, int epoch)
  * the end of an epoch is scaled up to match, and the sums start again. */
 static mx_status apply_update(trainer *t, int64_t batches)
 {
+    int n = t->group.n;
     for (int i = 0; i < t->n_args; i++) {
         int k = t->key[i];
         if (k < 0) continue;
-        if (batches != t->grad_accum)
-            MX_TRY(mx_nd_binary_scalar(MX_OP_MUL, t->grads[i], t->grads[i],
-                                       (double)t->grad_accum / (double)batches, false));
-        MX_TRY(mx_kvstore_push(t->kv, k, &t->grads[i], 1, -k));
-        MX_TRY(mx_kvstore_pull(t->kv, k, &t->args[i], 1, -k));
-        if (t->grad_accum > 1) MX_TRY(mx_nd_fill(t->grads[i], 0.0));
+        for (int d = 0; d < n; d++) {
+            t->push_list[d] = t->group.dev[d].grads[i];
+            t->pull_list[d] = t->group.dev[d].args[i];
+            if (batches != t->grad_accum)
+                MX_TRY(mx_nd_binary_scalar(MX_OP_MUL, t->push_list[d], t->push_list[d],
+                                           (double)t->grad_accum / (double)batches, false));
+        }
+        /* The store sums the devices' gradients and every device pulls the update. */
+        MX_TRY(mx_kvstore_push(t->kv, k, t->push_list, n, -k));
+        MX_TRY(mx_kvstore_pull(t->kv, k, t->pull_list, n, -k));
+        for (int d = 0; d < n && t->grad_accum > 1; d++) MX_TRY(mx_nd_fill(t->push_list[d], 0.0));
     }
     t->accumulated = 0;
     return MX_OK;
@@ -794,7 +835,6 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
 {
     *stopped_at = -1;
     for (int m = 0; m < t->n_metrics; m++) mx_metric_reset(t->metrics[m]);
-    mx_ndarray *out = mx_executor_output(t->ex, 0);
     double t_epoch = mx_time_seconds(), t_window = t_epoch;
     int64_t window_samples = 0, disp = t->s->fit.disp_batches;
     int pending_pad = -1; /* pad of the batch whose output is in out_copy, -1 if none */
@@ -815,20 +855,19 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
         bool has;
         MX_TRY(mx_data_iter_next(t->train_it, &batch, &has));
         if (!has) break;
-        if (trace_epoch && b == t->check_from) MX_TRY(mx_executor_set_check_numerics(t->ex, true));
-        MX_TRY(mx_nd_copy(t->args[t->data_arg], batch.data));
-        MX_TRY(mx_nd_copy(t->args[t->label_arg], batch.label));
-        mx_status s = mx_executor_forward(t->ex, true);
-        if (s == MX_OK) s = mx_executor_backward(t->ex, NULL);
+        if (trace_epoch && b == t->check_from) MX_TRY(train_group_set_check_numerics(&t->group, true));
+        MX_TRY(train_group_load(&t->group, t->data_arg, t->label_arg, batch.data, batch.label));
+        mx_status s = train_group_forward(&t->group, true);
+        if (s == MX_OK) s = train_group_backward(&t->group);
         if (s != MX_OK)
-            return s == MX_ERR_RUNTIME && mx_executor_check_numerics(t->ex)
+            return s == MX_ERR_RUNTIME && train_group_check_numerics(&t->group)
                        ? mx_error_prefix(s, "training diverged at epoch %d, batch %lld", epoch, (long long)b)
                        : s;
         if (++t->accumulated == t->grad_accum) MX_TRY(apply_update(t, t->accumulated));
         /* Metrics of the previous batch, while this one runs. */
         if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b - 1, pending_pad, true));
-        MX_TRY(mx_nd_copy(t->out_copy, out));
-        MX_TRY(mx_nd_copy(t->label_copy, t->args[t->label_arg]));
+        MX_TRY(train_group_gather(&t->group, t->out_copy));
+        MX_TRY(mx_nd_copy(t->label_copy, batch.label));
         pending_pad = batch.pad;
         window_samples += t->batch_size - batch.pad;
         if (t->opt->progress) t->opt->progress(t->opt->log_user, epoch, b + 1, t->batches_per_epoch);
@@ -1015,7 +1054,7 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
         }
     }
     if (s == MX_OK) s = mx_engine_wait_all(mx_runtime_engine(t->rt));
-    if (diverged && t->diverged_epoch >= 0 && !mx_executor_check_numerics(t->ex)) {
+    if (diverged && t->diverged_epoch >= 0 && !train_group_check_numerics(&t->group)) {
         /* Re-run from this run's newest checkpoint before the divergence,
          * else from where it started. */
         diverged->from_epoch = saved >= 0 && saved <= t->diverged_epoch && saved > first ? saved : -1;
