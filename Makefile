@@ -30,13 +30,18 @@ PKGS      := openblas libturbojpeg libpng zlib inih
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+# OpenMPI (lib/comm). Its headers are included as system headers so that a
+# warning in them cannot fail -Werror, and libmpi is linked --as-needed:
+# only programs that use lib/comm load it.
+MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell pkg-config --cflags ompi-c 2>/dev/null))
+MPI_LIBS   := -Wl,--push-state,--as-needed $(shell pkg-config --libs ompi-c 2>/dev/null) -Wl,--pop-state
 
 # GCC 12 at -O2 uses the "very cheap" vectoriser cost model, which skips
 # loops of unknown trip count (most kernels): 2-3x on element-wise ops.
 OPT       ?= -O2 -fvect-cost-model=dynamic
 CFLAGS    := -std=c11 -Itests -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread \
-             -MMD -MP -Ilib $(PKG_CFLAGS)
-LDLIBS    := $(PKG_LIBS) -lm -pthread
+             -MMD -MP -Ilib $(PKG_CFLAGS) $(MPI_CFLAGS)
+LDLIBS    := $(PKG_LIBS) $(MPI_LIBS) -lm -pthread
 NVCCFLAGS := -std=c++17 -O2 -Ilib -Xcompiler -Wall,-Wextra,-Werror --Werror all-warnings \
              -MMD -MP -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
 
