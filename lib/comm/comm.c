@@ -133,7 +133,6 @@ enum { PHASE_STARTING, PHASE_RUNNING, PHASE_FINISHED };
 
 struct mx_comm {
     mx_comm_config cfg;
-    size_t chunk_bytes; /* cfg.max_message_bytes */
 
     /* Topology: written by the thread before create returns, then read-only. */
     int rank, size, local_rank, local_size, host, n_hosts;
@@ -247,10 +246,10 @@ static char *piece_ptr(comm_req *q)
 }
 
 /* The next piece of an allreduce or broadcast: what is left, at most
- * chunk_bytes (and INT_MAX elements). */
+ * max_message_bytes (and INT_MAX elements). */
 static int next_piece(const mx_comm *c, comm_req *q)
 {
-    size_t max = c->chunk_bytes / mx_comm_dtype_size(q->r.dtype);
+    size_t max = c->cfg.max_message_bytes / mx_comm_dtype_size(q->r.dtype);
     if (max < 1) max = 1;
     if (max > INT_MAX) max = INT_MAX;
     size_t left = q->r.count - q->offset;
@@ -685,7 +684,6 @@ mx_status mx_comm_create(const mx_comm_config *config, mx_comm **out)
     mx_comm *c = mx_calloc(1, sizeof(*c));
     if (!c) return MX_ERR_NOMEM;
     c->cfg = cfg;
-    c->chunk_bytes = cfg.max_message_bytes;
     for (int g = 0; g < MX_COMM_GROUP_COUNT; g++) c->comms[g] = MPI_COMM_NULL;
     c->side = MPI_COMM_NULL;
     c->phase = PHASE_STARTING;
@@ -823,11 +821,11 @@ static mx_status check_request(const mx_comm *c, const mx_comm_request *r)
         size_t total;
         if (r->count > 0 && !r->send)
             return MX_ERROR(MX_ERR_INVALID, "comm: allgather of %zu elements from NULL", r->count);
-        if (!mx_size_mul(bytes, (size_t)c->n_members[r->group], &total) || total > c->chunk_bytes ||
+        if (!mx_size_mul(bytes, (size_t)c->n_members[r->group], &total) || total > c->cfg.max_message_bytes ||
             r->count * (size_t)c->n_members[r->group] > INT_MAX)
             return MX_ERROR(MX_ERR_INVALID, "comm: allgather of %zu bytes from each of %d ranks is larger than one "
                             "message (max_message_bytes %zu); it is for small records", bytes,
-                            c->n_members[r->group], c->chunk_bytes);
+                            c->n_members[r->group], c->cfg.max_message_bytes);
     }
     if (r->op == MX_COMM_BROADCAST && (r->root < 0 || r->root >= c->n_members[r->group]))
         return MX_ERROR(MX_ERR_INVALID, "comm: broadcast root %d is not a rank of the %s group (size %d)", r->root,
