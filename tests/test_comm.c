@@ -398,15 +398,17 @@ static int child_mismatch(int argc, char **argv)
     return child_end();
 }
 
-/* Rank argv[0] sleeps argv[1] seconds before joining an allreduce; the
- * others have a 2 s stall timeout, report, and end the job with code 3. */
+/* Rank argv[0] sleeps argv[1] seconds before joining an allreduce (or
+ * stops itself with SIGSTOP when argv[1] is "stop"); the others have a 2 s
+ * stall timeout, report, and end the job with code 3. */
 static int child_stall(int argc, char **argv)
 {
     CHILD_CHECK(argc >= 2, "stall needs RANK SECONDS");
     child_start(2.0, 0);
     int r = mx_comm_rank(child_comm), sleeper = atoi(argv[0]);
     float buf[1024] = {0};
-    if (r == sleeper) sleep((unsigned)atoi(argv[1]));
+    if (r == sleeper && strcmp(argv[1], "stop") == 0) raise(SIGSTOP);
+    else if (r == sleeper) sleep((unsigned)atoi(argv[1]));
     double t0 = mx_time_seconds();
     mx_status st = mx_comm_allreduce(child_comm, MX_COMM_WORLD, MX_COMM_FLOAT32, buf, 1024, "key 3 (fc1_weight)");
     printf("STALL rank %d after %.1f s: %s\n", r, mx_time_seconds() - t0, st == MX_OK ? "ok" : mx_last_error());
@@ -622,6 +624,21 @@ START_TEST(stall_fails_with_the_collective_named)
 }
 END_TEST
 
+START_TEST(stopped_rank_is_named_as_not_answering)
+{
+    ranks_run run = run_ranks(2, 40, "stall 1 stop");
+    ck_assert_msg(run.status != 0 && run.status != 124, "mpirun exited %d:\n%s", run.status, tail(run.out));
+    ck_assert_msg(run.seconds < 15, "took %.1f s", run.seconds);
+    char want[512];
+    snprintf(want, sizeof(want),
+             " s (stall_timeout_s 2); it is collective 1 on world here; rank 1 on %s (host 0) did not answer within "
+             "1.0 s (stopped, gone or stuck in MPI)\n",
+             hostname);
+    ck_assert_msg(strstr(run.out, want), "rank 0 should name rank 1 as silent with '%s':\n%s", want, tail(run.out));
+    free(run.out);
+}
+END_TEST
+
 static void expect_job_ends(const char *mode_args)
 {
     ranks_run run = run_ranks(3, 40, mode_args);
@@ -764,6 +781,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, collectives_4_ranks);
     tcase_add_test(tc, mismatched_check_names_the_ranks);
     tcase_add_test(tc, stall_fails_with_the_collective_named);
+    tcase_add_test(tc, stopped_rank_is_named_as_not_answering);
     tcase_add_test(tc, killed_rank_ends_the_job);
     tcase_add_test(tc, rank_exiting_without_finalize_ends_the_job);
     tcase_add_test(tc, two_hosts_in_network_namespaces);
