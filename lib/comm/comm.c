@@ -368,14 +368,16 @@ static void diagnose(mx_comm *c, const comm_req *q, char *out, size_t size)
         serve_queries(c); /* the others may be asking us at the same time */
         sleep_seconds(0.0005);
     }
+    /* Withdraw what is left; a failure here only ends the side channel
+     * (the comm has failed anyway, this is its one diagnosis). */
     for (int i = 0; i < n; i++) {
-        if (rreq[i] != MPI_REQUEST_NULL && !answered[i]) {
-            MPI_Cancel(&rreq[i]);
-            MPI_Wait(&rreq[i], MPI_STATUS_IGNORE);
-        }
+        if (rreq[i] != MPI_REQUEST_NULL && !answered[i] &&
+            (MPI_Cancel(&rreq[i]) != MPI_SUCCESS || MPI_Wait(&rreq[i], MPI_STATUS_IGNORE) != MPI_SUCCESS))
+            c->side_broken = true;
         int flag = 0;
-        if (sreq[i] != MPI_REQUEST_NULL && (MPI_Test(&sreq[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag))
-            MPI_Request_free(&sreq[i]); /* its payload lives in the comm */
+        if (sreq[i] != MPI_REQUEST_NULL && (MPI_Test(&sreq[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) &&
+            MPI_Request_free(&sreq[i]) != MPI_SUCCESS) /* its payload lives in the comm */
+            c->side_broken = true;
     }
 
     char who[160];
