@@ -3,7 +3,7 @@
 #   make test       install missing packages, build, run every unit test,
 #                   then the MXNet interop checks
 #   make sanitize   the same tests built with AddressSanitizer + UBSan
-#   make tsan       the engine, NDArray and executor tests under ThreadSanitizer
+#   make tsan       the engine, NDArray, executor and comm tests under ThreadSanitizer
 #   make train      install, build, train the default net (Fashion-MNIST)
 #   make clean
 # CUDA sources (lib/*/*.cu) are compiled whenever nvcc is found; CUDA=0
@@ -30,13 +30,18 @@ PKGS      := openblas libturbojpeg libpng zlib inih
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+# OpenMPI (lib/comm). Its headers are included as system headers so that a
+# warning in them cannot fail -Werror, and libmpi is linked --as-needed:
+# only programs that use lib/comm load it.
+MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell pkg-config --cflags ompi-c 2>/dev/null))
+MPI_LIBS   := -Wl,--push-state,--as-needed $(shell pkg-config --libs ompi-c 2>/dev/null) -Wl,--pop-state
 
 # GCC 12 at -O2 uses the "very cheap" vectoriser cost model, which skips
 # loops of unknown trip count (most kernels): 2-3x on element-wise ops.
 OPT       ?= -O2 -fvect-cost-model=dynamic
 CFLAGS    := -std=c11 -Itests -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread \
-             -MMD -MP -Ilib $(PKG_CFLAGS)
-LDLIBS    := $(PKG_LIBS) -lm -pthread
+             -MMD -MP -Ilib $(PKG_CFLAGS) $(MPI_CFLAGS)
+LDLIBS    := $(PKG_LIBS) $(MPI_LIBS) -lm -pthread
 NVCCFLAGS := -std=c++17 -O2 -Ilib -Xcompiler -Wall,-Wextra,-Werror --Werror all-warnings \
              -MMD -MP -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
 
@@ -137,16 +142,20 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory check-tests
 	$(Q)$(MAKE) --no-print-directory interop
 
+# Open MPI leaks from its own internals at MPI_Init (tests/lsan-openmpi.supp
+# suppresses those, by library, and nothing else).
 sanitize: deps
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan-openmpi.supp \
 	  $(MAKE) --no-print-directory BUILD=build-san SAN=1 CUDA=0 OPT=-O1 check-tests
 
 # Races in the engine show up here; OpenBLAS's own threads are not
-# instrumented, so BLAS runs single-threaded under TSan.
+# instrumented, so BLAS runs single-threaded under TSan. Open MPI's own
+# lock-order report is suppressed (tests/tsan-openmpi.supp).
 tsan: deps
-	$(Q)OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
+	$(Q)OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan-openmpi.supp" \
 	  $(MAKE) --no-print-directory BUILD=build-tsan SAN=thread CUDA=0 OPT=-O1 \
-	  RUN_TESTS="build-tsan/tests/test_engine build-tsan/tests/test_ndarray build-tsan/tests/test_executor build-tsan/tests/test_optimizer build-tsan/tests/test_kvstore build-tsan/tests/test_io_imagerecord" check-tests
+	  RUN_TESTS="build-tsan/tests/test_engine build-tsan/tests/test_ndarray build-tsan/tests/test_executor build-tsan/tests/test_optimizer build-tsan/tests/test_kvstore build-tsan/tests/test_io_imagerecord build-tsan/tests/test_comm" check-tests
 
 train: deps all
 	@if [ ! -x $(BUILD)/bin/mxtrain ]; then \
