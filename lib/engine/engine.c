@@ -12,6 +12,10 @@
  * Pushes append to all their queues under one engine lock, so concurrent
  * pushes are atomic with respect to each other and cannot deadlock by
  * interleaving their appends.
+ *
+ * An asynchronous op is released by whichever comes last of its body's
+ * return and its completion call (two holds on the op), so a completion
+ * from inside the body cannot free the payload under it.
  */
 #include "engine/engine.h"
 
@@ -24,9 +28,25 @@
 
 typedef struct op_block op_block;
 
+struct mx_engine_async {
+    op_block *op;
+};
+
+/* What a NaiveEngine push of an asynchronous op blocks on. */
+typedef struct naive_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} naive_wait;
+
 /* Private op flag: the op is mx_engine_delete_var's; its completion frees
  * the variable. */
 #define OP_DELETE_VAR (1u << 31)
+/* Private op flag: engine bookkeeping (waits, deletes) that runs on the
+ * thread that makes it ready instead of a worker, so a wait on cpu(1)'s
+ * variable is never stuck behind cpu(0)'s busy workers. Its fn must be
+ * quick, must not fail and must not touch the thread's error. */
+#define OP_INLINE (1u << 30)
 
 typedef struct var_request {
     op_block *op;
@@ -47,6 +67,7 @@ struct mx_engine_var {
 
 struct op_block {
     mx_engine_op desc;
+    mx_engine *engine;
     mx_engine_var **vars;  /* reads first, then writes; deduplicated */
     int n_reads, n_writes;
     uint8_t *write_reads;  /* per write: also declared as a read */
@@ -56,6 +77,13 @@ struct op_block {
     op_block *ready_next;  /* intrusive list of ops made ready together */
     var_request requests_inline[4];
     var_request *requests;
+    /* asynchronous ops only */
+    mx_engine_async async;   /* the handle given to the body */
+    atomic_int async_holds;  /* body return + completion still to come */
+    atomic_bool async_completed;
+    mx_status async_status;  /* written by the completion (or the failed body) */
+    char *async_message;
+    naive_wait *naive;       /* NaiveEngine: the blocked pusher */
 };
 
 typedef struct worker_pool worker_pool;
@@ -91,7 +119,8 @@ struct mx_engine {
     char *first_error_message;
     worker_pool *pools;
     mx_engine_var *vars;        /* live vars, freed at engine free */
-    mx_threadpool *kernel_pool; /* handed to every op through mx_exec_ctx */
+    int n_cpu;                  /* CPU contexts with their own pools (>= 1) */
+    mx_threadpool **kernel_pools; /* per CPU context, handed to ops through mx_exec_ctx */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -123,14 +152,29 @@ mx_status mx_engine_create(const mx_engine_config *config, mx_engine **out)
     if (c.cpu_workers < 1 || c.cpu_io_workers < 1 || c.gpu_workers < 1 || c.gpu_copy_workers < 1)
         return MX_ERROR(MX_ERR_INVALID, "engine: worker counts must be >= 1 (cpu %d, io %d, gpu %d, gpu copy %d)",
                         c.cpu_workers, c.cpu_io_workers, c.gpu_workers, c.gpu_copy_workers);
+    if (c.cpu_contexts < 0 || c.cpu_contexts > 256)
+        return MX_ERROR(MX_ERR_INVALID, "engine: cpu_contexts must be in [0, 256], got %d", c.cpu_contexts);
     mx_engine *e = mx_calloc(1, sizeof(*e));
     if (!e) return MX_ERR_NOMEM;
     e->config = c;
-    mx_status ps = mx_threadpool_create(c.kernel_threads > 0 ? c.kernel_threads : mx_threadpool_default_size(),
-                                        &e->kernel_pool);
-    if (ps != MX_OK) {
+    e->n_cpu = c.cpu_contexts > 1 ? c.cpu_contexts : 1;
+    e->kernel_pools = mx_calloc((size_t)e->n_cpu, sizeof(*e->kernel_pools));
+    if (!e->kernel_pools) {
         free(e);
-        return ps;
+        return MX_ERR_NOMEM;
+    }
+    /* The cores are split, not multiplied: N pools of the full size would
+     * oversubscribe them N times (see lib/parallel). */
+    int kernel_total = c.kernel_threads > 0 ? c.kernel_threads : mx_threadpool_default_size();
+    int kernel_each = kernel_total / e->n_cpu > 1 ? kernel_total / e->n_cpu : 1;
+    for (int i = 0; i < e->n_cpu; i++) {
+        mx_status ps = mx_threadpool_create(kernel_each, &e->kernel_pools[i]);
+        if (ps != MX_OK) {
+            for (int k = 0; k < i; k++) mx_threadpool_free(e->kernel_pools[k]);
+            free(e->kernel_pools);
+            free(e);
+            return ps;
+        }
     }
     pthread_mutex_init(&e->push_mu, NULL);
     pthread_mutex_init(&e->state_mu, NULL);
@@ -140,6 +184,22 @@ mx_status mx_engine_create(const mx_engine_config *config, mx_engine **out)
 }
 
 bool mx_engine_is_naive(const mx_engine *engine) { return engine->config.naive; }
+
+int mx_engine_cpu_contexts(const mx_engine *engine) { return engine->n_cpu; }
+
+/* Whether ctx is a context this engine runs ops for (device types are
+ * checked separately). */
+static bool context_known(const mx_engine *e, mx_context ctx)
+{
+    return ctx.dev_type != MX_DEV_CPU || e->n_cpu == 1 || (ctx.dev_id >= 0 && ctx.dev_id < e->n_cpu);
+}
+
+/* Index of the CPU context whose pools serve ctx: its own with several CPU
+ * contexts, else 0 (also for CPU_PINNED and GPUs). ctx must be known. */
+static int cpu_slot(const mx_engine *e, mx_context ctx)
+{
+    return ctx.dev_type == MX_DEV_CPU && e->n_cpu > 1 ? ctx.dev_id : 0;
+}
 
 /* ------------------------------------------------------------------ vars */
 
@@ -234,6 +294,7 @@ static op_block *heap_pop(worker_pool *p)
 
 static void run_op(mx_engine *engine, op_block *op, const mx_exec_ctx *exec,
                    mx_status forced, const char *forced_message);
+static void op_complete(mx_engine *e, op_block *op, mx_status status, char *message, bool ran);
 
 static void *worker_main(void *arg_)
 {
@@ -241,7 +302,7 @@ static void *worker_main(void *arg_)
     worker_pool *p = arg->pool;
     mx_engine *e = arg->engine;
     mx_exec_ctx exec = {.ctx = p->ctx, .lane = p->lane, .worker = arg->index, .stream = NULL,
-                        .pool = e->kernel_pool};
+                        .pool = e->kernel_pools[0]};
     mx_status init_status = MX_OK;
     char init_message[512] = "";
     if (e->config.worker_init) {
@@ -254,6 +315,10 @@ static void *worker_main(void *arg_)
         if (p->heap_size == 0) break; /* stopping and drained */
         op_block *op = heap_pop(p);
         pthread_mutex_unlock(&p->mu);
+        /* Per op: a shared pool (the I/O lane, or every CPU context's with
+         * one) serves several contexts. */
+        exec.ctx = op->desc.ctx;
+        exec.pool = e->kernel_pools[cpu_slot(e, op->desc.ctx)];
         run_op(e, op, &exec, init_status, init_message);
         pthread_mutex_lock(&p->mu);
     }
@@ -263,10 +328,12 @@ static void *worker_main(void *arg_)
     return NULL;
 }
 
-static int pool_size_for(const mx_engine_config *c, mx_context ctx, mx_engine_lane lane)
+static int pool_size_for(const mx_engine *e, mx_context ctx, mx_engine_lane lane)
 {
+    const mx_engine_config *c = &e->config;
     if (ctx.dev_type == MX_DEV_GPU) return lane == MX_LANE_COMPUTE ? c->gpu_workers : c->gpu_copy_workers;
-    return lane == MX_LANE_IO ? c->cpu_io_workers : c->cpu_workers;
+    if (lane == MX_LANE_IO) return c->cpu_io_workers;
+    return c->cpu_workers / e->n_cpu > 1 ? c->cpu_workers / e->n_cpu : 1; /* a share of the total */
 }
 
 /* CPU copies run on the compute pool: on the host they are kernels too. */
@@ -279,14 +346,17 @@ static mx_engine_lane effective_lane(mx_context ctx, mx_engine_lane lane)
 /* The pool for (ctx, lane), started on first use. state_mu must be held. */
 static worker_pool *pool_get_locked(mx_engine *e, mx_context ctx, mx_engine_lane lane)
 {
-    if (ctx.dev_type != MX_DEV_GPU) ctx = mx_cpu(); /* one host pool set */
+    /* One host pool set per CPU context; the I/O lane is shared (it mostly
+     * waits on files and the network, not on cores). */
+    if (ctx.dev_type != MX_DEV_GPU)
+        ctx = (mx_context){MX_DEV_CPU, lane == MX_LANE_IO ? 0 : cpu_slot(e, ctx)};
     for (worker_pool *p = e->pools; p; p = p->next)
         if (mx_context_equal(p->ctx, ctx) && p->lane == lane) return p;
     worker_pool *p = mx_calloc(1, sizeof(*p));
     if (!p) return NULL;
     p->ctx = ctx;
     p->lane = lane;
-    p->n_threads = pool_size_for(&e->config, ctx, lane);
+    p->n_threads = pool_size_for(e, ctx, lane);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = mx_calloc((size_t)p->n_threads, sizeof(*p->threads));
@@ -343,6 +413,13 @@ static void op_free(op_block *op)
 static void dispatch(mx_engine *e, op_block *op)
 {
     mx_engine_lane lane = effective_lane(op->desc.ctx, op->desc.lane);
+    if (op->desc.flags & OP_INLINE) {
+        mx_exec_ctx exec = {.ctx = op->desc.ctx, .lane = lane, .worker = -1, .stream = NULL,
+                            .pool = e->kernel_pools[0]};
+        op->desc.fn(op->desc.payload, &exec);
+        op_complete(e, op, MX_OK, NULL, true);
+        return;
+    }
     pthread_mutex_lock(&e->state_mu);
     worker_pool *p = pool_get_locked(e, op->desc.ctx, lane);
     pthread_mutex_unlock(&e->state_mu);
@@ -355,7 +432,7 @@ static void dispatch(mx_engine *e, op_block *op)
         /* Out of memory growing the ready heap: run it here rather than
          * lose it; dependencies are already satisfied. */
         mx_exec_ctx exec = {.ctx = op->desc.ctx, .lane = lane, .worker = -1, .stream = NULL,
-                            .pool = e->kernel_pool};
+                            .pool = e->kernel_pools[cpu_slot(e, op->desc.ctx)]};
         run_op(e, op, &exec, MX_OK, NULL);
     }
 }
@@ -434,15 +511,104 @@ static void record_first_error(mx_engine *e, mx_status s, const char *message)
     pthread_mutex_unlock(&e->state_mu);
 }
 
-/* Runs an op whose requests are all granted, records errors, releases.
- * A `forced` failure (its worker could not initialise its device) fails
- * the op without running it. */
+/* The message of a failed body, from this thread's last error: "name:
+ * text". Heap; NULL when out of memory (the status still travels). */
+static char *failure_message(const op_block *op, mx_status status)
+{
+    const char *text = mx_last_error();
+    char buf[1200];
+    if (op->desc.name && *op->desc.name)
+        snprintf(buf, sizeof(buf), "%s: %s", op->desc.name, *text ? text : mx_status_name(status));
+    else
+        snprintf(buf, sizeof(buf), "%s", *text ? text : mx_status_name(status));
+    return strdup(buf);
+}
+
+/* Ends an op: records its outcome on the variables it writes, frees the
+ * payload and releases the variables. `ran`: the body was called (a skip
+ * passes an input's error on without reporting it again). Takes message. */
+static void op_complete(mx_engine *e, op_block *op, mx_status status, char *message, bool ran)
+{
+    for (int i = op->n_reads; i < op->n_reads + op->n_writes; i++) {
+        /* A successful run leaves valid data behind; a failure or a skip
+         * taints every output. */
+        if (status != MX_OK || ran) var_set_error(op->vars[i], status, message);
+    }
+    if (status != MX_OK && ran) record_first_error(e, status, message);
+
+    free(message);
+    if (op->desc.payload_free) op->desc.payload_free(op->desc.payload);
+    naive_wait *naive = op->naive;
+    finish_op(e, op);
+    if (naive) {
+        pthread_mutex_lock(&naive->mu);
+        naive->done = true;
+        pthread_cond_signal(&naive->cv);
+        pthread_mutex_unlock(&naive->mu);
+    }
+}
+
+/* Drops `n` holds of an asynchronous op; the last one ends it. The atomic
+ * orders the other party's async_status write before the read here. */
+static void async_release(op_block *op, int n)
+{
+    if (atomic_fetch_sub(&op->async_holds, n) == n)
+        op_complete(op->engine, op, op->async_status, op->async_message, true);
+}
+
+void mx_engine_async_complete(mx_engine_async *done, mx_status status)
+{
+    if (!done) return;
+    op_block *op = done->op;
+    op->async_status = status;
+    op->async_message = status != MX_OK ? failure_message(op, status) : NULL;
+    atomic_store(&op->async_completed, true);
+    async_release(op, 1);
+}
+
+/* Starts an asynchronous body; the op ends at the later of its return and
+ * its completion. */
+static void run_async(op_block *op, const mx_exec_ctx *exec)
+{
+    atomic_store(&op->async_holds, 2);
+    atomic_store(&op->async_completed, false);
+    op->async_status = MX_OK;
+    op->async_message = NULL;
+    op->async.op = op;
+    mx_error_clear();
+    mx_status s = op->desc.async_fn(op->desc.payload, exec, &op->async);
+    if (s == MX_OK) {
+        async_release(op, 1);
+        return;
+    }
+    char *message = failure_message(op, s);
+    if (!atomic_load(&op->async_completed)) {
+        /* Nothing was started: the failure is the completion too. */
+        op->async_status = s;
+        op->async_message = message;
+        async_release(op, 2);
+        return;
+    }
+    /* Misuse (completed, then failed): the op is still ours (our hold), so
+     * keep a failure rather than lose it. */
+    if (op->async_status == MX_OK) {
+        op->async_status = s;
+        free(op->async_message);
+        op->async_message = message;
+    } else {
+        free(message);
+    }
+    async_release(op, 1);
+}
+
+/* Runs an op whose requests are all granted, records errors, releases
+ * (an asynchronous op: starts it). A `forced` failure (its worker could
+ * not initialise its device) fails the op without running it. */
 static void run_op(mx_engine *e, op_block *op, const mx_exec_ctx *exec,
                    mx_status forced, const char *forced_message)
 {
     mx_status status = forced;
     char *message = forced != MX_OK ? strdup(forced_message ? forced_message : "") : NULL;
-    bool ran = false;
     if (forced != MX_OK) record_first_error(e, forced, message);
     if (status == MX_OK && !(op->desc.flags & MX_OP_IGNORE_ERRORS)) {
         /* Only what the op reads can poison it; a pure write replaces. */
@@ -457,30 +623,17 @@ static void run_op(mx_engine *e, op_block *op, const mx_exec_ctx *exec,
             pthread_mutex_unlock(&v->mu);
         }
     }
-    if (status == MX_OK) {
-        mx_error_clear();
-        status = op->desc.fn(op->desc.payload, exec);
-        ran = true;
-        if (status != MX_OK) {
-            const char *text = mx_last_error();
-            char buf[1200];
-            if (op->desc.name && *op->desc.name)
-                snprintf(buf, sizeof(buf), "%s: %s", op->desc.name, *text ? text : mx_status_name(status));
-            else
-                snprintf(buf, sizeof(buf), "%s", *text ? text : mx_status_name(status));
-            message = strdup(buf);
-        }
+    if (status != MX_OK) {
+        op_complete(e, op, status, message, false);
+        return;
     }
-    for (int i = op->n_reads; i < op->n_reads + op->n_writes; i++) {
-        /* A successful run leaves valid data behind; a failure or a skip
-         * taints every output. */
-        if (status != MX_OK || ran) var_set_error(op->vars[i], status, message);
+    if (op->desc.async_fn) {
+        run_async(op, exec);
+        return;
     }
-    if (status != MX_OK && ran) record_first_error(e, status, message);
-
-    free(message);
-    if (op->desc.payload_free) op->desc.payload_free(op->desc.payload);
-    finish_op(e, op);
+    mx_error_clear();
+    status = op->desc.fn(op->desc.payload, exec);
+    op_complete(e, op, status, status != MX_OK ? failure_message(op, status) : NULL, true);
 }
 
 static bool contains(mx_engine_var *const *list, int n, const mx_engine_var *v)
@@ -490,11 +643,19 @@ static bool contains(mx_engine_var *const *list, int n, const mx_engine_var *v)
     return false;
 }
 
-mx_status mx_engine_push(mx_engine *e, const mx_engine_op *desc)
+/* mx_engine_push and mx_engine_push_async: `async` says which body the op
+ * must carry. */
+static mx_status push(mx_engine *e, const mx_engine_op *desc, bool async)
 {
     mx_status status = MX_OK;
     op_block *op = NULL;
-    if (!desc || !desc->fn || desc->n_reads < 0 || desc->n_writes < 0 ||
+    if (desc && (async ? !desc->async_fn || desc->fn : !desc->fn || desc->async_fn)) {
+        status = MX_ERROR(MX_ERR_INVALID, "engine: %s%s%s needs %s and no %s", async ? "push_async" : "push",
+                          desc->name ? " of " : "", desc->name ? desc->name : "", async ? "async_fn" : "fn",
+                          async ? "fn" : "async_fn");
+        goto fail;
+    }
+    if (!desc || desc->n_reads < 0 || desc->n_writes < 0 ||
         (desc->n_reads > 0 && !desc->reads) || (desc->n_writes > 0 && !desc->writes) ||
         (unsigned)desc->lane >= MX_LANE_COUNT) {
         status = MX_ERROR(MX_ERR_INVALID, "engine: push of a malformed operation%s%s",
@@ -506,6 +667,13 @@ mx_status mx_engine_push(mx_engine *e, const mx_engine_op *desc)
         status = MX_ERROR(MX_ERR_INVALID, "engine: push for unknown device type %d", (int)desc->ctx.dev_type);
         goto fail;
     }
+    if (!context_known(e, desc->ctx)) {
+        char name[32];
+        status = MX_ERROR(MX_ERR_INVALID, "engine: %s%s%spush for %s, but the engine has %d CPU contexts (cpu(0)..cpu(%d))",
+                          desc->name ? "op " : "", desc->name ? desc->name : "", desc->name ? ": " : "",
+                          mx_context_str(desc->ctx, name, sizeof(name)), e->n_cpu, e->n_cpu - 1);
+        goto fail;
+    }
     op = mx_calloc(1, sizeof(*op));
     int total = desc->n_reads + desc->n_writes;
     if (!op || !(op->vars = mx_malloc((size_t)(total ? total : 1) * sizeof(*op->vars))) ||
@@ -514,6 +682,7 @@ mx_status mx_engine_push(mx_engine *e, const mx_engine_op *desc)
         goto fail;
     }
     op->desc = *desc;
+    op->engine = e;
     op->deletes_var = (desc->flags & OP_DELETE_VAR) != 0;
     /* Deduplicate: reads that are also written become writes. */
     for (int i = 0; i < desc->n_reads; i++) {
@@ -544,24 +713,38 @@ mx_status mx_engine_push(mx_engine *e, const mx_engine_op *desc)
             pthread_mutex_unlock(&op->vars[i]->mu);
         }
         mx_exec_ctx exec = {.ctx = desc->ctx, .lane = desc->lane, .worker = 0, .stream = NULL,
-                            .pool = e->kernel_pool};
+                            .pool = e->kernel_pools[cpu_slot(e, desc->ctx)]};
+        /* An asynchronous op blocks the pusher until it completes, so that
+         * the synchronous engine stays synchronous. */
+        naive_wait naive = {.done = false};
+        if (async) {
+            pthread_mutex_init(&naive.mu, NULL);
+            pthread_cond_init(&naive.cv, NULL);
+            op->naive = &naive;
+        }
         /* The op runs on the caller's thread: keep the caller's error. */
         mx_error_state saved;
         mx_error_save(&saved);
-        if (e->config.worker_init && desc->ctx.dev_type == MX_DEV_GPU) {
-            mx_status s = e->config.worker_init(desc->ctx, desc->lane, &exec.stream, e->config.worker_user);
-            if (s != MX_OK) {
-                /* Reported through the op's outputs, as a worker would. */
-                char msg[1024];
-                snprintf(msg, sizeof(msg), "%s", mx_last_error());
-                run_op(e, op, &exec, s, msg);
-                mx_error_restore(&saved);
-                return MX_OK;
-            }
+        mx_status init = MX_OK;
+        if (e->config.worker_init && desc->ctx.dev_type == MX_DEV_GPU)
+            init = e->config.worker_init(desc->ctx, desc->lane, &exec.stream, e->config.worker_user);
+        if (init != MX_OK) {
+            /* Reported through the op's outputs, as a worker would. */
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", mx_last_error());
+            run_op(e, op, &exec, init, msg);
+        } else {
+            run_op(e, op, &exec, MX_OK, NULL);
         }
-        run_op(e, op, &exec, MX_OK, NULL);
+        if (async) {
+            pthread_mutex_lock(&naive.mu);
+            while (!naive.done) pthread_cond_wait(&naive.cv, &naive.mu);
+            pthread_mutex_unlock(&naive.mu);
+            pthread_mutex_destroy(&naive.mu);
+            pthread_cond_destroy(&naive.cv);
+        }
         mx_error_restore(&saved);
-        if (e->config.worker_exit && desc->ctx.dev_type == MX_DEV_GPU)
+        if (init == MX_OK && e->config.worker_exit && desc->ctx.dev_type == MX_DEV_GPU)
             e->config.worker_exit(desc->ctx, desc->lane, exec.stream, e->config.worker_user);
         return MX_OK;
     }
@@ -612,6 +795,10 @@ fail:
     if (desc && desc->payload_free) desc->payload_free(desc->payload);
     return status;
 }
+
+mx_status mx_engine_push(mx_engine *e, const mx_engine_op *op) { return push(e, op, false); }
+
+mx_status mx_engine_push_async(mx_engine *e, const mx_engine_op *op) { return push(e, op, true); }
 
 /* ------------------------------------------------------------------ waits */
 
@@ -671,7 +858,7 @@ static mx_status wait_var(mx_engine *e, mx_engine_var *var, bool for_write)
     pthread_cond_init(&w.cv, NULL);
     mx_engine_var *vars[1] = {var};
     mx_engine_op op = {.fn = wait_fn, .payload = &w, .ctx = mx_cpu(), .lane = MX_LANE_COMPUTE,
-                       .priority = 1 << 20, .flags = MX_OP_IGNORE_ERRORS, .name = "wait"};
+                       .flags = MX_OP_IGNORE_ERRORS | OP_INLINE, .name = "wait"};
     if (for_write) {
         op.writes = vars;
         op.n_writes = 1;
@@ -737,7 +924,7 @@ mx_status mx_engine_delete_var(mx_engine *e, mx_engine_var *var)
     /* A write after everything pushed so far; its completion frees var. */
     mx_engine_var *writes[1] = {var};
     mx_engine_op op = {.fn = noop_fn, .writes = writes, .n_writes = 1, .ctx = mx_cpu(),
-                       .lane = MX_LANE_COMPUTE, .flags = MX_OP_IGNORE_ERRORS | OP_DELETE_VAR,
+                       .lane = MX_LANE_COMPUTE, .flags = MX_OP_IGNORE_ERRORS | OP_DELETE_VAR | OP_INLINE,
                        .name = "delete"};
     return mx_engine_push(e, &op);
 }
@@ -766,8 +953,15 @@ void mx_engine_free(mx_engine *e)
     pthread_mutex_destroy(&e->push_mu);
     pthread_mutex_destroy(&e->state_mu);
     pthread_cond_destroy(&e->idle_cv);
-    mx_threadpool_free(e->kernel_pool);
+    for (int i = 0; i < e->n_cpu; i++) mx_threadpool_free(e->kernel_pools[i]);
+    free(e->kernel_pools);
     free(e);
 }
 
-mx_threadpool *mx_engine_kernel_pool(mx_engine *e) { return e->kernel_pool; }
+mx_threadpool *mx_engine_kernel_pool(mx_engine *e) { return e->kernel_pools[0]; }
+
+mx_threadpool *mx_engine_context_kernel_pool(mx_engine *e, mx_context ctx)
+{
+    if (!context_known(e, ctx)) return NULL;
+    return e->kernel_pools[cpu_slot(e, ctx)];
+}

@@ -131,8 +131,17 @@ mx_engine *mx_runtime_engine(mx_runtime *rt) { return rt->engine; }
 
 mx_status nd_runtime_pool(mx_runtime *rt, mx_context ctx, mx_storage_pool **out)
 {
-    if (ctx.dev_type == MX_DEV_CPU_PINNED) ctx.dev_type = MX_DEV_CPU;
-    if (ctx.dev_type == MX_DEV_CPU) ctx.dev_id = 0; /* one host pool */
+    if (ctx.dev_type == MX_DEV_CPU_PINNED) ctx = mx_cpu(); /* host memory, run as cpu(0) */
+    if (ctx.dev_type == MX_DEV_CPU) {
+        /* A pool per CPU context the engine runs on its own (their stats
+         * are per replica), else one host pool. */
+        int n = mx_engine_cpu_contexts(rt->engine);
+        char name[32];
+        if (n > 1 && (ctx.dev_id < 0 || ctx.dev_id >= n))
+            return MX_ERROR(MX_ERR_INVALID, "%s requested, but the runtime has %d CPU contexts (cpu(0)..cpu(%d))",
+                            mx_context_str(ctx, name, sizeof(name)), n, n - 1);
+        if (n == 1) ctx.dev_id = 0;
+    }
     mx_status s = MX_OK;
     pthread_mutex_lock(&rt->mu);
     *out = NULL;

@@ -56,7 +56,8 @@ const char *mx_shape_str(const mx_shape *shape, char *buf, size_t size);
 
 /* ---------------------------------------------------------------- runtime */
 
-/* The engine plus one pooled allocator per device: what arrays live in. */
+/* The engine plus one pooled allocator per device (per CPU context when
+ * the engine config has cpu_contexts > 1): what arrays live in. */
 typedef struct mx_runtime mx_runtime;
 
 /* config NULL = mx_engine_config_default(). */
