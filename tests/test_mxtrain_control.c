@@ -450,7 +450,7 @@ START_TEST(unavailable_contexts_are_refused)
     ck_assert_msg(strstr(err, "command line: [fit] ctx: bad context list 'tpu': expected cpu or gpu"), "%s", err);
     free(err);
     ck_assert_int_eq(run("configs/mlp.conf fit.kvstore=dist_sync", &err), 2);
-    ck_assert_msg(strstr(err, "[fit] kvstore: kvstore 'dist_sync': distributed training (MPI) is not in this build yet"),
+    ck_assert_msg(strstr(err, "[fit] kvstore: kvstore 'dist_sync' spans the ranks of an MPI job: start it with mpirun"),
                   "%s", err);
     ck_assert_ptr_null(strstr(err, "Epoch["));
     free(err);

@@ -23,12 +23,14 @@ static const char usage[] =
     "  --metrics-log FILE   append one JSON object per log window and epoch to FILE\n"
     "  -h, --help           this text\n"
     "\n"
-    "SIGINT or SIGTERM finishes the batch in flight, saves PREFIX-interrupted.params\n"
-    "(weights MXNet loads, plus the training state) and exits 130 / 143; --resume\n"
-    "continues from it exactly. A second signal exits at once.\n"
+    "SIGINT, SIGTERM or SIGUSR1 finishes the batch in flight, saves\n"
+    "PREFIX-interrupted.params (weights MXNet loads, plus the training state) and\n"
+    "exits 128 + the signal (130, 143, 138); --resume continues from it exactly.\n"
+    "A second signal exits at once. Under mpirun send SIGUSR1 to mpirun (it kills\n"
+    "the job on SIGINT/SIGTERM): every rank stops at the same step.\n"
     "\n"
     "exit status: 0 trained, 1 failed while training, 2 bad usage or config,\n"
-    "130 / 143 stopped by SIGINT / SIGTERM\n";
+    "130 / 143 / 138 stopped by SIGINT / SIGTERM / SIGUSR1\n";
 
 /* The signal that asked for a stop (0: none). The library polls it. */
 static volatile sig_atomic_t stop_signal;
@@ -55,9 +57,13 @@ static void catch_stop_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaddset(&sa.sa_mask, SIGINT); /* one handler at a time on a thread */
     sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGUSR1);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* mpirun kills the job on SIGINT/SIGTERM but forwards SIGUSR1 to every
+     * rank: under mpirun, SIGUSR1 to mpirun is the graceful stop. */
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 /* On a terminal a progress bar sits on the last line; log lines clear it
@@ -99,6 +105,46 @@ static int fail(int code, const char *what)
 {
     fprintf(stderr, "mxtrain: %s\n", what);
     return code;
+}
+
+/* An error line, naming the rank and host under mpirun. */
+static int report(int code, const char *who, const char *what)
+{
+    if (who[0]) fprintf(stderr, "mxtrain: %s: %s\n", who, what);
+    else fprintf(stderr, "mxtrain: %s\n", what);
+    return code;
+}
+
+/* Every rank must train the same net the same way: the config file's bytes
+ * and the overrides are compared between the ranks at start. */
+static mx_status check_same_config(mx_comm *comm, const char *path, const char *const *overrides, int n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return MX_ERROR(MX_ERR_IO, "%s: cannot open", path);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + len, 1, cap - len, f)) > 0;) {
+        len += got;
+        if (len == cap) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown) free(buf);
+            buf = grown;
+        }
+    }
+    fclose(f);
+    for (int i = 0; buf && i < n; i++) {
+        size_t l = strlen(overrides[i]) + 1;
+        if (len + l > cap) {
+            char *grown = realloc(buf, cap = 2 * (len + l));
+            if (!grown) free(buf);
+            buf = grown;
+        }
+        if (buf) memcpy(buf + len, overrides[i], l), len += l;
+    }
+    if (!buf) return MX_ERROR(MX_ERR_NOMEM, "out of memory reading %s", path);
+    mx_status s = mx_comm_check_same(comm, buf, len, "the config (file and overrides)");
+    free(buf);
+    return s;
 }
 
 int main(int argc, char **argv)
@@ -167,13 +213,38 @@ int main(int argc, char **argv)
         mx_config_free(cfg);
         return fail(2, mx_last_error());
     }
+    /* Under mpirun: one communicator for the job, the same config on every
+     * rank, one log (rank 0), errors from every rank with its rank and host,
+     * and a failure on any rank ends the whole job. */
+    mx_comm *comm = NULL;
+    char who[512] = "";
+    if (mx_comm_launched(NULL)) {
+        mx_comm_config cc = mx_comm_config_default();
+        cc.stall_timeout_s = settings->fit.stall_timeout;
+        int code = 0;
+        if (mx_comm_create(&cc, &comm) != MX_OK) code = fail(1, mx_last_error());
+        if (!code) mx_comm_rank_str(comm, mx_comm_rank(comm), who, sizeof(who));
+        if (!code && check_same_config(comm, config_path, overrides, n_overrides) != MX_OK) {
+            fprintf(stderr, "mxtrain: %s: %s\n", who, mx_last_error());
+            code = 2;
+        }
+        if (code) {
+            free(overrides);
+            mx_train_settings_free(settings);
+            mx_config_free(cfg);
+            if (comm) mx_comm_abort(comm, code);
+            return code;
+        }
+    }
+    bool quiet = comm && mx_comm_rank(comm) != 0;
     progress_state ps = {.epoch = -1};
-    mx_train_options opt = {.log = print_line, .log_user = &ps, .resume = resume, .metrics_log = metrics_log,
-                            .time_batches = time_batches, .progress = isatty(STDERR_FILENO) ? draw_bar : NULL,
-                            .stop = &stop_signal};
+    mx_train_options opt = {.log = quiet ? NULL : print_line, .log_user = &ps, .resume = resume,
+                            .metrics_log = quiet ? NULL : metrics_log, .time_batches = time_batches,
+                            .progress = !quiet && isatty(STDERR_FILENO) ? draw_bar : NULL, .stop = &stop_signal,
+                            .comm = comm};
     int code = 0;
     if (dry_run) {
-        if (mx_train_dry_run(settings, &opt) != MX_OK) code = fail(2, mx_last_error());
+        if (mx_train_dry_run(settings, &opt) != MX_OK) code = report(2, who, mx_last_error());
     } else {
         catch_stop_signals();
         mx_train_result result;
@@ -182,14 +253,14 @@ int main(int argc, char **argv)
         ps.bar_shown = false;
         /* Problems with the config found while setting up are usage errors. */
         if (s != MX_OK) {
-            code = fail(s == MX_ERR_INVALID || s == MX_ERR_UNSUPPORTED ? 2 : 1, mx_last_error());
-        } else if (result.stopped) {
-            const char *name = stop_signal == SIGTERM ? "SIGTERM" : "SIGINT";
+            code = report(s == MX_ERR_INVALID || s == MX_ERR_UNSUPPORTED ? 2 : 1, who, mx_last_error());
+        } else if (result.stopped && !quiet) {
+            const char *name = stop_signal == SIGTERM ? "SIGTERM" : stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGINT";
             code = 128 + (int)stop_signal;
             if (result.checkpoint[0]) {
                 fprintf(stderr, "mxtrain: stopped by %s at epoch %d after batch %lld; saved %s\n", name, result.epoch,
                         (long long)result.batch, result.checkpoint);
-                fprintf(stderr, "mxtrain: resume with: mxtrain %s", config_path);
+                fprintf(stderr, "mxtrain: resume with: %smxtrain %s", comm ? "mpirun ... " : "", config_path);
                 for (int i = 0; i < n_overrides; i++) fprintf(stderr, " %s", overrides[i]);
                 fprintf(stderr, " --resume\n");
             } else {
@@ -197,11 +268,15 @@ int main(int argc, char **argv)
                         "mxtrain: stopped by %s at epoch %d after batch %lld; nothing saved (no fit.model_prefix)\n",
                         name, result.epoch, (long long)result.batch);
             }
+        } else if (result.stopped) {
+            code = 128 + (int)stop_signal;
         }
     }
     if (getenv("MX_DEBUG") && code && code < 128) fprintf(stderr, "mxtrain: (at %s)\n", mx_last_error_location());
     free(overrides);
     mx_train_settings_free(settings);
     mx_config_free(cfg);
+    if (comm && code && code < 128) mx_comm_abort(comm, code); /* the other ranks must not wait for this one */
+    if (comm && mx_comm_free(comm) != MX_OK && !code) code = report(1, who, mx_last_error());
     return code;
 }

@@ -172,6 +172,25 @@ mx_status mx_data_iter_spec_parse_kind(const char *kind_name, const mx_param_inp
     return spec_parse(kind, in, false, out);
 }
 
+mx_status mx_data_iter_spec_clone(const mx_data_iter_spec *spec, mx_data_iter_spec **out)
+{
+    *out = NULL;
+    const mx_data_iter_kind *kind = spec->kind;
+    mx_data_iter_spec *copy = mx_calloc(1, sizeof(*copy));
+    if (!copy) return mx_last_status();
+    copy->kind = kind;
+    copy->params = mx_malloc(kind->params_size ? kind->params_size : 1);
+    copy->given = mx_calloc((size_t)kind->n_params + 1, sizeof(bool));
+    if (!copy->params || !copy->given) {
+        mx_data_iter_spec_free(copy);
+        return mx_last_status();
+    }
+    memcpy(copy->params, spec->params, kind->params_size);
+    memcpy(copy->given, spec->given, (size_t)kind->n_params * sizeof(bool));
+    *out = copy;
+    return MX_OK;
+}
+
 const mx_data_iter_kind *mx_data_iter_spec_kind(const mx_data_iter_spec *spec) { return spec->kind; }
 const void *mx_data_iter_spec_params(const mx_data_iter_spec *spec) { return spec->params; }
 
@@ -269,6 +288,15 @@ mx_status mx_data_iter_reset(mx_data_iter *it) { return it->kind->reset(it->stat
 mx_shape mx_data_iter_data_shape(const mx_data_iter *it) { return it->kind->data_shape(it->state); }
 mx_shape mx_data_iter_label_shape(const mx_data_iter *it) { return it->kind->label_shape(it->state); }
 int64_t mx_data_iter_num_samples(const mx_data_iter *it) { return it->kind->num_samples(it->state); }
+
+int64_t mx_data_iter_num_batches(const mx_data_iter *it)
+{
+    int64_t samples = mx_data_iter_num_samples(it), batch = mx_data_iter_data_shape(it).dims[0];
+    if (samples < 0 || batch < 1) return -1;
+    const mx_param_desc *d = mx_params_find(it->kind->params, it->kind->n_params, "round_batch");
+    bool round = d && d->type == MX_PARAM_BOOL && *(const bool *)((const char *)it->params + d->offset);
+    return round ? (samples + batch - 1) / batch : samples / batch;
+}
 
 void mx_data_iter_set_log(mx_data_iter *it, mx_io_log_fn fn, void *user)
 {

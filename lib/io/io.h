@@ -102,6 +102,9 @@ const char *mx_data_iter_spec_format(const mx_data_iter_spec *spec, const char *
 /* Sets one parameter after parsing (a run that decides partitions, say),
  * through the kind's table and checks. */
 mx_status mx_data_iter_spec_set(mx_data_iter_spec *spec, const char *key, const char *value);
+/* A copy of a spec (to set parameters the run decides, such as the part
+ * under mpirun, without touching the parsed one). */
+mx_status mx_data_iter_spec_clone(const mx_data_iter_spec *spec, mx_data_iter_spec **out);
 /* The kind's shapes() of the parameters: (batch, ...) data and label. */
 mx_status mx_data_iter_spec_shapes(const mx_data_iter_spec *spec, mx_shape *data, mx_shape *label);
 /* The kind's image_norm(); false when the kind reads no images. */
@@ -117,6 +120,10 @@ mx_status mx_data_iter_reset(mx_data_iter *it);
 mx_shape mx_data_iter_data_shape(const mx_data_iter *it);
 mx_shape mx_data_iter_label_shape(const mx_data_iter *it);
 int64_t mx_data_iter_num_samples(const mx_data_iter *it);
+/* Batches per epoch: num_samples / batch, rounded up when the kind has
+ * round_batch set (the last batch is completed and padded), down otherwise
+ * (the remainder is dropped, as MNISTIter does); -1 when unknown. */
+int64_t mx_data_iter_num_batches(const mx_data_iter *it);
 /* Sends the iterator's warning lines to fn (fn = NULL: only counted, as
  * before the call). Lines already queued (found at creation) arrive at the
  * next next()/reset(). A no-op for kinds without warnings. */

@@ -17,10 +17,10 @@ typedef struct kv_kind_row {
 static const kv_kind_row kinds[] = {
     {"local", &mx_kvstore_local_ops, NULL},
     {"device", NULL, "reduction on the GPUs is not in this build yet; use 'local' (same results, sums on the CPU)"},
-    {"dist_sync", NULL, "distributed training (MPI) is not in this build yet"},
-    {"dist_async", NULL, "distributed training (MPI) is not in this build yet"},
-    {"dist_sync_device", NULL, "distributed training (MPI) is not in this build yet"},
-    {"dist_device_sync", NULL, "distributed training (MPI) is not in this build yet"},
+    {"dist_sync", &mx_kvstore_dist_sync_ops, NULL},
+    {"dist_async", NULL, "the parameter-server store is not in this build yet; use dist_sync"},
+    {"dist_sync_device", &mx_kvstore_dist_sync_device_ops, NULL},
+    {"dist_device_sync", &mx_kvstore_dist_sync_device_ops, NULL},
 };
 #define N_KINDS ((int)(sizeof(kinds) / sizeof(kinds[0])))
 
@@ -55,9 +55,18 @@ mx_status mx_kvstore_type_check(const char *type)
 
 const char *mx_kvstore_type_at(int i) { return i >= 0 && i < N_KINDS ? kinds[i].name : NULL; }
 
+bool mx_kvstore_type_is_dist(const char *type) { return type && !strncmp(type, "dist_", 5); }
+
 mx_status mx_kvstore_create(mx_runtime *rt, const char *type, mx_kvstore **out)
 {
+    return mx_kvstore_create_opts(rt, type, NULL, out);
+}
+
+mx_status mx_kvstore_create_opts(mx_runtime *rt, const char *type, const mx_kvstore_options *opts, mx_kvstore **out)
+{
     *out = NULL;
+    mx_kvstore_options none = {0};
+    if (!opts) opts = &none;
     if (!rt) return MX_ERROR(MX_ERR_INVALID, "kvstore: runtime is NULL");
     const kv_kind_row *row;
     MX_TRY(find_row(type, &row));
@@ -65,7 +74,7 @@ mx_status mx_kvstore_create(mx_runtime *rt, const char *type, mx_kvstore **out)
     mx_kvstore *kv = mx_calloc(1, sizeof(*kv));
     if (!kv) return MX_ERR_NOMEM;
     kv->ops = row->ops;
-    mx_status s = row->ops->create(rt, &kv->state);
+    mx_status s = row->ops->create(rt, opts, &kv->state);
     if (s != MX_OK) {
         free(kv);
         return s;
@@ -145,3 +154,4 @@ mx_ndarray *mx_kvstore_stored(mx_kvstore *kv, int key)
 int mx_kvstore_rank(const mx_kvstore *kv) { return kv->ops->rank(kv->state); }
 int mx_kvstore_num_workers(const mx_kvstore *kv) { return kv->ops->num_workers(kv->state); }
 mx_status mx_kvstore_barrier(mx_kvstore *kv) { return kv->ops->barrier(kv->state); }
+mx_status mx_kvstore_wait_comm(mx_kvstore *kv) { return kv->ops->wait_comm ? kv->ops->wait_comm(kv->state) : MX_OK; }

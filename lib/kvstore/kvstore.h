@@ -16,12 +16,19 @@
  *   local       the store and the sums on the CPU (MXNet's KVStoreLocal with
  *               CommCPU): gradients on other devices are copied over first
  *   device      (sums on the GPUs) not in this build yet: MX_ERR_UNSUPPORTED
- *   dist_sync, dist_async, dist_sync_device (= dist_device_sync)
- *               (MPI) not in this build yet: MX_ERR_UNSUPPORTED
+ *   dist_sync   (kvstore_dist.c) the ranks of an MPI job (lib/comm): every
+ *               push is summed over the devices, then over all ranks, and
+ *               the same update is applied on every rank, so all ranks hold
+ *               bit-identical weights
+ *   dist_sync_device (= dist_device_sync) the same in two levels: summed
+ *               over the ranks of each host first, then across hosts among
+ *               one leader per host, then handed back within each host
+ *   dist_async  (parameter server) not in this build yet: MX_ERR_UNSUPPORTED
  */
 #ifndef MX_KVSTORE_H
 #define MX_KVSTORE_H
 
+#include "comm/comm.h"
 #include "ndarray/ndarray.h"
 #include "optimizer/optimizer.h"
 
@@ -38,10 +45,24 @@ typedef struct mx_kvstore_updater {
     void *user;
 } mx_kvstore_updater;
 
+/* The dist kinds' default bucket size (Horovod's fusion buffer). */
+#define MX_KVSTORE_FUSION_BYTES ((size_t)64 << 20)
+
+/* What some kinds need beyond a runtime. */
+typedef struct mx_kvstore_options {
+    mx_comm *comm;       /* dist kinds: the job's communicator (borrowed; required) */
+    size_t fusion_bytes; /* dist kinds: gradients of consecutive pushes are summed over the
+                            ranks in buckets of up to this many bytes (Horovod's tensor
+                            fusion); 0: MX_KVSTORE_FUSION_BYTES */
+} mx_kvstore_options;
+
 /* Creates a store of kind `type` ("local"; MX_ERR_INVALID with a
  * suggestion for unknown names, MX_ERR_UNSUPPORTED for kinds this build
- * lacks). */
+ * lacks, MX_ERR_INVALID for a dist kind without a communicator). */
 mx_status mx_kvstore_create(mx_runtime *rt, const char *type, mx_kvstore **out);
+mx_status mx_kvstore_create_opts(mx_runtime *rt, const char *type, const mx_kvstore_options *opts, mx_kvstore **out);
+/* Whether `type` is a kind that spans the ranks of an MPI job. */
+bool mx_kvstore_type_is_dist(const char *type);
 /* Whether `type` names a kind of store (MX_ERR_INVALID with a suggestion
  * when not), whether or not this build has it: a config check. */
 mx_status mx_kvstore_type_check(const char *type);
@@ -77,13 +98,19 @@ int mx_kvstore_rank(const mx_kvstore *kv);
 int mx_kvstore_num_workers(const mx_kvstore *kv);
 /* Waits until every worker gets here (returns at once when local). */
 mx_status mx_kvstore_barrier(mx_kvstore *kv);
+/* Waits until every collective the store has started has completed
+ * (returns at once for kinds without any). A caller that issues
+ * collectives of its own on the same communicator (metrics summed over the
+ * ranks, say) calls this first, so that every rank's communication thread
+ * sees them in the same order after the store's. */
+mx_status mx_kvstore_wait_comm(mx_kvstore *kv);
 
 /* ------------------------------------------------- implementing a kind
  * A kind is a table of these; kvstore.c checks arguments common to all
  * (key range, counts, NULL arrays) before calling them. */
 typedef struct mx_kvstore_ops {
     const char *name;
-    mx_status (*create)(mx_runtime *rt, void **state);
+    mx_status (*create)(mx_runtime *rt, const mx_kvstore_options *opts, void **state);
     void (*free)(void *state);
     mx_status (*init)(void *state, int key, mx_ndarray *value);
     mx_status (*push)(void *state, int key, mx_ndarray *const *values, int n, int priority,
@@ -93,8 +120,11 @@ typedef struct mx_kvstore_ops {
     int (*rank)(const void *state);
     int (*num_workers)(const void *state);
     mx_status (*barrier)(void *state);
+    mx_status (*wait_comm)(void *state); /* NULL: nothing to wait for */
 } mx_kvstore_ops;
 
 extern const mx_kvstore_ops mx_kvstore_local_ops;
+extern const mx_kvstore_ops mx_kvstore_dist_sync_ops;
+extern const mx_kvstore_ops mx_kvstore_dist_sync_device_ops;
 
 #endif /* MX_KVSTORE_H */

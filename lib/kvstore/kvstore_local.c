@@ -11,16 +11,14 @@
  * Buffers are reused from push to push: the engine orders the next sum
  * after the previous update has read the buffer.
  */
-#include "kvstore/kvstore.h"
+#include "kvstore/kvstore_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct kv_entry {
     mx_ndarray *stored;   /* NULL: key not initialised */
-    mx_ndarray *merge;    /* sum buffer, created on the first push of several values */
-    mx_ndarray **staging; /* CPU copies of values[i] living on other devices */
-    int n_staging;
+    kv_merge merge;       /* the devices' sum */
 } kv_entry;
 
 typedef struct kv_local {
@@ -29,8 +27,9 @@ typedef struct kv_local {
     int n_entries;
 } kv_local;
 
-static mx_status local_create(mx_runtime *rt, void **state)
+static mx_status local_create(mx_runtime *rt, const mx_kvstore_options *opts, void **state)
 {
+    (void)opts;
     kv_local *kv = mx_calloc(1, sizeof(*kv));
     if (!kv) return MX_ERR_NOMEM;
     kv->rt = rt;
@@ -45,9 +44,7 @@ static void local_free(void *state)
     for (int i = 0; i < kv->n_entries; i++) {
         kv_entry *e = &kv->entries[i];
         mx_ndarray_free(e->stored);
-        mx_ndarray_free(e->merge);
-        for (int j = 0; j < e->n_staging; j++) mx_ndarray_free(e->staging[j]);
-        free(e->staging);
+        kv_merge_free(&e->merge);
     }
     free(kv->entries);
     free(kv);
@@ -89,78 +86,6 @@ static mx_status local_init(void *state, int key, mx_ndarray *value)
     return MX_OK;
 }
 
-/* ---------------------------------------------------------------- the sum */
-
-typedef struct sum_op {
-    mx_ndarray *out;
-    mx_ndarray **in;
-    int n;
-} sum_op;
-
-static void sum_free(void *payload)
-{
-    sum_op *op = payload;
-    mx_ndarray_free(op->out);
-    for (int i = 0; i < op->n; i++) mx_ndarray_free(op->in[i]);
-    free(op->in);
-    free(op);
-}
-
-#define SUM_LOOP(T)                                                                                      \
-    do {                                                                                                 \
-        T *o = mx_ndarray_data(op->out);                                                                 \
-        const T *a = mx_ndarray_data(op->in[0]), *b = mx_ndarray_data(op->in[1]);                        \
-        for (int64_t j = 0; j < n; j++) o[j] = a[j] + b[j];                                              \
-        for (int i = 2; i < op->n; i++) {                                                                \
-            const T *c = mx_ndarray_data(op->in[i]);                                                     \
-            for (int64_t j = 0; j < n; j++) o[j] += c[j];                                                \
-        }                                                                                                \
-    } while (0)
-
-static mx_status sum_run(void *payload, const mx_exec_ctx *exec)
-{
-    (void)exec;
-    sum_op *op = payload;
-    int64_t n = mx_ndarray_size(op->out);
-    if (mx_ndarray_dtype(op->out) == MX_FLOAT32) SUM_LOOP(float);
-    else SUM_LOOP(double);
-    return MX_OK;
-}
-
-static mx_status push_sum(kv_local *kv, mx_ndarray *out, mx_ndarray *const *in, int n, int priority)
-{
-    sum_op *op = mx_calloc(1, sizeof(*op));
-    if (!op) return MX_ERR_NOMEM;
-    op->in = mx_calloc((size_t)n, sizeof(*op->in));
-    mx_engine_var **reads = mx_calloc((size_t)n, sizeof(*reads));
-    if (!op->in || !reads) {
-        free(op->in);
-        free(op);
-        free(reads);
-        return MX_ERR_NOMEM;
-    }
-    op->out = mx_ndarray_retain(out);
-    for (int i = 0; i < n; i++) {
-        op->in[i] = mx_ndarray_retain(in[i]);
-        reads[i] = mx_ndarray_var(in[i]);
-    }
-    op->n = n;
-    mx_engine_var *writes[1] = {mx_ndarray_var(out)};
-    mx_engine_op desc = {.fn = sum_run, .payload = op, .payload_free = sum_free, .reads = reads, .n_reads = n,
-                         .writes = writes, .n_writes = 1, .ctx = mx_cpu(), .lane = MX_LANE_COMPUTE,
-                         .priority = priority, .name = "kvstore sum"};
-    mx_status s = mx_engine_push(mx_runtime_engine(kv->rt), &desc);
-    free(reads);
-    return s;
-}
-
-/* A CPU array shaped like the stored value, kept in *slot. */
-static mx_status buffer(kv_local *kv, kv_entry *e, mx_ndarray **slot)
-{
-    if (*slot) return MX_OK;
-    return mx_ndarray_create(kv->rt, *mx_ndarray_shape(e->stored), mx_ndarray_dtype(e->stored), mx_cpu(), slot);
-}
-
 static mx_status check_value(kv_local *kv, kv_entry *e, const char *what, int key, int i, mx_ndarray *v)
 {
     char a[160], b[160];
@@ -186,37 +111,8 @@ static mx_status local_push(void *state, int key, mx_ndarray *const *values, int
             return MX_ERROR(MX_ERR_INVALID, "kvstore local: push of key %d: array %d has dtype %s, the stored value %s",
                             key, i, mx_dtype_name(mx_ndarray_dtype(values[i])), mx_dtype_name(t));
     }
-    if (n > 1 && t != MX_FLOAT32 && t != MX_FLOAT64)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "kvstore local: push of key %d: summing %s arrays is not supported", key,
-                        mx_dtype_name(t));
-    /* The CPU sources: the values, or staging copies of them. */
-    if (n > e->n_staging) {
-        mx_ndarray **grown = mx_realloc(e->staging, sizeof(*grown) * (size_t)n);
-        if (!grown) return MX_ERR_NOMEM;
-        memset(grown + e->n_staging, 0, sizeof(*grown) * (size_t)(n - e->n_staging));
-        e->staging = grown;
-        e->n_staging = n;
-    }
-    mx_ndarray **src = mx_calloc((size_t)n, sizeof(*src));
-    if (!src) return MX_ERR_NOMEM;
-    mx_status s = MX_OK;
-    for (int i = 0; s == MX_OK && i < n; i++) {
-        if (mx_ndarray_context(values[i]).dev_type == MX_DEV_CPU) {
-            src[i] = values[i];
-            continue;
-        }
-        s = buffer(kv, e, &e->staging[i]);
-        if (s == MX_OK) s = mx_nd_copy(e->staging[i], values[i]);
-        src[i] = e->staging[i];
-    }
-    mx_ndarray *merged = src[0];
-    if (s == MX_OK && n > 1) {
-        s = buffer(kv, e, &e->merge);
-        if (s == MX_OK) s = push_sum(kv, e->merge, src, n, priority);
-        merged = e->merge;
-    }
-    free(src);
-    MX_TRY(s);
+    mx_ndarray *merged;
+    MX_TRY(kv_merge_values(kv->rt, e->stored, &e->merge, values, n, priority, &merged));
     if (updater && updater->fn) return updater->fn(key, merged, e->stored, updater->user);
     return mx_nd_copy(e->stored, merged);
 }

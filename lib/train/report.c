@@ -9,6 +9,7 @@
 #include "checkpoint/checkpoint.h"
 #include "device/device.h"
 #include "executor/executor.h"
+#include "kvstore/kvstore.h"
 #include "train/group.h"
 
 #include <stdarg.h>
@@ -142,6 +143,44 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
     return st;
 }
 
+/* Under mpirun: what one step sends (MXNet's dist kvstore, in buckets as
+ * kvstore_dist.c makes them: learnable parameters from the last layer
+ * back, greedily up to MX_KVSTORE_FUSION_BYTES). */
+static void report_communication(const mx_train_settings *s, const mx_train_options *opt, const mx_graph_shapes *sh)
+{
+    mx_comm *comm = opt->comm;
+    const mx_graph *g = s->cfg->graph;
+    uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
+    if (!ids) return;
+    int n = mx_graph_list_arguments(g, ids);
+    int64_t params = 0, buckets = 0;
+    size_t total = 0, open_bytes = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        const mx_node *node = mx_graph_node(g, ids[i]);
+        bool skip = mx_train_settings_fixed(s, node->name);
+        for (int k = 0; k < s->cfg->n_inputs; k++) skip = skip || !strcmp(node->name, s->cfg->inputs[k]);
+        for (int l = 0; l < s->cfg->n_layers && !skip; l++) {
+            const mx_node *ln = mx_graph_node(g, s->cfg->layers[l].node);
+            if ((ln->op->flags & MX_OP_LOSS) && ln->n_inputs >= 2 && ln->inputs[1].node == ids[i]) skip = true;
+        }
+        if (skip) continue;
+        size_t bytes = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
+        if (open_bytes && open_bytes + bytes > MX_KVSTORE_FUSION_BYTES) buckets++, open_bytes = 0;
+        open_bytes += bytes;
+        total += bytes;
+        params++;
+    }
+    if (open_bytes) buckets++;
+    free(ids);
+    char a[32], b[32];
+    logf_(opt, "under mpirun: %d ranks on %d hosts, kvstore %s", mx_comm_size(comm), mx_comm_num_hosts(comm),
+          s->fit.kvstore);
+    logf_(opt, "  per step: %s of gradients (%lld parameters) summed over the ranks in %lld buckets of up to %s%s", human_bytes((double)total, a, sizeof(a)),
+          (long long)params, (long long)buckets, human_bytes((double)MX_KVSTORE_FUSION_BYTES, b, sizeof(b)),
+          strstr(s->fit.kvstore, "device") ? ": within each host, then among one leader per host, then back" : "");
+    logf_(opt, "  each rank reads 1/%d of the data; rank 0 logs and writes checkpoints", mx_comm_size(comm));
+}
+
 mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *opt)
 {
     const mx_config *cfg = s->cfg;
@@ -175,6 +214,7 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
               mx_shape_str(mx_graph_entry_shape(&sh, (mx_entry){layer->node, 0}), buf, sizeof(buf)), params ? buf2 : "-");
     }
     logf_(opt, "total parameters: %lld (%s as float32)", (long long)total, human_bytes((double)total * 4, buf, sizeof(buf)));
+    if (opt->comm) report_communication(s, opt, &sh);
     mx_graph_shapes_free(&sh);
 
     /* Contexts: a config for another machine still dry-runs, with a note. */

@@ -38,6 +38,8 @@ static const mx_param_desc fit_table[] = {
     {"grad_accum", MX_PARAM_INT, "1", 1, 1e6, NULL, F(grad_accum), "batches whose gradients make one update"},
     {"check_numerics", MX_PARAM_BOOL, "0", NOR, NULL, F(check_numerics),
      "check every layer's output and gradient for NaN/Inf every batch"},
+    {"stall_timeout", MX_PARAM_FLOAT, "60", 0, 1e6, NULL, F(stall_timeout),
+     "under mpirun: seconds a rank may be missing from a collective before the job ends (0: wait forever)"},
     {"work_load_list", MX_PARAM_STRING, "", NOR, NULL, F(work_load_list),
      "relative share of each context in a batch, e.g. 1, 1, 2 (\"\": equal)"},
 };

@@ -12,7 +12,8 @@
  *   save_period [1], initializer [xavier(rnd_type=gaussian, factor_type=in,
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
- *   grad_accum [1], check_numerics [0], work_load_list [""].
+ *   grad_accum [1], check_numerics [0], work_load_list [""],
+ *   stall_timeout [60] (under mpirun).
  */
 #ifndef MX_TRAIN_SETTINGS_H
 #define MX_TRAIN_SETTINGS_H
@@ -40,6 +41,7 @@ typedef struct mx_fit_params {
     int64_t grad_accum;                     /* batches summed into one update */
     bool check_numerics;                    /* check every layer every batch */
     char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
+    double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
 } mx_fit_params;
 
 /* The [fit] table (for --help output and the tests that walk every key). */

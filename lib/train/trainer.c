@@ -52,6 +52,7 @@ typedef struct trainer {
     arg_role *role;
     int *key;                /* kvstore / optimizer key of a learnable argument, else -1 */
     train_group group;       /* one executor per context */
+    mx_context *contexts;    /* fit.ctx as the engine numbers them */
     mx_ndarray **args, **aux;  /* device 0's (borrowed from the group): the weights saved */
     mx_grad_req *reqs;
     int data_arg, label_arg;
@@ -64,6 +65,14 @@ typedef struct trainer {
     mx_kvstore *kv;
     mx_metric **metrics;
     int n_metrics;
+    double *values;          /* per metric, for the log lines */
+    /* Under mpirun: this rank's part of [train]/[val], the steps every rank
+     * runs per epoch (the most any rank has: the others pad with steps that
+     * contribute no gradient), and whether a stop request is to be agreed
+     * at the next update. */
+    mx_data_iter_spec *train_spec, *val_spec;
+    int64_t steps_per_epoch;
+    bool agree_stop;
     mx_ndarray *out_copy, *label_copy;         /* the newest training batch's output and labels */
     mx_ndarray *val_out_copy, *val_label_copy; /* validation's */
     FILE *metrics_log;
@@ -103,6 +112,9 @@ const char *mx_train_interrupted_path(const char *prefix, char *buf, size_t size
 
 static bool has_prefix(const trainer *t) { return t->s->fit.model_prefix[0] != '\0'; }
 
+/* Checkpoints are written once per job: by rank 0 under mpirun. */
+static bool writes_files(const trainer *t) { return has_prefix(t) && (!t->opt->comm || mx_comm_rank(t->opt->comm) == 0); }
+
 /* A setup problem with a [fit] key: the key's location first. */
 static mx_status fit_error(const trainer *t, const char *key, mx_status code)
 {
@@ -114,10 +126,22 @@ static mx_status fit_error(const trainer *t, const char *key, mx_status code)
 
 /* ---------------------------------------------------------------- set-up */
 
-static mx_status make_iter(trainer *t, const char *section, const mx_data_iter_spec *spec, mx_data_iter **out)
+static mx_status make_iter(trainer *t, const char *section, const mx_data_iter_spec *spec, mx_data_iter_spec **mine,
+                           mx_data_iter **out)
 {
     *out = NULL;
     if (!spec) return MX_OK;
+    mx_comm *comm = t->opt->comm;
+    if (comm && !mx_data_iter_spec_given(spec, "num_parts") && !mx_data_iter_spec_given(spec, "part_index")) {
+        /* Under mpirun each rank reads its own part (the config may choose). */
+        char parts[32], index[32];
+        snprintf(parts, sizeof(parts), "%d", mx_comm_size(comm));
+        snprintf(index, sizeof(index), "%d", mx_comm_rank(comm));
+        MX_TRY(mx_data_iter_spec_clone(spec, mine));
+        MX_TRY(mx_data_iter_spec_set(*mine, "num_parts", parts));
+        MX_TRY(mx_data_iter_spec_set(*mine, "part_index", index));
+        spec = *mine;
+    }
     mx_status s = mx_data_iter_create_spec(t->rt, spec, out);
     if (s != MX_OK) {
         char where[512];
@@ -178,6 +202,28 @@ static mx_status init_params(trainer *t)
             mx_initializer_free(explicit_init);
         }
     }
+    return s;
+}
+
+/* Under mpirun: every rank runs as many steps per epoch as the rank with
+ * the most batches (parts differ by up to one batch). */
+static mx_status agree_steps(trainer *t)
+{
+    mx_comm *comm = t->opt->comm;
+    int n = mx_comm_size(comm);
+    int64_t mine = t->batches_per_epoch, *all = mx_calloc((size_t)n + 1, sizeof(int64_t));
+    if (!all) return mx_last_status();
+    mx_status s = mx_comm_allgather(comm, MX_COMM_WORLD, MX_COMM_INT64, &mine, all, 1, "the batches per epoch");
+    for (int r = 0; r < n && s == MX_OK; r++) {
+        if (all[r] < 1) {
+            char who[256];
+            s = MX_ERROR(MX_ERR_INVALID, "%s: [train] has no batch in its part (num_parts %d): fewer samples than ranks x "
+                                         "batch_size",
+                         mx_comm_rank_str(comm, r, who, sizeof(who)), n);
+        }
+        if (all[r] > t->steps_per_epoch) t->steps_per_epoch = all[r];
+    }
+    free(all);
     return s;
 }
 
@@ -271,7 +317,10 @@ static double attr_double(const mx_graph *g, uint32_t id, const char *key, doubl
 
 static mx_status make_optimizer(trainer *t)
 {
-    mx_optimizer_run run = {.samples_per_update = t->batch_size * t->grad_accum,
+    /* dist_sync sums the gradients of every rank's batch (MXNet's Module
+     * rescales by batch_size * num_workers). */
+    int64_t workers = mx_kvstore_num_workers(t->kv);
+    mx_optimizer_run run = {.samples_per_update = t->batch_size * t->grad_accum * workers,
                             .updates_per_epoch = t->updates_per_epoch > 0 ? t->updates_per_epoch : 1,
                             .num_epoch = t->s->fit.num_epoch};
     MX_TRY(mx_optimizer_create_spec(t->rt, &t->s->optimizer, &run, &t->optimizer));
@@ -292,7 +341,8 @@ static mx_status make_optimizer(trainer *t)
 static mx_status make_metrics(trainer *t)
 {
     t->metrics = mx_calloc((size_t)t->s->n_metrics + 1, sizeof(mx_metric *));
-    if (!t->metrics) return mx_last_status();
+    t->values = mx_calloc((size_t)t->s->n_metrics + 1, sizeof(double));
+    if (!t->metrics || !t->values) return mx_last_status();
     for (int i = 0; i < t->s->n_metrics; i++) {
         MX_TRY(mx_metric_create(t->s->metrics[i].name, &t->s->metrics[i].params, &t->metrics[i]));
         t->n_metrics++;
@@ -332,17 +382,38 @@ static mx_status setup(trainer *t)
     t->grad_accum = st->fit.grad_accum;
 
     mx_engine_config ec = mx_engine_config_default();
+    /* Several CPU contexts: each gets its share of the cores, so the
+     * replicas really run side by side. */
+    if (st->n_ctx > 1 && st->ctx[0].dev_type == MX_DEV_CPU) ec.cpu_contexts = st->n_ctx;
+    /* Under mpirun the ranks of a host share its cores (unless the user set
+     * the counts): each takes its share, so N ranks do not run N x cores
+     * threads. */
+    if (t->opt->comm && mx_comm_local_size(t->opt->comm) > 1) {
+        int share = mx_threadpool_default_size() / mx_comm_local_size(t->opt->comm);
+        if (share < 1) share = 1;
+        if (!getenv("OMP_NUM_THREADS")) ec.kernel_threads = share;
+        if (!getenv("MXNET_CPU_WORKER_NTHREADS")) ec.cpu_workers = share;
+    }
     MX_TRY(mx_runtime_create(&ec, &t->rt));
     MX_TRY(mx_rng_create(t->rt, (uint64_t)st->fit.seed, &t->rng));
     /* Before any data is read: a store this build lacks is a config problem. */
-    if (mx_kvstore_create(t->rt, st->fit.kvstore, &t->kv) != MX_OK) return fit_error(t, "kvstore", mx_last_status());
-    MX_TRY(make_iter(t, "train", st->train, &t->train_it));
-    MX_TRY(make_iter(t, "val", st->val, &t->val_it));
+    if (t->opt->comm && !mx_kvstore_type_is_dist(st->fit.kvstore)) {
+        MX_ERROR(MX_ERR_INVALID, "'%s' under mpirun would train %d independent copies: use dist_sync, "
+                                 "dist_sync_device or dist_async",
+                 st->fit.kvstore, mx_comm_size(t->opt->comm));
+        return fit_error(t, "kvstore", MX_ERR_INVALID);
+    }
+    mx_kvstore_options ko = {.comm = t->opt->comm};
+    if (mx_kvstore_create_opts(t->rt, st->fit.kvstore, &ko, &t->kv) != MX_OK)
+        return fit_error(t, "kvstore", mx_last_status());
+    MX_TRY(make_iter(t, "train", st->train, &t->train_spec, &t->train_it));
+    MX_TRY(make_iter(t, "val", st->val, &t->val_spec, &t->val_it));
     mx_shape data_shape = mx_data_iter_data_shape(t->train_it), label_shape = mx_data_iter_label_shape(t->train_it);
     t->batch_size = data_shape.dims[0];
-    int64_t samples = mx_data_iter_num_samples(t->train_it);
-    t->batches_per_epoch = samples > 0 ? samples / t->batch_size : -1;
-    t->updates_per_epoch = t->batches_per_epoch > 0 ? (t->batches_per_epoch + t->grad_accum - 1) / t->grad_accum : -1;
+    t->batches_per_epoch = mx_data_iter_num_batches(t->train_it);
+    t->steps_per_epoch = t->batches_per_epoch;
+    if (t->opt->comm) MX_TRY(agree_steps(t));
+    t->updates_per_epoch = t->steps_per_epoch > 0 ? (t->steps_per_epoch + t->grad_accum - 1) / t->grad_accum : -1;
 
     const char *names[2] = {cfg->inputs[0], mx_graph_node(g, label_id)->name};
     mx_shape shapes[2] = {data_shape, label_shape};
@@ -396,7 +467,11 @@ static mx_status setup(trainer *t)
     if (t->data_arg < 0 || t->label_arg < 0)
         return MX_ERROR(MX_ERR_INVALID, "%s: the network does not read '%s'", cfg->path, names[t->data_arg < 0 ? 0 : 1]);
     /* One executor per context, each on its rows of the batch. */
-    train_group_config gc = {.rt = t->rt, .g = g, .ctx = st->ctx, .n_ctx = st->n_ctx,
+    /* CPU ids are logical: cpu:2-3 runs as cpu(0), cpu(1) of the engine. */
+    t->contexts = mx_calloc((size_t)st->n_ctx, sizeof(mx_context));
+    if (!t->contexts) return mx_last_status();
+    for (int i = 0; i < st->n_ctx; i++) t->contexts[i] = st->ctx[i].dev_type == MX_DEV_CPU ? (mx_context){MX_DEV_CPU, i} : st->ctx[i];
+    train_group_config gc = {.rt = t->rt, .g = g, .ctx = t->contexts, .n_ctx = st->n_ctx,
                              .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
                              .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng};
     s = train_group_bind(&gc, &t->group);
@@ -444,6 +519,9 @@ static void teardown(trainer *t)
     mx_optimizer_free(t->optimizer);
     for (int i = 0; i < t->n_metrics; i++) mx_metric_free(t->metrics[i]);
     free(t->metrics);
+    free(t->values);
+    mx_data_iter_spec_free(t->train_spec);
+    mx_data_iter_spec_free(t->val_spec);
     for (int i = 0; i < t->n_args && t->val_args; i++) mx_ndarray_free(t->val_args[i]);
     mx_ndarray_free(t->out_copy);
     mx_ndarray_free(t->label_copy);
@@ -464,6 +542,7 @@ static void teardown(trainer *t)
     free(t->val_args);
     free(t->push_list);
     free(t->pull_list);
+    free(t->contexts);
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -498,26 +577,46 @@ static mx_status update_metrics(trainer *t, mx_ndarray *out_copy, mx_ndarray *la
     return s;
 }
 
-static void metric_json(trainer *t, bool global, char *buf, size_t size)
+/* Each metric's value since the last local (or global) reset; under
+ * mpirun summed over all ranks first (a collective: every rank calls it at
+ * the same point), so rank 0 logs the metric of the global batch. */
+static mx_status metric_values(trainer *t, bool global, double *values)
+{
+    double *sums = mx_calloc(2 * (size_t)t->n_metrics + 1, sizeof(double));
+    if (!sums) return mx_last_status();
+    for (int m = 0; m < t->n_metrics; m++) {
+        double ls, lc, gs, gc;
+        mx_metric_sums(t->metrics[m], &ls, &lc, &gs, &gc);
+        sums[2 * m] = global ? gs : ls;
+        sums[2 * m + 1] = global ? gc : lc;
+    }
+    mx_status s = MX_OK;
+    if (t->opt->comm) s = mx_kvstore_wait_comm(t->kv); /* the store's collectives come first on every rank */
+    if (s == MX_OK && t->opt->comm)
+        s = mx_comm_allreduce(t->opt->comm, MX_COMM_WORLD, MX_COMM_FLOAT64, sums, 2 * (size_t)t->n_metrics,
+                              "the metrics");
+    for (int m = 0; m < t->n_metrics && s == MX_OK; m++) values[m] = sums[2 * m + 1] > 0 ? sums[2 * m] / sums[2 * m + 1] : NAN;
+    free(sums);
+    return s;
+}
+
+static void metric_json(trainer *t, const double *values, char *buf, size_t size)
 {
     size_t used = 0;
     buf[0] = '\0';
     for (int m = 0; m < t->n_metrics && used < size; m++) {
-        double v;
-        const char *name = global ? mx_metric_get_global(t->metrics[m], &v) : mx_metric_get(t->metrics[m], &v);
-        int n = snprintf(buf + used, size - used, ", \"%s\": %.9g", name, isfinite(v) ? v : -1.0);
+        int n = snprintf(buf + used, size - used, ", \"%s\": %.9g", mx_metric_get_name(t->metrics[m]),
+                         isfinite(values[m]) ? values[m] : -1.0);
         if (n > 0) used += (size_t)n;
     }
 }
 
-static void metric_text(trainer *t, char *buf, size_t size)
+static void metric_text(trainer *t, const double *values, char *buf, size_t size)
 {
     size_t used = 0;
     buf[0] = '\0';
     for (int m = 0; m < t->n_metrics && used < size; m++) {
-        double v;
-        const char *name = mx_metric_get(t->metrics[m], &v);
-        int n = snprintf(buf + used, size - used, "%s%s=%f", m ? " " : "", name, v);
+        int n = snprintf(buf + used, size - used, "%s%s=%f", m ? " " : "", mx_metric_get_name(t->metrics[m]), values[m]);
         if (n > 0) used += (size_t)n;
     }
 }
@@ -766,6 +865,29 @@ static mx_status load_interrupted(trainer *t, int latest, bool *found, int64_t *
     return s;
 }
 
+/* Under mpirun every rank applies the same updates to the same weights:
+ * after each epoch the ranks compare a hash of them, so a rank that drifted
+ * (a bug, a flipped bit) stops the job instead of training on silently. */
+static mx_status check_weights_agree(trainer *t, int epoch)
+{
+    MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt))); /* the store's collectives included */
+    uint64_t hash = 1469598103934665603ull; /* FNV-1a over every learnable array */
+    mx_status s = MX_OK;
+    for (int i = 0; i < t->n_args && s == MX_OK; i++) {
+        if (t->key[i] < 0) continue;
+        size_t bytes = mx_ndarray_nbytes(t->args[i]);
+        unsigned char *v = mx_malloc(bytes ? bytes : 1);
+        if (!v) return mx_last_status();
+        s = mx_ndarray_to_host(t->args[i], v, bytes);
+        for (size_t k = 0; k < bytes && s == MX_OK; k++) hash = (hash ^ v[k]) * 1099511628211ull;
+        free(v);
+    }
+    char what[64];
+    snprintf(what, sizeof(what), "the weights after epoch %d", epoch);
+    if (s == MX_OK) s = mx_comm_check_same(t->opt->comm, &hash, sizeof(hash), what);
+    return s;
+}
+
 /* ---------------------------------------------------------------- loop */
 
 static mx_status run_validation(trainer *t, int epoch)
@@ -787,14 +909,12 @@ static mx_status run_validation(trainer *t, int epoch)
         MX_TRY(mx_nd_copy(t->val_out_copy, out));
         MX_TRY(update_metrics(t, t->val_out_copy, t->val_label_copy, epoch, b, batch.pad, false));
     }
-    for (int m = 0; m < t->n_metrics; m++) {
-        double v;
-        const char *name = mx_metric_get_global(t->metrics[m], &v);
-        logf_(t, "Epoch[%d] Validation-%s=%f", epoch, name, v);
-    }
+    MX_TRY(metric_values(t, true, t->values));
+    for (int m = 0; m < t->n_metrics; m++)
+        logf_(t, "Epoch[%d] Validation-%s=%f", epoch, mx_metric_get_name(t->metrics[m]), t->values[m]);
     if (t->metrics_log) {
         char json[1024];
-        metric_json(t, true, json, sizeof(json));
+        metric_json(t, t->values, json, sizeof(json));
         fprintf(t->metrics_log, "{\"phase\": \"val\", \"epoch\": %d%s}\n", epoch, json);
         fflush(t->metrics_log);
     }
@@ -808,7 +928,9 @@ static mx_status run_validation(trainer *t, int epoch)
 static mx_status apply_update(trainer *t, int64_t batches)
 {
     int n = t->group.n;
-    for (int i = 0; i < t->n_args; i++) {
+    /* Last layers first: their gradients are ready first, and a dist store
+     * sends in push order. */
+    for (int i = t->n_args - 1; i >= 0; i--) {
         int k = t->key[i];
         if (k < 0) continue;
         for (int d = 0; d < n; d++) {
@@ -829,6 +951,35 @@ static mx_status apply_update(trainer *t, int64_t batches)
 
 static bool stop_requested(const trainer *t) { return t->opt->stop && *t->opt->stop; }
 
+/* Whether to stop here (an update boundary). Under mpirun every rank must
+ * stop at the same step: a request is agreed among the ranks at the first
+ * update boundary after each progress line (a collective every rank reaches
+ * at the same step), so a signal to any rank stops all of them together. */
+static bool stop_agreed(trainer *t)
+{
+    if (!t->opt->comm) return stop_requested(t);
+    if (!t->agree_stop) return false;
+    t->agree_stop = false;
+    int64_t flag = stop_requested(t) ? 1 : 0;
+    int64_t *all = mx_calloc((size_t)mx_comm_size(t->opt->comm) + 1, sizeof(int64_t));
+    bool stop = false;
+    if (all && mx_kvstore_wait_comm(t->kv) == MX_OK && mx_comm_allgather(t->opt->comm, MX_COMM_WORLD, MX_COMM_INT64, &flag, all, 1, "the stop requests") == MX_OK)
+        for (int r = 0; r < mx_comm_size(t->opt->comm); r++) stop = stop || all[r];
+    free(all);
+    if (stop && t->opt->stop && !*t->opt->stop) *t->opt->stop = SIGTERM; /* another rank's signal */
+    return stop;
+}
+
+/* A step without samples (mpirun, this rank's part done): no gradient. */
+static mx_status zero_step(trainer *t)
+{
+    if (t->grad_accum > 1) return MX_OK; /* the sums simply get nothing added */
+    for (int d = 0; d < t->group.n; d++)
+        for (int i = 0; i < t->n_args; i++)
+            if (t->key[i] >= 0) MX_TRY(mx_nd_fill(t->group.dev[d].grads[i], 0.0));
+    return MX_OK;
+}
+
 /* Trains one epoch; *stopped_at >= 0 when a stop request ended it there
  * (batches done). */
 static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
@@ -848,40 +999,53 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
         if (!has) break;
     }
     t->skip_batches = 0;
-    bool trace_epoch = t->tracing && epoch == t->until_epoch;
+    bool trace_epoch = t->tracing && epoch == t->until_epoch, data_left = true;
     for (;; b++) {
         if (trace_epoch && b > t->until_batch) break;
         mx_data_batch batch;
-        bool has;
-        MX_TRY(mx_data_iter_next(t->train_it, &batch, &has));
-        if (!has) break;
+        bool has = false;
+        if (data_left) MX_TRY(mx_data_iter_next(t->train_it, &batch, &has));
+        data_left = has;
+        /* Under mpirun a rank whose part ran out takes steps without samples
+         * until every rank's epoch is over, so the collectives line up. */
+        bool empty = !has;
+        if (empty && (!t->opt->comm || b >= t->steps_per_epoch)) break;
         if (trace_epoch && b == t->check_from) MX_TRY(train_group_set_check_numerics(&t->group, true));
-        MX_TRY(train_group_load(&t->group, t->data_arg, t->label_arg, batch.data, batch.label));
-        mx_status s = train_group_forward(&t->group, true);
-        if (s == MX_OK) s = train_group_backward(&t->group);
-        if (s != MX_OK)
-            return s == MX_ERR_RUNTIME && train_group_check_numerics(&t->group)
-                       ? mx_error_prefix(s, "training diverged at epoch %d, batch %lld", epoch, (long long)b)
-                       : s;
+        if (empty) {
+            MX_TRY(zero_step(t));
+        } else {
+            MX_TRY(train_group_load(&t->group, t->data_arg, t->label_arg, batch.data, batch.label));
+            mx_status s = train_group_forward(&t->group, true);
+            if (s == MX_OK) s = train_group_backward(&t->group);
+            if (s != MX_OK)
+                return s == MX_ERR_RUNTIME && train_group_check_numerics(&t->group)
+                           ? mx_error_prefix(s, "training diverged at epoch %d, batch %lld", epoch, (long long)b)
+                           : s;
+        }
         if (++t->accumulated == t->grad_accum) MX_TRY(apply_update(t, t->accumulated));
         /* Metrics of the previous batch, while this one runs. */
         if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b - 1, pending_pad, true));
-        MX_TRY(train_group_gather(&t->group, t->out_copy));
-        MX_TRY(mx_nd_copy(t->label_copy, batch.label));
-        pending_pad = batch.pad;
-        window_samples += t->batch_size - batch.pad;
-        if (t->opt->progress) t->opt->progress(t->opt->log_user, epoch, b + 1, t->batches_per_epoch);
+        pending_pad = -1;
+        if (!empty) {
+            MX_TRY(train_group_gather(&t->group, t->out_copy));
+            MX_TRY(mx_nd_copy(t->label_copy, batch.label));
+            pending_pad = batch.pad;
+            window_samples += t->batch_size - batch.pad;
+        }
+        if (t->opt->progress) t->opt->progress(t->opt->log_user, epoch, b + 1, t->steps_per_epoch);
         if ((b + 1) % disp == 0) {
-            MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b, pending_pad, true));
+            t->agree_stop = true;
+            if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b, pending_pad, true));
             pending_pad = -1;
             double now = mx_time_seconds();
             double speed = (double)window_samples / (now - t_window);
             char text[1024];
-            metric_text(t, text, sizeof(text));
+            MX_TRY(metric_values(t, false, t->values));
+            metric_text(t, t->values, text, sizeof(text));
             logf_(t, "Epoch[%d] Batch[%lld] Speed: %.2f samples/sec %s", epoch, (long long)(b + 1), speed, text);
             if (t->metrics_log) {
                 char json[1024];
-                metric_json(t, false, json, sizeof(json));
+                metric_json(t, t->values, json, sizeof(json));
                 fprintf(t->metrics_log,
                         "{\"phase\": \"train\", \"epoch\": %d, \"batch\": %lld, \"samples_per_sec\": %.2f, \"lr\": "
                         "%.9g%s}\n",
@@ -893,7 +1057,7 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
             window_samples = 0;
         }
         /* A stop lands on an update boundary, so resuming repeats nothing. */
-        if (t->accumulated == 0 && stop_requested(t)) {
+        if (t->accumulated == 0 && stop_agreed(t)) {
             if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b, pending_pad, true));
             MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt)));
             *stopped_at = b + 1;
@@ -905,15 +1069,13 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
     if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b - 1, pending_pad, true));
     MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt)));
     double cost = mx_time_seconds() - t_epoch;
-    for (int m = 0; m < t->n_metrics; m++) {
-        double v;
-        const char *name = mx_metric_get_global(t->metrics[m], &v);
-        logf_(t, "Epoch[%d] Train-%s=%f", epoch, name, v);
-    }
+    MX_TRY(metric_values(t, true, t->values));
+    for (int m = 0; m < t->n_metrics; m++)
+        logf_(t, "Epoch[%d] Train-%s=%f", epoch, mx_metric_get_name(t->metrics[m]), t->values[m]);
     logf_(t, "Epoch[%d] Time cost=%.3f", epoch, cost);
     if (t->metrics_log) {
         char json[1024];
-        metric_json(t, true, json, sizeof(json));
+        metric_json(t, t->values, json, sizeof(json));
         fprintf(t->metrics_log, "{\"phase\": \"train_epoch\", \"epoch\": %d, \"time\": %.3f, \"batches\": %lld%s}\n",
                 epoch, cost, (long long)b, json);
         fflush(t->metrics_log);
@@ -1034,27 +1196,30 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
             result->stopped = true;
             result->epoch = epoch;
             result->batch = stopped_at;
-            if (has_prefix(t)) s = save_interrupted(t, epoch, stopped_at, result->checkpoint, sizeof(result->checkpoint));
+            if (writes_files(t))
+                s = save_interrupted(t, epoch, stopped_at, result->checkpoint, sizeof(result->checkpoint));
             break;
         }
+        if (s == MX_OK && opt->comm) s = check_weights_agree(t, epoch);
         if (s == MX_OK) s = run_validation(t, epoch);
-        if (s == MX_OK && has_prefix(t) && (epoch + 1) % fit->save_period == 0) {
+        if (s == MX_OK && writes_files(t) && (epoch + 1) % fit->save_period == 0) {
             s = save_checkpoint(t, epoch + 1);
             if (s == MX_OK) saved = epoch + 1;
         }
         if (s == MX_OK && epoch + 1 < fit->num_epoch) s = mx_data_iter_reset(t->train_it);
-        if (s == MX_OK && stop_requested(t) && epoch + 1 < fit->num_epoch) {
+        t->agree_stop = true; /* between epochs: a boundary every rank reaches */
+        if (s == MX_OK && stop_agreed(t) && epoch + 1 < fit->num_epoch) {
             /* Asked between epochs: resume at the start of the next one. */
             result->stopped = true;
             result->epoch = epoch + 1;
             result->batch = 0;
-            if (has_prefix(t))
+            if (writes_files(t))
                 s = save_interrupted(t, epoch + 1, 0, result->checkpoint, sizeof(result->checkpoint));
             break;
         }
     }
     if (s == MX_OK) s = mx_engine_wait_all(mx_runtime_engine(t->rt));
-    if (diverged && t->diverged_epoch >= 0 && !train_group_check_numerics(&t->group)) {
+    if (diverged && !opt->comm && t->diverged_epoch >= 0 && !train_group_check_numerics(&t->group)) {
         /* Re-run from this run's newest checkpoint before the divergence,
          * else from where it started. */
         diverged->from_epoch = saved >= 0 && saved <= t->diverged_epoch && saved > first ? saved : -1;

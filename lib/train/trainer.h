@@ -8,6 +8,7 @@
 #ifndef MX_TRAINER_H
 #define MX_TRAINER_H
 
+#include "comm/comm.h"
 #include "executor/executor.h"
 #include "train/settings.h"
 
@@ -29,6 +30,10 @@ typedef struct mx_train_options {
      * saves PREFIX-interrupted.params and returns with result->stopped.
      * May be NULL. */
     volatile sig_atomic_t *stop;
+    /* Under mpirun: the job's communicator (dist kvstores, each rank's part
+     * of the data, metrics summed over the ranks, checkpoints by rank 0,
+     * stop requests agreed between the ranks). NULL: one process. */
+    mx_comm *comm;
 } mx_train_options;
 
 /* How a run ended. */
