@@ -107,7 +107,7 @@ static double rel_diff(const weights *a, const weights *b, const char *name, boo
 
 /* ------------------------------------------------------------ fine-tuning */
 
-#define LENET_SUBSET "train.num_parts=12 val.num_parts=4 fit.disp_batches=1000"
+#define LENET_SUBSET "train.num_parts=24 val.num_parts=10 fit.disp_batches=1000"
 
 START_TEST(finetune_freezes_and_trains_a_new_head)
 {
@@ -284,7 +284,7 @@ static int wait_exit(pid_t pid)
 
 START_TEST(signal_stop_and_resume_are_bit_exact)
 {
-    const char *net = "configs/lenet.conf train.num_parts=12 val.num_parts=10 train.batch_size=16 fit.num_epoch=2 "
+    const char *net = "configs/lenet.conf train.num_parts=24 val.num_parts=20 train.batch_size=16 fit.num_epoch=2 "
                       "fit.disp_batches=10";
     char *err, args[2048], errfile[400];
     snprintf(args, sizeof(args), "%s fit.model_prefix=%s/a/net", net, tmp);
