@@ -10,6 +10,8 @@
 # turns them off. Objects rebuild when flags change (build/.flags).
 
 BUILD     ?= build
+# Build on every core (CI has two); the test suites still run one at a time.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 CUDA      ?= auto
 SAN       ?= 0
 V         ?= 0
@@ -125,8 +127,9 @@ deps:
 # still run, so one report shows everything that broke.
 check-tests: $(RUN_TESTS) $(CMD_BINS)
 	@failed=0; for t in $(RUN_TESTS); do \
-	  echo "== $$t"; \
+	  echo "== $$t"; start=$$(date +%s%N); \
 	  MX_TEST_BUILD=$(BUILD) CK_DEFAULT_TIMEOUT=$${CK_DEFAULT_TIMEOUT:-120} $$t || failed=1; \
+	  echo "== $$t: $$(( ($$(date +%s%N) - start) / 1000000 )) ms"; \
 	done; \
 	if [ $$failed -ne 0 ]; then echo "FAILED: some test suites failed ($(BUILD))"; exit 1; fi; \
 	echo "all test suites passed ($(BUILD))"
