@@ -37,6 +37,13 @@ extern const mx_op_def mx_op_dropout;
 extern const mx_op_def mx_op_lrn;
 extern const mx_op_def mx_op_convolution;
 extern const mx_op_def mx_op_deconvolution;
+/* issue 17: shapes, reductions, normalisation */
+extern const mx_op_def mx_op_sum;
+extern const mx_op_def mx_op_mean;
+extern const mx_op_def mx_op_max;
+extern const mx_op_def mx_op_min;
+extern const mx_op_def mx_op_prod;
+extern const mx_op_def mx_op_norm;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -73,6 +80,13 @@ static const mx_op_def *const registry[] = {
     &mx_op_lrn,
     &mx_op_convolution,
     &mx_op_deconvolution,
+    /* issue 17: shapes, reductions, normalisation */
+    &mx_op_sum,
+    &mx_op_mean,
+    &mx_op_max,
+    &mx_op_min,
+    &mx_op_prod,
+    &mx_op_norm,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
