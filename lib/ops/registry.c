@@ -44,6 +44,10 @@ extern const mx_op_def mx_op_max;
 extern const mx_op_def mx_op_min;
 extern const mx_op_def mx_op_prod;
 extern const mx_op_def mx_op_norm;
+extern const mx_op_def mx_op_layer_norm;
+extern const mx_op_def mx_op_group_norm;
+extern const mx_op_def mx_op_instance_norm;
+extern const mx_op_def mx_op_l2_normalization;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -87,6 +91,10 @@ static const mx_op_def *const registry[] = {
     &mx_op_min,
     &mx_op_prod,
     &mx_op_norm,
+    &mx_op_layer_norm,
+    &mx_op_group_norm,
+    &mx_op_instance_norm,
+    &mx_op_l2_normalization,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
