@@ -48,6 +48,11 @@ extern const mx_op_def mx_op_layer_norm;
 extern const mx_op_def mx_op_group_norm;
 extern const mx_op_def mx_op_instance_norm;
 extern const mx_op_def mx_op_l2_normalization;
+extern const mx_op_def mx_op_expand_dims;
+extern const mx_op_def mx_op_squeeze;
+extern const mx_op_def mx_op_slice;
+extern const mx_op_def mx_op_slice_axis;
+extern const mx_op_def mx_op_slice_like;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -95,6 +100,11 @@ static const mx_op_def *const registry[] = {
     &mx_op_group_norm,
     &mx_op_instance_norm,
     &mx_op_l2_normalization,
+    &mx_op_expand_dims,
+    &mx_op_squeeze,
+    &mx_op_slice,
+    &mx_op_slice_axis,
+    &mx_op_slice_like,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
