@@ -53,6 +53,12 @@ extern const mx_op_def mx_op_squeeze;
 extern const mx_op_def mx_op_slice;
 extern const mx_op_def mx_op_slice_axis;
 extern const mx_op_def mx_op_slice_like;
+extern const mx_op_def mx_op_take;
+extern const mx_op_def mx_op_one_hot;
+extern const mx_op_def mx_op_stack;
+extern const mx_op_def mx_op_tile;
+extern const mx_op_def mx_op_repeat;
+extern const mx_op_def mx_op_batch_dot;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -105,6 +111,12 @@ static const mx_op_def *const registry[] = {
     &mx_op_slice,
     &mx_op_slice_axis,
     &mx_op_slice_like,
+    &mx_op_take,
+    &mx_op_one_hot,
+    &mx_op_stack,
+    &mx_op_tile,
+    &mx_op_repeat,
+    &mx_op_batch_dot,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
