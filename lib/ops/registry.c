@@ -59,6 +59,8 @@ extern const mx_op_def mx_op_stack;
 extern const mx_op_def mx_op_tile;
 extern const mx_op_def mx_op_repeat;
 extern const mx_op_def mx_op_batch_dot;
+extern const mx_op_def mx_op_pad;
+extern const mx_op_def mx_op_upsampling;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -117,6 +119,8 @@ static const mx_op_def *const registry[] = {
     &mx_op_tile,
     &mx_op_repeat,
     &mx_op_batch_dot,
+    &mx_op_pad,
+    &mx_op_upsampling,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
