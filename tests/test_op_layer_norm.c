@@ -96,7 +96,7 @@ START_TEST(shapes_and_errors)
     ck_assert_int_eq(opcheck_infer("LayerNorm", NULL, NULL, 0, in, &n_in, out, &n_out), MX_OK);
     ck_assert(oprun_shape_is(&in[1], MX_SHAPE(4)) && oprun_shape_is(&out[1], MX_SHAPE(2, 3, 1)));
     const mx_op_def *op = mx_op_find("LayerNorm");
-    char params[256] = {0};
+    _Alignas(16) char params[256] = {0};
     ck_assert(mx_op_parse_params(op, NULL, NULL, 0, params) == MX_OK);
     ck_assert_int_eq(op->num_visible_outputs(params), 1);
     const char *k[] = {"axis"}, *v[] = {"3"};
