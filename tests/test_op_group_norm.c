@@ -83,6 +83,14 @@ START_TEST(mxnet_values)
     const double want_in[] = {-1.4780328273773193, -0.24146804213523865, 2.019500732421875, 0.7941844463348389,
                               0.22545576095581055, -0.41964006423950195, -2.1082940101623535, 0.24184292554855347};
     for (int i = 0; i < 8; i++) ck_assert(fabs(r.out[0][i] - want_in[i]) < 1e-5);
+    /* the hidden mean and var (N, C), as MXNet keeps them */
+    ck_assert(oprun_shape_is(&r.out_shapes[1], MX_SHAPE(2, 4)) && oprun_shape_is(&r.out_shapes[2], MX_SHAPE(2, 4)));
+    for (int nc = 0; nc < 8; nc++) {
+        double m = 0, v = 0;
+        for (int k = 0; k < 3; k++) m += x[nc * 3 + k] / 3.0;
+        for (int k = 0; k < 3; k++) v += (x[nc * 3 + k] - m) * (x[nc * 3 + k] - m) / 3.0;
+        ck_assert(fabs(r.out[1][nc] - m) < 1e-5 && fabs(r.out[2][nc] - v) < 1e-5);
+    }
     oprun_free(&r);
 }
 END_TEST

@@ -77,6 +77,13 @@ START_TEST(mxnet_values)
         for (int i = 0; i < 4; i++)
             ck_assert_msg(fabs(r.out[0][i + 1] - want[m][i]) < 1e-6, "%s %d: %g vs %g", modes[m], i, r.out[0][i + 1],
                           want[m][i]);
+        /* the hidden norm output: x / y wherever y != 0 */
+        const mx_shape nshape[3] = {MX_SHAPE(2), MX_SHAPE(2, 3), MX_SHAPE(2, 4)};
+        ck_assert(oprun_shape_is(&r.out_shapes[1], nshape[m]));
+        for (int i = 1; i < 24; i++) { /* element (a, c, s) of (2,4,3) */
+            int a = i / 12, c = (i / 3) % 4, sp = i % 3, key = m == 0 ? a : m == 1 ? a * 3 + sp : a * 4 + c;
+            ck_assert(fabs(r.out[1][key] - x[i] / r.out[0][i]) < 1e-4 * fabs(r.out[1][key]));
+        }
         oprun_free(&r);
     }
 }

@@ -100,12 +100,42 @@ START_TEST(mxnet_json_forward_backward)
 }
 END_TEST
 
+/* Hidden outputs count as in MXNet, so node_row_ptr of a written file
+ * matches MXNet's: InstanceNorm 3 (output, mean, var), L2Normalization 2
+ * (output, norm). MXNet 1.9.1 writes [0,1,2,3,6,8,9] for
+ * Activation(L2Normalization(InstanceNorm(data))). */
+START_TEST(hidden_outputs_counted_like_mxnet)
+{
+    static const char json[] =
+        "{\"nodes\":[{\"op\":\"null\",\"name\":\"data\",\"inputs\":[]},{\"op\":\"null\",\"name\":\"in0_gamma\","
+        "\"inputs\":[]},{\"op\":\"null\",\"name\":\"in0_beta\",\"inputs\":[]},{\"op\":\"InstanceNorm\",\"name\":"
+        "\"in0\",\"inputs\":[[0,0,0],[1,0,0],[2,0,0]]},{\"op\":\"L2Normalization\",\"name\":\"l2\",\"inputs\":"
+        "[[3,0,0]]},{\"op\":\"Activation\",\"name\":\"r\",\"attrs\":{\"act_type\":\"relu\"},\"inputs\":[[4,0,0]]}],"
+        "\"arg_nodes\":[0,1,2],\"node_row_ptr\":[0,1,2,3,6,8,9],\"heads\":[[5,0,0]],"
+        "\"attrs\":{\"mxnet_version\":[\"int\",10901]}}";
+    mx_graph *g;
+    ck_assert_msg(mx_graph_from_json(json, strlen(json), &g) == MX_OK, "%s", mx_last_error());
+    char *out;
+    size_t len;
+    ck_assert_int_eq(mx_graph_to_json(g, &out, &len), MX_OK);
+    char compact[4096];
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 1 < sizeof(compact); i++)
+        if (out[i] != ' ' && out[i] != '\n') compact[n++] = out[i];
+    compact[n] = '\0';
+    ck_assert_msg(strstr(compact, "\"node_row_ptr\":[0,1,2,3,6,8,9]"), "%s", compact);
+    free(out);
+    mx_graph_free(g);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("symbol_tensor_ops");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, mxnet_json_forward_backward);
+    tcase_add_test(tc, hidden_outputs_counted_like_mxnet);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -9,7 +9,8 @@
  * outputs output, mean and std (N, num_groups), the last two shown with
  * output_mean_var=True (their gradients then flow back too).
  * InstanceNorm normalises each (sample, channel) over the spatial positions
- * with gamma and beta of shape (C,); its only output is `output`.
+ * with gamma and beta of shape (C,); it shows `output` and keeps mean and
+ * var (N, C) hidden, as MXNet counts them.
  * Backward recomputes the statistics from data.
  */
 #include "ops/layer_norm.h"
@@ -61,6 +62,14 @@ static int in_list_outputs(const void *p, const char **names)
 {
     (void)p;
     names[0] = "output";
+    names[1] = "mean";
+    names[2] = "var";
+    return 3;
+}
+
+static int in_num_visible_outputs(const void *p)
+{
+    (void)p;
     return 1;
 }
 
@@ -109,6 +118,8 @@ static mx_status in_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape 
     MX_TRY(vec_shape("InstanceNorm", "gamma", &in[1], in[0].dims[1]));
     MX_TRY(vec_shape("InstanceNorm", "beta", &in[2], in[0].dims[1]));
     out[0] = in[0];
+    out[1] = (mx_shape){.ndim = 2, .dims = {in[0].dims[0], in[0].dims[1]}};
+    out[2] = out[1];
     return MX_OK;
 }
 
@@ -127,17 +138,17 @@ static size_t gn_workspace(const void *p, const mx_shape *in, const mx_shape *ou
     return backward ? 2 * (size_t)mx_shape_size(&in[1]) * sizeof(double) : 0;
 }
 
+/* var_out: the third output holds the variance (InstanceNorm), not std. */
 static mx_status norm_forward(const char *op, double eps, int64_t groups, const mx_tensor *in, const mx_req *req,
-                              mx_tensor *out, int n_out)
+                              mx_tensor *out, bool var_out)
 {
     if (in[0].dtype != MX_FLOAT32)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: %s data is not supported (float32 only)", op,
                         mx_dtype_name(in[0].dtype));
     mx_norm_layout l = block_layout(&in[0].shape, groups);
-    bool stats = n_out == 3;
-    mx_norm_forward(&l, eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, stats ? req[1] : MX_REQ_NULL,
-                    stats && req[1] != MX_REQ_NULL ? out[1].data : NULL, stats ? req[2] : MX_REQ_NULL,
-                    stats && req[2] != MX_REQ_NULL ? out[2].data : NULL);
+    mx_norm_forward(&l, eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, req[1],
+                    req[1] != MX_REQ_NULL ? out[1].data : NULL, req[2], req[2] != MX_REQ_NULL ? out[2].data : NULL,
+                    var_out);
     return MX_OK;
 }
 
@@ -158,7 +169,7 @@ static mx_status gn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
 {
     (void)ctx, (void)aux;
     const gn_params *gp = p;
-    return norm_forward("GroupNorm", gp->eps, gp->num_groups, in, req, out, 3);
+    return norm_forward("GroupNorm", gp->eps, gp->num_groups, in, req, out, false);
 }
 
 static mx_status gn_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
@@ -173,7 +184,7 @@ static mx_status in_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
                             mx_tensor *out, mx_tensor *aux)
 {
     (void)ctx, (void)aux;
-    return norm_forward("InstanceNorm", ((const gn_params *)p)->eps, in[0].shape.dims[1], in, req, out, 1);
+    return norm_forward("InstanceNorm", ((const gn_params *)p)->eps, in[0].shape.dims[1], in, req, out, true);
 }
 
 static mx_status in_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
@@ -209,6 +220,7 @@ const mx_op_def mx_op_instance_norm = {
     .params_size = sizeof(gn_params),
     .list_inputs = gn_list_inputs,
     .list_outputs = in_list_outputs,
+    .num_visible_outputs = in_num_visible_outputs,
     .infer_shape = in_infer_shape,
     .workspace = gn_workspace,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,

@@ -4,8 +4,9 @@
  *   instance: everything but axis 0 (data of 2 or more dimensions);
  *   channel:  axis 1, per sample and spatial position (3 or more);
  *   spatial:  the axes after 1, per sample and channel (3 or more).
- * Backward: dx = (dy - y sum(dy y)) / norm, recomputing norm from data
- * (MXNet's hidden `norm` output is not kept).
+ * The norms are a hidden second output `norm` as in MXNet: (N,) for
+ * instance, (N, spatial...) for channel, (N, C) for spatial.
+ * Backward: dx = (dy - y sum(dy y)) / norm, recomputing norm from data.
  */
 #include "ops/op.h"
 
@@ -39,6 +40,13 @@ static int l2n_list_outputs(const void *p, const char **names)
 {
     (void)p;
     names[0] = "output";
+    names[1] = "norm";
+    return 2;
+}
+
+static int l2n_num_visible_outputs(const void *p)
+{
+    (void)p;
     return 1;
 }
 
@@ -53,6 +61,12 @@ static mx_status l2n_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape
         return MX_ERROR(MX_ERR_INVALID, "L2Normalization: mode '%s' needs data of at least %d dimensions, got %s",
                         l2n_mode_choices[lp->mode], need, mx_shape_str(&in[0], a, sizeof(a)));
     out[0] = in[0];
+    mx_shape n = {.ndim = 1, .dims = {in[0].dims[0]}};
+    if (lp->mode == L2N_CHANNEL)
+        for (int k = 2; k < in[0].ndim; k++) n.dims[n.ndim++] = in[0].dims[k];
+    else if (lp->mode == L2N_SPATIAL)
+        n.dims[n.ndim++] = in[0].dims[1];
+    out[1] = n;
     return MX_OK;
 }
 
@@ -79,18 +93,19 @@ static mx_status l2n_forward(const mx_op_ctx *ctx, const void *p, const mx_tenso
 {
     (void)ctx, (void)aux;
     const l2n_params *lp = p;
-    if (req[0] == MX_REQ_NULL) return MX_OK;
     if (in[0].dtype != MX_FLOAT32)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "L2Normalization: %s data is not supported (float32 only)",
                         mx_dtype_name(in[0].dtype));
     int64_t outer, len, inner;
     l2n_layout(lp, &in[0].shape, &outer, &len, &inner);
     const float *x = in[0].data;
-    float *y = out[0].data;
+    float *y = out[0].data, *nrm = req[1] != MX_REQ_NULL ? out[1].data : NULL;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t b = o * len * inner + i;
             double norm = set_norm(x + b, len, inner, lp->eps);
+            if (nrm) mx_req_assign_f32(req[1], &nrm[o * inner + i], (float)norm); /* set order = norm's layout */
+            if (req[0] == MX_REQ_NULL) continue;
             for (int64_t k = 0; k < len; k++) mx_req_assign_f32(req[0], &y[b + k * inner], (float)(x[b + k * inner] / norm));
         }
     return MX_OK;
@@ -127,6 +142,7 @@ const mx_op_def mx_op_l2_normalization = {
     .params_size = sizeof(l2n_params),
     .list_inputs = l2n_list_inputs,
     .list_outputs = l2n_list_outputs,
+    .num_visible_outputs = l2n_num_visible_outputs,
     .infer_shape = l2n_infer_shape,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .forward = l2n_forward,

@@ -27,8 +27,9 @@ static inline int64_t gamma_index(const mx_norm_layout *l, int64_t s, int64_t k)
     return l->per_elem ? k : s % l->gamma_len;
 }
 
-/* Mean and 1/std of set s, in double. */
-static void set_moments(const mx_norm_layout *l, double eps, const float *x, int64_t s, double *mean, double *std)
+/* Mean, std = sqrt(var + eps) and the (biased) variance of set s, in double. */
+static void set_moments(const mx_norm_layout *l, double eps, const float *x, int64_t s, double *mean, double *std,
+                        double *var)
 {
     const float *p = x + set_base(l, s);
     double m = 0, v = 0;
@@ -41,16 +42,17 @@ static void set_moments(const mx_norm_layout *l, double eps, const float *x, int
     v = l->len ? v / (double)l->len : 0.0;
     *mean = m;
     *std = sqrt(v + eps);
+    if (var) *var = v;
 }
 
 void mx_norm_forward(const mx_norm_layout *l, double eps, const float *x, const float *gamma, const float *beta,
-                     mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std, float *std)
+                     mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std, float *std, bool var_out)
 {
     for (int64_t s = 0; s < l->sets; s++) {
-        double m, sd;
-        set_moments(l, eps, x, s, &m, &sd);
+        double m, sd, var;
+        set_moments(l, eps, x, s, &m, &sd, &var);
         if (mean) mx_req_assign_f32(req_mean, &mean[s], (float)m);
-        if (std) mx_req_assign_f32(req_std, &std[s], (float)sd);
+        if (std) mx_req_assign_f32(req_std, &std[s], (float)(var_out ? var : sd));
         if (req_y == MX_REQ_NULL) continue;
         int64_t b = set_base(l, s);
         for (int64_t k = 0; k < l->len; k++) {
@@ -69,7 +71,7 @@ void mx_norm_backward(const mx_norm_layout *l, double eps, const float *x, const
     double n = (double)l->len;
     for (int64_t s = 0; s < l->sets; s++) {
         double m, sd;
-        set_moments(l, eps, x, s, &m, &sd);
+        set_moments(l, eps, x, s, &m, &sd, NULL);
         int64_t b = set_base(l, s);
         /* dxhat = dy * gamma; dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / std
          *                        + dmean / n + dstd xhat / n */
@@ -197,7 +199,7 @@ static mx_status ln_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     MX_TRY(ln_axis(lp, &in[0].shape, &axis));
     mx_norm_layout l = ln_layout(&in[0].shape, axis);
     mx_norm_forward(&l, lp->eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, req[1],
-                    req[1] != MX_REQ_NULL ? out[1].data : NULL, req[2], req[2] != MX_REQ_NULL ? out[2].data : NULL);
+                    req[1] != MX_REQ_NULL ? out[1].data : NULL, req[2], req[2] != MX_REQ_NULL ? out[2].data : NULL, false);
     return MX_OK;
 }
 

@@ -21,9 +21,10 @@ typedef struct mx_norm_layout {
 } mx_norm_layout;
 
 /* y = (x - mean) / std * gamma + beta per req[0]; mean and std (one per
- * set) per req[1], req[2] when those are non-NULL. */
+ * set) per req[1], req[2] when those are non-NULL; var_out writes the
+ * variance instead of std (InstanceNorm's hidden output). */
 void mx_norm_forward(const mx_norm_layout *l, double eps, const float *x, const float *gamma, const float *beta,
-                     mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std, float *std);
+                     mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std, float *std, bool var_out);
 
 /* Gradients of data, gamma and beta from dy and, when non-NULL, the
  * gradients dmean, dstd of the mean and std outputs; gradient buffers per
