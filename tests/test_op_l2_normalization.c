@@ -92,7 +92,7 @@ END_TEST
 START_TEST(shapes_and_errors)
 {
     int n_in, n_out;
-    mx_shape out[1];
+    mx_shape out[2]; /* output and the hidden norm */
     const char *k[] = {"mode"}, *v[] = {"channel"}, *bad[] = {"chanel"};
     mx_shape a[1] = {MX_SHAPE(2, 3)};
     ck_assert_int_eq(opcheck_infer("L2Normalization", NULL, NULL, 0, a, &n_in, out, &n_out), MX_OK);

@@ -42,13 +42,18 @@ static void ln_ref(const void *params, const double *const *in, const mx_shape *
         }
 }
 
-static void run(mx_shape data, const char *axis, const char *omv, uint64_t seed)
+static void run_points(mx_shape data, const char *axis, const char *omv, uint64_t seed, int max_points)
 {
     const char *keys[] = {"axis", "output_mean_var", "eps"}, *values[] = {axis, omv, "1e-3"};
     opcheck_case c = {.op = "LayerNorm", .keys = keys, .values = values, .n_params = 3, .ref = ln_ref,
-                      .seed = seed, .grad_rtol = 1e-3, .grad_atol = 1e-4};
+                      .seed = seed, .grad_rtol = 1e-3, .grad_atol = 1e-4, .max_points = max_points};
     c.in_shapes[0] = data;
     opcheck_run(&c);
+}
+
+static void run(mx_shape data, const char *axis, const char *omv, uint64_t seed)
+{
+    run_points(data, axis, omv, seed, 0);
 }
 
 START_TEST(forward_backward_against_reference)
@@ -59,6 +64,9 @@ START_TEST(forward_backward_against_reference)
     run(MX_SHAPE(2, 3, 5), "-1", "True", 4);
     run(MX_SHAPE(3, 4, 2, 2), "-3", "False", 5);
     run(MX_SHAPE(7), "0", "True", 6);
+    /* big enough that sets and gamma entries split across the pool */
+    run_points(MX_SHAPE(64, 512), "-1", "False", 7, 24);
+    run_points(MX_SHAPE(4, 256, 16), "1", "True", 8, 24);
 }
 END_TEST
 

@@ -132,21 +132,22 @@ static mx_norm_layout block_layout(const mx_shape *d, int64_t groups)
     return l;
 }
 
+/* Backward keeps each set's mean and std: two doubles per (sample, group). */
 static size_t gn_workspace(const void *p, const mx_shape *in, const mx_shape *out, bool backward)
 {
     (void)p, (void)out;
-    return backward ? 2 * (size_t)mx_shape_size(&in[1]) * sizeof(double) : 0;
+    return backward ? 2 * (size_t)(in[0].dims[0] * mx_shape_size(&in[1])) * sizeof(double) : 0;
 }
 
 /* var_out: the third output holds the variance (InstanceNorm), not std. */
-static mx_status norm_forward(const char *op, double eps, int64_t groups, const mx_tensor *in, const mx_req *req,
+static mx_status norm_forward(const mx_op_ctx *ctx, const char *op, double eps, int64_t groups, const mx_tensor *in, const mx_req *req,
                               mx_tensor *out, bool var_out)
 {
     if (in[0].dtype != MX_FLOAT32)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: %s data is not supported (float32 only)", op,
                         mx_dtype_name(in[0].dtype));
     mx_norm_layout l = block_layout(&in[0].shape, groups);
-    mx_norm_forward(&l, eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, req[1],
+    mx_norm_forward(mx_op_pool(ctx), &l, eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, req[1],
                     req[1] != MX_REQ_NULL ? out[1].data : NULL, req[2], req[2] != MX_REQ_NULL ? out[2].data : NULL,
                     var_out);
     return MX_OK;
@@ -156,9 +157,9 @@ static mx_status norm_backward(const char *op, const mx_op_ctx *ctx, double eps,
                                const mx_tensor *out_grad, const mx_tensor *in, const mx_req *req, mx_tensor *in_grad)
 {
     mx_norm_layout l = block_layout(&in[0].shape, groups);
-    if (ctx->workspace_bytes < 2 * (size_t)groups * sizeof(double))
+    if (ctx->workspace_bytes < 2 * (size_t)l.sets * sizeof(double))
         return MX_ERROR(MX_ERR_RUNTIME, "%s: workspace of %zu bytes is too small", op, ctx->workspace_bytes);
-    mx_norm_backward(&l, eps, in[0].data, in[1].data, out_grad[0].data, stats ? out_grad[1].data : NULL,
+    mx_norm_backward(mx_op_pool(ctx), &l, eps, in[0].data, in[1].data, out_grad[0].data, stats ? out_grad[1].data : NULL,
                      stats ? out_grad[2].data : NULL, req[0], in_grad[0].data, req[1], in_grad[1].data, req[2],
                      in_grad[2].data, ctx->workspace);
     return MX_OK;
@@ -167,9 +168,9 @@ static mx_status norm_backward(const char *op, const mx_op_ctx *ctx, double eps,
 static mx_status gn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                             mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
+    (void)aux;
     const gn_params *gp = p;
-    return norm_forward("GroupNorm", gp->eps, gp->num_groups, in, req, out, false);
+    return norm_forward(ctx, "GroupNorm", gp->eps, gp->num_groups, in, req, out, false);
 }
 
 static mx_status gn_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
@@ -183,8 +184,8 @@ static mx_status gn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
 static mx_status in_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                             mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
-    return norm_forward("InstanceNorm", ((const gn_params *)p)->eps, in[0].shape.dims[1], in, req, out, true);
+    (void)aux;
+    return norm_forward(ctx, "InstanceNorm", ((const gn_params *)p)->eps, in[0].shape.dims[1], in, req, out, true);
 }
 
 static mx_status in_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,

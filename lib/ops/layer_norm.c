@@ -10,6 +10,7 @@
  * drops them; with them unused the results agree).
  */
 #include "ops/layer_norm.h"
+#include "parallel/parallel.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -45,58 +46,122 @@ static void set_moments(const mx_norm_layout *l, double eps, const float *x, int
     if (var) *var = v;
 }
 
-void mx_norm_forward(const mx_norm_layout *l, double eps, const float *x, const float *gamma, const float *beta,
-                     mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std, float *std, bool var_out)
+/* One forward or backward call, shared by the pieces of a parallel region. */
+typedef struct norm_job {
+    const mx_norm_layout *l;
+    double eps;
+    const float *x, *gamma, *beta, *dy, *dmean, *dstd;
+    mx_req req_y, req_mean, req_std, req_dx, req_dgamma, req_dbeta;
+    float *y, *mean, *std, *dx, *dgamma, *dbeta;
+    bool var_out;
+    double *mom; /* backward: mean and std of each set */
+} norm_job;
+
+/* Pieces of at least ~8K elements: sets are independent. */
+static int64_t norm_grain(mx_threadpool *pool, int64_t items, int64_t per_item)
 {
-    for (int64_t s = 0; s < l->sets; s++) {
+    int64_t min = per_item > 0 ? 8192 / per_item : 1;
+    return mx_parallel_grain(pool, items, 4, min > 0 ? min : 1);
+}
+
+static void norm_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const norm_job *j = arg;
+    const mx_norm_layout *l = j->l;
+    for (int64_t s = lo; s < hi; s++) {
         double m, sd, var;
-        set_moments(l, eps, x, s, &m, &sd, &var);
-        if (mean) mx_req_assign_f32(req_mean, &mean[s], (float)m);
-        if (std) mx_req_assign_f32(req_std, &std[s], (float)(var_out ? var : sd));
-        if (req_y == MX_REQ_NULL) continue;
+        set_moments(l, j->eps, j->x, s, &m, &sd, &var);
+        if (j->mean) mx_req_assign_f32(j->req_mean, &j->mean[s], (float)m);
+        if (j->std) mx_req_assign_f32(j->req_std, &j->std[s], (float)(j->var_out ? var : sd));
+        if (j->req_y == MX_REQ_NULL) continue;
         int64_t b = set_base(l, s);
         for (int64_t k = 0; k < l->len; k++) {
             int64_t i = b + k * l->inner, g = gamma_index(l, s, k);
-            mx_req_assign_f32(req_y, &y[i], (float)((x[i] - m) / sd * gamma[g] + beta[g]));
+            mx_req_assign_f32(j->req_y, &j->y[i], (float)((j->x[i] - m) / sd * j->gamma[g] + j->beta[g]));
         }
     }
 }
 
-void mx_norm_backward(const mx_norm_layout *l, double eps, const float *x, const float *gamma, const float *dy,
-                      const float *dmean, const float *dstd, mx_req req_dx, float *dx, mx_req req_dgamma,
-                      float *dgamma, mx_req req_dbeta, float *dbeta, double *acc)
+void mx_norm_forward(mx_threadpool *pool, const mx_norm_layout *l, double eps, const float *x, const float *gamma,
+                     const float *beta, mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std,
+                     float *std, bool var_out)
 {
-    double *sg = acc, *sb = acc + l->gamma_len; /* sums for dgamma, dbeta */
-    for (int64_t g = 0; g < 2 * l->gamma_len; g++) acc[g] = 0.0;
+    norm_job j = {.l = l, .eps = eps, .x = x, .gamma = gamma, .beta = beta, .req_y = req_y, .y = y,
+                  .req_mean = req_mean, .mean = mean, .req_std = req_std, .std = std, .var_out = var_out};
+    mx_parallel_for(pool, l->sets, norm_grain(pool, l->sets, l->len), norm_forward_range, &j);
+}
+
+/* Pass 1, per set: its moments (kept for pass 2) and the data gradient
+ *   dxhat = dy * gamma
+ *   dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / std + dmean / n + dstd xhat / n. */
+static void norm_backward_data_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const norm_job *j = arg;
+    const mx_norm_layout *l = j->l;
     double n = (double)l->len;
-    for (int64_t s = 0; s < l->sets; s++) {
+    for (int64_t s = lo; s < hi; s++) {
         double m, sd;
-        set_moments(l, eps, x, s, &m, &sd, NULL);
+        set_moments(l, j->eps, j->x, s, &m, &sd, NULL);
+        j->mom[2 * s] = m;
+        j->mom[2 * s + 1] = sd;
+        if (j->req_dx == MX_REQ_NULL) continue;
         int64_t b = set_base(l, s);
-        /* dxhat = dy * gamma; dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / std
-         *                        + dmean / n + dstd xhat / n */
         double sum_dxh = 0, sum_dxh_xh = 0;
         for (int64_t k = 0; k < l->len; k++) {
             int64_t i = b + k * l->inner, g = gamma_index(l, s, k);
-            double xh = (x[i] - m) / sd, d = dy ? dy[i] : 0.0;
-            sum_dxh += d * gamma[g];
-            sum_dxh_xh += d * gamma[g] * xh;
-            sg[g] += d * xh;
-            sb[g] += d;
+            double xh = (j->x[i] - m) / sd, d = j->dy ? j->dy[i] : 0.0;
+            sum_dxh += d * j->gamma[g];
+            sum_dxh_xh += d * j->gamma[g] * xh;
         }
-        if (req_dx == MX_REQ_NULL) continue;
-        double dm = dmean ? dmean[s] : 0.0, ds = dstd ? dstd[s] : 0.0;
+        double dm = j->dmean ? j->dmean[s] : 0.0, ds = j->dstd ? j->dstd[s] : 0.0;
         for (int64_t k = 0; k < l->len; k++) {
             int64_t i = b + k * l->inner, g = gamma_index(l, s, k);
-            double xh = (x[i] - m) / sd, d = dy ? dy[i] : 0.0;
-            double v = (d * gamma[g] - sum_dxh / n - xh * sum_dxh_xh / n) / sd + dm / n + ds * xh / n;
-            mx_req_assign_f32(req_dx, &dx[i], (float)v);
+            double xh = (j->x[i] - m) / sd, d = j->dy ? j->dy[i] : 0.0;
+            double v = (d * j->gamma[g] - sum_dxh / n - xh * sum_dxh_xh / n) / sd + dm / n + ds * xh / n;
+            mx_req_assign_f32(j->req_dx, &j->dx[i], (float)v);
         }
     }
-    for (int64_t g = 0; g < l->gamma_len; g++) {
-        mx_req_assign_f32(req_dgamma, &dgamma[g], (float)sg[g]);
-        mx_req_assign_f32(req_dbeta, &dbeta[g], (float)sb[g]);
+}
+
+/* Pass 2, per gamma entry: dgamma = sum dy xhat, dbeta = sum dy over the
+ * elements it scales (a fixed order, so results do not depend on the split). */
+static void norm_backward_param_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const norm_job *j = arg;
+    const mx_norm_layout *l = j->l;
+    for (int64_t g = lo; g < hi; g++) {
+        double sg = 0, sb = 0;
+        int64_t s0 = l->per_elem ? 0 : g, ds = l->per_elem ? 1 : l->gamma_len;
+        int64_t k0 = l->per_elem ? g : 0, k1 = l->per_elem ? g + 1 : l->len;
+        for (int64_t s = s0; s < l->sets; s += ds) {
+            int64_t b = set_base(l, s);
+            double m = j->mom[2 * s], sd = j->mom[2 * s + 1];
+            for (int64_t k = k0; k < k1; k++) {
+                int64_t i = b + k * l->inner;
+                double d = j->dy ? j->dy[i] : 0.0;
+                sg += d * (j->x[i] - m) / sd;
+                sb += d;
+            }
+        }
+        mx_req_assign_f32(j->req_dgamma, &j->dgamma[g], (float)sg);
+        mx_req_assign_f32(j->req_dbeta, &j->dbeta[g], (float)sb);
     }
+}
+
+void mx_norm_backward(mx_threadpool *pool, const mx_norm_layout *l, double eps, const float *x, const float *gamma,
+                      const float *dy, const float *dmean, const float *dstd, mx_req req_dx, float *dx,
+                      mx_req req_dgamma, float *dgamma, mx_req req_dbeta, float *dbeta, double *moments)
+{
+    norm_job j = {.l = l, .eps = eps, .x = x, .gamma = gamma, .dy = dy, .dmean = dmean, .dstd = dstd,
+                  .req_dx = req_dx, .dx = dx, .req_dgamma = req_dgamma, .dgamma = dgamma, .req_dbeta = req_dbeta,
+                  .dbeta = dbeta, .mom = moments};
+    mx_parallel_for(pool, l->sets, norm_grain(pool, l->sets, l->len), norm_backward_data_range, &j);
+    if (req_dgamma == MX_REQ_NULL && req_dbeta == MX_REQ_NULL) return;
+    int64_t per = l->gamma_len ? l->sets * l->len / l->gamma_len : 0; /* elements per gamma entry */
+    mx_parallel_for(pool, l->gamma_len, norm_grain(pool, l->gamma_len, per), norm_backward_param_range, &j);
 }
 
 /* ------------------------------------------------------------ LayerNorm */
@@ -181,16 +246,17 @@ static mx_norm_layout ln_layout(const mx_shape *d, int axis)
     return l;
 }
 
+/* Backward keeps each set's mean and std: two doubles per entry of mean. */
 static size_t ln_workspace(const void *p, const mx_shape *in, const mx_shape *out, bool backward)
 {
-    (void)p, (void)out;
-    return backward ? 2 * (size_t)mx_shape_size(&in[1]) * sizeof(double) : 0;
+    (void)p, (void)in;
+    return backward ? 2 * (size_t)mx_shape_size(&out[1]) * sizeof(double) : 0;
 }
 
 static mx_status ln_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                             mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
+    (void)aux;
     const ln_params *lp = p;
     if (in[0].dtype != MX_FLOAT32)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "LayerNorm: %s data is not supported (float32 only)",
@@ -198,7 +264,7 @@ static mx_status ln_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     int axis;
     MX_TRY(ln_axis(lp, &in[0].shape, &axis));
     mx_norm_layout l = ln_layout(&in[0].shape, axis);
-    mx_norm_forward(&l, lp->eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, req[1],
+    mx_norm_forward(mx_op_pool(ctx), &l, lp->eps, in[0].data, in[1].data, in[2].data, req[0], out[0].data, req[1],
                     req[1] != MX_REQ_NULL ? out[1].data : NULL, req[2], req[2] != MX_REQ_NULL ? out[2].data : NULL, false);
     return MX_OK;
 }
@@ -211,11 +277,11 @@ static mx_status ln_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     int axis;
     MX_TRY(ln_axis(lp, &in[0].shape, &axis));
     mx_norm_layout l = ln_layout(&in[0].shape, axis);
-    if (ctx->workspace_bytes < 2 * (size_t)l.gamma_len * sizeof(double))
+    if (ctx->workspace_bytes < 2 * (size_t)l.sets * sizeof(double))
         return MX_ERROR(MX_ERR_RUNTIME, "LayerNorm: workspace of %zu bytes is too small", ctx->workspace_bytes);
     const float *dmean = lp->output_mean_var ? out_grad[1].data : NULL;
     const float *dstd = lp->output_mean_var ? out_grad[2].data : NULL;
-    mx_norm_backward(&l, lp->eps, in[0].data, in[1].data, out_grad[0].data, dmean, dstd, req[0], in_grad[0].data,
+    mx_norm_backward(mx_op_pool(ctx), &l, lp->eps, in[0].data, in[1].data, out_grad[0].data, dmean, dstd, req[0], in_grad[0].data,
                      req[1], in_grad[1].data, req[2], in_grad[2].data, ctx->workspace);
     return MX_OK;
 }

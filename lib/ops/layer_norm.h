@@ -13,6 +13,7 @@
 #define MX_OPS_LAYER_NORM_H
 
 #include "ops/op.h"
+#include "parallel/parallel.h"
 
 typedef struct mx_norm_layout {
     int64_t sets, len, inner;
@@ -22,15 +23,17 @@ typedef struct mx_norm_layout {
 
 /* y = (x - mean) / std * gamma + beta per req[0]; mean and std (one per
  * set) per req[1], req[2] when those are non-NULL; var_out writes the
- * variance instead of std (InstanceNorm's hidden output). */
-void mx_norm_forward(const mx_norm_layout *l, double eps, const float *x, const float *gamma, const float *beta,
-                     mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std, float *std, bool var_out);
+ * variance instead of std (InstanceNorm's hidden output). Sets are split
+ * across pool (NULL: the calling thread). */
+void mx_norm_forward(mx_threadpool *pool, const mx_norm_layout *l, double eps, const float *x, const float *gamma,
+                     const float *beta, mx_req req_y, float *y, mx_req req_mean, float *mean, mx_req req_std,
+                     float *std, bool var_out);
 
 /* Gradients of data, gamma and beta from dy and, when non-NULL, the
  * gradients dmean, dstd of the mean and std outputs; gradient buffers per
- * their req. acc: 2 * gamma_len doubles of scratch. */
-void mx_norm_backward(const mx_norm_layout *l, double eps, const float *x, const float *gamma, const float *dy,
-                      const float *dmean, const float *dstd, mx_req req_dx, float *dx, mx_req req_dgamma,
-                      float *dgamma, mx_req req_dbeta, float *dbeta, double *acc);
+ * their req. moments: 2 * sets doubles of scratch. */
+void mx_norm_backward(mx_threadpool *pool, const mx_norm_layout *l, double eps, const float *x, const float *gamma,
+                      const float *dy, const float *dmean, const float *dstd, mx_req req_dx, float *dx,
+                      mx_req req_dgamma, float *dgamma, mx_req req_dbeta, float *dbeta, double *moments);
 
 #endif
