@@ -40,6 +40,11 @@ static void reduce_ref(const void *params, const double *const *in, const mx_sha
     int64_t n = mx_shape_size(d), n_out = 1;
     for (int k = 0; k < nd; k++)
         if (!red[k]) n_out *= d->dims[k];
+    int kind = !strcmp(g_op, "sum") || !strcmp(g_op, "mean") ? 0
+               : !strcmp(g_op, "max")                       ? 1
+               : !strcmp(g_op, "min")                       ? 2
+               : !strcmp(g_op, "prod")                      ? 3
+                                                            : 4;
     double *acc = calloc((size_t)n_out, sizeof(double));
     int64_t *cnt = calloc((size_t)n_out, sizeof(int64_t));
     for (int64_t i = 0; i < n; i++) {
@@ -52,10 +57,10 @@ static void reduce_ref(const void *params, const double *const *in, const mx_sha
         for (int k = 0; k < nd; k++)
             if (!red[k]) o = o * d->dims[k] + c[k];
         double v = in[0][i];
-        if (!strcmp(g_op, "sum") || !strcmp(g_op, "mean")) acc[o] += v;
-        else if (!strcmp(g_op, "max")) acc[o] = cnt[o] && acc[o] > v ? acc[o] : v;
-        else if (!strcmp(g_op, "min")) acc[o] = cnt[o] && acc[o] < v ? acc[o] : v;
-        else if (!strcmp(g_op, "prod")) acc[o] = (cnt[o] ? acc[o] : 1.0) * v;
+        if (kind == 0) acc[o] += v;
+        else if (kind == 1) acc[o] = cnt[o] && acc[o] > v ? acc[o] : v;
+        else if (kind == 2) acc[o] = cnt[o] && acc[o] < v ? acc[o] : v;
+        else if (kind == 3) acc[o] = (cnt[o] ? acc[o] : 1.0) * v;
         else acc[o] += *ordp == 1 ? fabs(v) : v * v;
         cnt[o]++;
     }
@@ -82,6 +87,8 @@ static void init_data(int index, float *x, int64_t n, uint64_t *rng)
     if (g_zeros >= 2) x[n - 1] = x[n - 2] = 0; /* last group (axis 1 of (…,3,4)): two zeros */
 }
 
+static bool g_big; /* few finite-difference points */
+
 static void run(const char *op, mx_shape data, const char *axis, const char *keepdims, const char *exclude,
                 const char *ord, uint64_t seed)
 {
@@ -93,7 +100,7 @@ static void run(const char *op, mx_shape data, const char *axis, const char *kee
     if (ord) keys[n] = "ord", values[n++] = ord;
     g_op = mx_op_find(op)->name; /* aliases compute as their op */
     opcheck_case c = {.op = op, .keys = keys, .values = values, .n_params = n, .ref = reduce_ref,
-                      .init = init_data, .seed = seed};
+                      .init = init_data, .seed = seed, .max_points = g_big ? 6 : 0};
     c.in_shapes[0] = data;
     opcheck_run(&c);
 }
@@ -114,6 +121,12 @@ START_TEST(forward_backward_against_reference)
         run(ops[k], MX_SHAPE(7), "0", NULL, NULL, NULL, s + 9);
     }
     run("sum_axis", MX_SHAPE(2, 3), "1", NULL, NULL, NULL, 50);
+    /* big enough that slices along a kept axis 0 split across the pool */
+    g_big = true;
+    run("mean", MX_SHAPE(9, 8, 16, 16), "(2,3)", NULL, NULL, NULL, 52);
+    run("max", MX_SHAPE(9, 8, 256), "1", "True", NULL, NULL, 53);
+    run("norm", MX_SHAPE(17, 1024), "-1", NULL, NULL, "2", 55);
+    g_big = false;
     run("max_axis", MX_SHAPE(2, 3), "0", NULL, NULL, NULL, 51);
     for (int ord = 1; ord <= 2; ord++) {
         const char *o = ord == 1 ? "1" : "2";

@@ -14,9 +14,11 @@
  *   computed without dividing by zero (MXNet's out/x gives NaN there);
  *   norm ord=2: dy * x / y (0 where y = 0; MXNet gives NaN); ord=1:
  *   dy * sign(x).
- * Accumulation is in double in the workspace.
+ * Accumulation is in double in the workspace; when axis 0 is kept its
+ * slices (disjoint outputs) are split across the kernel pool.
  */
 #include "ops/op.h"
+#include "parallel/parallel.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -136,17 +138,18 @@ static int64_t red_ostrides(const mx_shape *d, const bool *mask, int64_t *ost)
 
 /* Walks data in C order one innermost row at a time: calls row(ctx, i0, o0,
  * ostep, len) where i0 is the row's first data offset, o0 its first output
- * offset and ostep the output step along the row. */
+ * offset and ostep the output step along the row; base offsets i_base,
+ * o_base are added to both. */
 typedef void (*red_row_fn)(void *ctx, int64_t i0, int64_t o0, int64_t ostep, int64_t len);
 
-static void red_walk(const mx_shape *d, const int64_t *ost, red_row_fn row, void *ctx)
+static void red_walk(const mx_shape *d, const int64_t *ost, int64_t i_base, int64_t o_base, red_row_fn row, void *ctx)
 {
     int nd = d->ndim;
     int64_t len = d->dims[nd - 1], n = mx_shape_size(d);
     if (n == 0) return;
-    int64_t idx[MX_MAX_NDIM] = {0}, o = 0;
+    int64_t idx[MX_MAX_NDIM] = {0}, o = o_base;
     for (int64_t i0 = 0; i0 < n; i0 += len) {
-        row(ctx, i0, o, ost[nd - 1], len);
+        row(ctx, i_base + i0, o, ost[nd - 1], len);
         for (int k = nd - 2; k >= 0; k--) { /* odometer over the outer axes */
             o += ost[k];
             if (++idx[k] < d->dims[k]) break;
@@ -154,6 +157,38 @@ static void red_walk(const mx_shape *d, const int64_t *ost, red_row_fn row, void
             idx[k] = 0;
         }
     }
+}
+
+/* Slices along a kept axis 0 touch disjoint outputs, so they can run on
+ * different threads. */
+typedef struct red_split {
+    mx_shape sub; /* data without axis 0 */
+    const int64_t *ost;
+    int64_t in_step;
+    red_row_fn row;
+    void *ctx;
+} red_split;
+
+static void red_split_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const red_split *sp = arg;
+    for (int64_t i = lo; i < hi; i++) red_walk(&sp->sub, sp->ost + 1, i * sp->in_step, i * sp->ost[0], sp->row, sp->ctx);
+}
+
+/* red_walk over all of data, split across pool when axis 0 is kept. */
+static void red_walk_pool(mx_threadpool *pool, const mx_shape *d, const bool *mask, const int64_t *ost,
+                          red_row_fn row, void *ctx)
+{
+    int64_t n = mx_shape_size(d);
+    if (d->ndim < 2 || mask[0] || d->dims[0] < 2 || n < 16384 || mx_threadpool_size(pool) < 2) {
+        red_walk(d, ost, 0, 0, row, ctx);
+        return;
+    }
+    red_split sp = {.sub = {.ndim = d->ndim - 1}, .ost = ost, .in_step = n / d->dims[0], .row = row, .ctx = ctx};
+    for (int k = 1; k < d->ndim; k++) sp.sub.dims[k - 1] = d->dims[k];
+    int64_t min = sp.in_step ? 8192 / sp.in_step : 1;
+    mx_parallel_for(pool, d->dims[0], mx_parallel_grain(pool, d->dims[0], 4, min > 0 ? min : 1), red_split_range, &sp);
 }
 
 typedef struct red_fwd_ctx {
@@ -205,7 +240,7 @@ static mx_status red_forward_kind(red_kind kind, const char *op, const mx_op_ctx
     double init = kind == RED_MAX ? -INFINITY : kind == RED_MIN ? INFINITY : kind == RED_PROD ? 1.0 : 0.0;
     for (int64_t o = 0; o < n_out; o++) acc[o] = init;
     red_fwd_ctx f = {.kind = kind, .ord = rp->ord, .x = in[0].data, .acc = acc};
-    red_walk(&in[0].shape, ost, red_fwd_row, &f);
+    red_walk_pool(mx_op_pool(ctx), &in[0].shape, mask, ost, red_fwd_row, &f);
     int64_t n_in = mx_shape_size(&in[0].shape);
     double count = n_out ? (double)(n_in / n_out) : 0.0;
     float *y = out[0].data;
@@ -288,9 +323,9 @@ static mx_status red_backward_kind(red_kind kind, const char *op, const mx_op_ct
         for (int64_t o = 0; o < n_out; o++) prod[o] = 1.0, zeros[o] = 0.0;
         b.prod = prod;
         b.zeros = zeros;
-        red_walk(d, ost, red_prod_stats_row, &b);
+        red_walk_pool(mx_op_pool(ctx), d, mask, ost, red_prod_stats_row, &b);
     }
-    red_walk(d, ost, red_bwd_row, &b);
+    red_walk_pool(mx_op_pool(ctx), d, mask, ost, red_bwd_row, &b);
     return MX_OK;
 }
 
