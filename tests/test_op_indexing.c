@@ -116,6 +116,10 @@ START_TEST(errors)
     ck_assert_int_eq(opcheck_infer("take", (const char *[]){"mode"}, (const char *[]){"nearest"}, 1, t, &n_in, out,
                                    &n_out),
                      MX_ERR_INVALID);
+    mx_shape t2[2] = {MX_SHAPE(3, 0), MX_SHAPE(2)};
+    ck_assert_int_eq(opcheck_infer("take", (const char *[]){"axis"}, (const char *[]){"1"}, 1, t2, &n_in, out, &n_out),
+                     MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "take: cannot pick from axis 1 of a (3,0): it is empty"));
     mx_shape o[1] = {MX_SHAPE(2, 3)};
     ck_assert_int_eq(opcheck_infer("one_hot", NULL, NULL, 0, o, &n_in, out, &n_out), MX_ERR_INVALID); /* depth */
     ck_assert_int_eq(opcheck_infer("one_hot", (const char *[]){"depth"}, (const char *[]){"-2"}, 1, o, &n_in, out,

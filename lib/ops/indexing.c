@@ -88,6 +88,9 @@ static mx_status take_infer_shape(const void *p, mx_shape *in, int n_in, mx_shap
         return MX_ERROR(MX_ERR_INVALID, "take: the output would have more than %d dimensions (a %s)", MX_MAX_NDIM,
                         mx_shape_str(&in[0], s, sizeof(s)));
     mx_shape o = {0};
+    if (in[0].dims[axis] == 0 && mx_shape_size(&in[1]) > 0)
+        return MX_ERROR(MX_ERR_INVALID, "take: cannot pick from axis %d of a %s: it is empty", axis,
+                        mx_shape_str(&in[0], s, sizeof(s)));
     for (int k = 0; k < axis; k++) o.dims[o.ndim++] = in[0].dims[k];
     for (int k = 0; k < in[1].ndim; k++) o.dims[o.ndim++] = in[1].dims[k];
     for (int k = axis + 1; k < in[0].ndim; k++) o.dims[o.ndim++] = in[0].dims[k];
@@ -138,8 +141,7 @@ static mx_status take_forward(const mx_op_ctx *ctx, const void *p, const mx_tens
     int axis;
     MX_TRY(take_axis(tp, &in[0].shape, &axis));
     take_geom g = take_geometry(&in[0].shape, &in[1].shape, axis);
-    if (g.size == 0 && g.n_idx && g.outer && g.inner)
-        return MX_ERROR(MX_ERR_INVALID, "take: cannot pick from an empty axis");
+    if (g.size == 0 && g.n_idx) return MX_ERROR(MX_ERR_INVALID, "take: cannot pick from an empty axis");
     const float *a = in[0].data, *idx = in[1].data;
     float *y = out[0].data;
     for (int64_t i = 0; i < g.n_idx; i++) {
@@ -164,6 +166,7 @@ static mx_status take_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
     int axis;
     MX_TRY(take_axis(tp, &in_grad[0].shape, &axis));
     take_geom g = take_geometry(&in_grad[0].shape, &in[1].shape, axis);
+    if (g.size == 0 && g.n_idx) return MX_ERROR(MX_ERR_INVALID, "take: cannot pick from an empty axis");
     zero_grad(req[0], &in_grad[0]);
     const float *idx = in[1].data, *dy = out_grad[0].data;
     float *da = in_grad[0].data;
