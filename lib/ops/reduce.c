@@ -329,17 +329,12 @@ static mx_status red_backward_kind(red_kind kind, const char *op, const mx_op_ct
     return MX_OK;
 }
 
-static mx_status red_infer_shape(const char *op, const void *p, mx_shape *in, mx_shape *out)
-{
-    return red_infer(op, p, in, out);
-}
-
 /* One op definition per reduction; the kernels differ only in `kind`. */
 #define RED_OP(sym, mxname, KIND, alias_list, table, chk, deps, docstr)                                          \
     static mx_status sym##_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)         \
     {                                                                                                            \
         (void)n_in, (void)n_out;                                                                                 \
-        return red_infer_shape(mxname, p, in, out);                                                              \
+        return red_infer(mxname, p, in, out);                                                                    \
     }                                                                                                            \
     static mx_status sym##_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,  \
                                    mx_tensor *out, mx_tensor *aux)                                               \
