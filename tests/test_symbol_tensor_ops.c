@@ -19,18 +19,21 @@
 #include <string.h>
 
 static const char net_json[] =
-    "{\"nodes\":[{\"op\":\"null\",\"name\":\"data\",\"inputs\":[]},{\"op\":\"null\",\"name\":\"ln_gamma\",\"attrs\":{\"axis\":\"-1"
-    "\"},\"inputs\":[]},{\"op\":\"null\",\"name\":\"ln_beta\",\"attrs\":{\"axis\":\"-1\"},\"inputs\":[]},{\"op\":\"LayerNorm\",\""
-    "name\":\"ln\",\"attrs\":{\"axis\":\"-1\"},\"inputs\":[[0,0,0],[1,0,0],[2,0,0]]},{\"op\":\"mean\",\"name\":\"m\",\"attrs\""
-    ":{\"axis\":\"(1,)\",\"keepdims\":\"False\"},\"inputs\":[[3,0,0]]},{\"op\":\"expand_dims\",\"name\":\"e\",\"attrs\":{\"axi"
-    "s\":\"1\"},\"inputs\":[[4,0,0]]},{\"op\":\"tile\",\"name\":\"t\",\"attrs\":{\"reps\":\"(1, 3, 1)\"},\"inputs\":[[5,0,0]]}"
-    ",{\"op\":\"elemwise_mul\",\"name\":\"_mul0\",\"inputs\":[[6,0,0],[0,0,0]]},{\"op\":\"slice\",\"name\":\"s\",\"attrs\":{\""
-    "begin\":\"(None, 1)\",\"end\":\"(None, None)\"},\"inputs\":[[7,0,0]]},{\"op\":\"norm\",\"name\":\"n\",\"attrs\":{\"axis\""
-    ":\"-1\",\"keepdims\":\"True\"},\"inputs\":[[8,0,0]]},{\"op\":\"max\",\"name\":\"max0\",\"attrs\":{\"axis\":\"-1\",\"keepdim"
-    "s\":\"True\"},\"inputs\":[[8,0,0]]},{\"op\":\"stack\",\"name\":\"st\",\"attrs\":{\"axis\":\"0\",\"num_args\":\"2\"},\"inputs"
-    "\":[[9,0,0],[10,0,0]]},{\"op\":\"sum\",\"name\":\"su\",\"attrs\":{\"axis\":\"-1\"},\"inputs\":[[11,0,0]]},{\"op\":\"sque"
-    "eze\",\"name\":\"sq\",\"inputs\":[[12,0,0]]}],\"arg_nodes\":[0,1,2],\"node_row_ptr\":[0,1,2,3,6,7,8,9,10,11,12,"
-    "13,14,15,16],\"heads\":[[13,0,0]],\"attrs\":{\"mxnet_version\":[\"int\",10901]}}";
+    "{\"nodes\":[{\"op\":\"null\",\"name\":\"data\",\"inputs\":[]},{\"op\":\"null\",\"name\":\"ln_gam"
+    "ma\",\"attrs\":{\"axis\":\"-1\"},\"inputs\":[]},{\"op\":\"null\",\"name\":\"ln_beta\",\"attrs\":"
+    "{\"axis\":\"-1\"},\"inputs\":[]},{\"op\":\"LayerNorm\",\"name\":\"ln\",\"attrs\":{\"axis\":\"-1"
+    "\"},\"inputs\":[[0,0,0],[1,0,0],[2,0,0]]},{\"op\":\"mean\",\"name\":\"m\",\"attrs\":{\"axis\":\""
+    "(1,)\",\"keepdims\":\"False\"},\"inputs\":[[3,0,0]]},{\"op\":\"expand_dims\",\"name\":\"e\",\"at"
+    "trs\":{\"axis\":\"1\"},\"inputs\":[[4,0,0]]},{\"op\":\"tile\",\"name\":\"t\",\"attrs\":{\"reps\""
+    ":\"(1, 3, 1)\"},\"inputs\":[[5,0,0]]},{\"op\":\"elemwise_mul\",\"name\":\"_mul0\",\"inputs\":[[6"
+    ",0,0],[0,0,0]]},{\"op\":\"slice\",\"name\":\"s\",\"attrs\":{\"begin\":\"(None, 1)\",\"end\":\"(N"
+    "one, None)\"},\"inputs\":[[7,0,0]]},{\"op\":\"norm\",\"name\":\"n\",\"attrs\":{\"axis\":\"-1\","
+    "\"keepdims\":\"True\"},\"inputs\":[[8,0,0]]},{\"op\":\"max\",\"name\":\"max0\",\"attrs\":{\"axis"
+    "\":\"-1\",\"keepdims\":\"True\"},\"inputs\":[[8,0,0]]},{\"op\":\"stack\",\"name\":\"st\",\"attrs"
+    "\":{\"axis\":\"0\",\"num_args\":\"2\"},\"inputs\":[[9,0,0],[10,0,0]]},{\"op\":\"sum\",\"name\":"
+    "\"su\",\"attrs\":{\"axis\":\"-1\"},\"inputs\":[[11,0,0]]},{\"op\":\"squeeze\",\"name\":\"sq\",\""
+    "inputs\":[[12,0,0]]}],\"arg_nodes\":[0,1,2],\"node_row_ptr\":[0,1,2,3,6,7,8,9,10,11,12,13,14,15,"
+    "16],\"heads\":[[13,0,0]],\"attrs\":{\"mxnet_version\":[\"int\",10901]}}";
 
 static const double want_y[] = {0.8368964, 0.24622485, 0.46397948, 0.4470173,
                                 0.7638359, 0.19095898, 0.048611645, 0.3704979};
