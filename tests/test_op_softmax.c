@@ -2,6 +2,7 @@
  * over every axis position, with temperature and (softmax) length masks. */
 #include "parallel/parallel.h"
 #include "support/opcheck.h"
+#include "support/oprun.h"
 
 #include <check.h>
 #include <math.h>
@@ -331,6 +332,41 @@ START_TEST(bad_parameters)
 }
 END_TEST
 
+/* Issue 17: axis and temperature as MXNet 1.9.1 applies them, forward and
+ * backward. Computed once in the venv with
+ *   x = arange(12).reshape(2,3,2)/4 - 1; h = (arange(12).reshape(2,3,2) % 5)/3 - 0.5
+ *   y = mx.nd.<op>(x, axis=-2, temperature=2.5); y.backward(h) -> y, x.grad */
+START_TEST(mxnet_axis_and_temperature)
+{
+    float x[12], h[12];
+    for (int i = 0; i < 12; i++) x[i] = (float)i / 4.0f - 1.0f, h[i] = (float)(i % 5) / 3.0f - 0.5f;
+    const double want[2][2][12] = {
+        {{0.2693075, 0.2693075, 0.3289329, 0.3289329, 0.40175956, 0.40175956, 0.2693075, 0.2693075, 0.3289329,
+          0.3289329, 0.40175956, 0.40175956},
+         {-0.08132742, -0.009196179, -0.011618087, 0.076483205, 0.09294552, -0.06728703, -0.009196179, -0.009196179,
+          0.076483205, 0.076483205, -0.06728703, -0.067287035}},
+        {{-1.3119015, -1.3119015, -1.1119015, -1.1119015, -0.9119015, -0.9119015, -1.3119015, -1.3119015, -1.1119015,
+          -1.1119015, -0.9119015, -0.9119015},
+         {-0.2538615, -0.04871283, 0.000880092, 0.22192886, 0.25298142, -0.17321603, -0.04871283, -0.023102492,
+          0.22192886, 0.22368903, -0.17321603, -0.20058651}}};
+    const char *ops[] = {"softmax", "log_softmax"}, *k[] = {"axis", "temperature"}, *v[] = {"-2", "2.5"};
+    mx_shape s = MX_SHAPE(2, 3, 2);
+    const float *in[] = {x}, *head[] = {h};
+    for (int o = 0; o < 2; o++) {
+        oprun r;
+        ck_assert_msg(oprun_forward(&r, ops[o], k, v, 2, 1, &s, in) == MX_OK, "%s", mx_last_error());
+        ck_assert_msg(oprun_backward(&r, ops[o], k, v, 2, in, head) == MX_OK, "%s", mx_last_error());
+        for (int i = 0; i < 12; i++) {
+            ck_assert_msg(fabs(r.out[0][i] - want[o][0][i]) < 1e-6, "%s y[%d] %g vs %g", ops[o], i, r.out[0][i],
+                          want[o][0][i]);
+            ck_assert_msg(fabs(r.in_grad[0][i] - want[o][1][i]) < 1e-6, "%s dx[%d] %g vs %g", ops[o], i,
+                          r.in_grad[0][i], want[o][1][i]);
+        }
+        oprun_free(&r);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("op_softmax");
@@ -344,6 +380,7 @@ int main(void)
     tcase_add_test(tc, large_inputs_stay_finite);
     tcase_add_test(tc, exp_accuracy_over_range);
     tcase_add_test(tc, bad_parameters);
+    tcase_add_test(tc, mxnet_axis_and_temperature);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

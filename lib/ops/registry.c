@@ -37,6 +37,30 @@ extern const mx_op_def mx_op_dropout;
 extern const mx_op_def mx_op_lrn;
 extern const mx_op_def mx_op_convolution;
 extern const mx_op_def mx_op_deconvolution;
+/* issue 17: shapes, reductions, normalisation */
+extern const mx_op_def mx_op_sum;
+extern const mx_op_def mx_op_mean;
+extern const mx_op_def mx_op_max;
+extern const mx_op_def mx_op_min;
+extern const mx_op_def mx_op_prod;
+extern const mx_op_def mx_op_norm;
+extern const mx_op_def mx_op_layer_norm;
+extern const mx_op_def mx_op_group_norm;
+extern const mx_op_def mx_op_instance_norm;
+extern const mx_op_def mx_op_l2_normalization;
+extern const mx_op_def mx_op_expand_dims;
+extern const mx_op_def mx_op_squeeze;
+extern const mx_op_def mx_op_slice;
+extern const mx_op_def mx_op_slice_axis;
+extern const mx_op_def mx_op_slice_like;
+extern const mx_op_def mx_op_take;
+extern const mx_op_def mx_op_one_hot;
+extern const mx_op_def mx_op_stack;
+extern const mx_op_def mx_op_tile;
+extern const mx_op_def mx_op_repeat;
+extern const mx_op_def mx_op_batch_dot;
+extern const mx_op_def mx_op_pad;
+extern const mx_op_def mx_op_upsampling;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -73,6 +97,30 @@ static const mx_op_def *const registry[] = {
     &mx_op_lrn,
     &mx_op_convolution,
     &mx_op_deconvolution,
+    /* issue 17: shapes, reductions, normalisation */
+    &mx_op_sum,
+    &mx_op_mean,
+    &mx_op_max,
+    &mx_op_min,
+    &mx_op_prod,
+    &mx_op_norm,
+    &mx_op_layer_norm,
+    &mx_op_group_norm,
+    &mx_op_instance_norm,
+    &mx_op_l2_normalization,
+    &mx_op_expand_dims,
+    &mx_op_squeeze,
+    &mx_op_slice,
+    &mx_op_slice_axis,
+    &mx_op_slice_like,
+    &mx_op_take,
+    &mx_op_one_hot,
+    &mx_op_stack,
+    &mx_op_tile,
+    &mx_op_repeat,
+    &mx_op_batch_dot,
+    &mx_op_pad,
+    &mx_op_upsampling,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
