@@ -3,7 +3,8 @@
  * communication and computation measured on events whose answer is known;
  * the Chrome trace of a small training run read back with lib/json (every
  * layer's forward and backward in the profiled batches only, tracks whose
- * events never overlap, in time order); and under mpirun (2 ranks,
+ * events never overlap, in time order, the optimizer's updates with their
+ * bytes); and under mpirun (2 ranks,
  * dist_sync) a file per rank tagged with its rank, holding the MPI
  * thread's collectives with their bytes, and the overlap line.
  */
@@ -158,7 +159,7 @@ static int check_trace(const char *path, int pid, int batches)
     ck_assert_msg(mx_json_parse(text, len, &doc) == MX_OK, "%s: %s", path, mx_last_error());
     const mx_json *ev = mx_json_get(doc, "traceEvents");
     ck_assert_ptr_nonnull(ev);
-    int count[N_LAYERS][2] = {{0}}, comm = 0, kv = 0;
+    int count[N_LAYERS][2] = {{0}}, comm = 0, kv = 0, updates = 0;
     enum { MAX_TID = 64 };
     double last_end[MAX_TID];
     for (int t = 0; t < MAX_TID; t++) last_end[t] = -1;
@@ -191,6 +192,10 @@ static int check_trace(const char *path, int pid, int batches)
                           "%s", name);
             if (strstr(name, "allreduce of key")) ck_assert(mx_json_get(mx_json_get(e, "args"), "bytes")->number > 0);
         }
+        if (!strncmp(name, "sgd update of key ", 18)) {
+            updates++;
+            ck_assert(mx_json_get(mx_json_get(e, "args"), "bytes")->number > 0);
+        }
         if (strstr(name, "kvstore allreduce key")) {
             kv++;
             ck_assert_str_eq(cat, "io");
@@ -201,6 +206,8 @@ static int check_trace(const char *path, int pid, int batches)
         for (int d = 0; d < 2; d++)
             ck_assert_msg(count[k][d] == batches, "%s: '%s %s' %d times, profiled batches %d", path, layers[k],
                           d ? "bwd" : "fwd", count[k][d], batches);
+    /* 4 learnable parameters: fc1 and fc2's weight and bias. */
+    ck_assert_msg(updates == 4 * batches, "%s: %d updates for %d batches", path, updates, batches);
     if (comm) ck_assert_msg(kv == batches, "%s: %d kvstore allreduce ops for %d batches", path, kv, batches);
     mx_json_free(doc);
     free(text);
