@@ -433,7 +433,7 @@ static void comm_track_name(void *user, char *buf, size_t size)
  * profiler. */
 static void profile_request(mx_comm *c, const comm_req *q)
 {
-    mx_profiler *p = atomic_load_explicit(&c->profiler, memory_order_relaxed);
+    mx_profiler *p = atomic_load_explicit(&c->profiler, memory_order_acquire);
     if (!p || !q->t_start_ns) return;
     char what[MESSAGE_MAX / 2];
     describe(q, what, sizeof(what));
@@ -480,7 +480,7 @@ static bool step(mx_comm *c, comm_req *q)
     if (!q->in_mpi) {
         if (q->group_seq == 0) q->group_seq = ++c->started[g];
         q->t_piece = mx_time_seconds();
-        if (!q->t_start_ns && atomic_load_explicit(&c->profiler, memory_order_relaxed))
+        if (!q->t_start_ns && atomic_load_explicit(&c->profiler, memory_order_acquire))
             q->t_start_ns = mx_profile_now_ns();
         mx_status st = op_table[q->r.op].start(c, q);
         if (st != MX_OK) {

@@ -626,7 +626,7 @@ static void run_async(op_block *op, const mx_exec_ctx *exec)
     op->async_status = MX_OK;
     op->async_message = NULL;
     op->async.op = op;
-    op->prof = atomic_load_explicit(&op->engine->profiler, memory_order_relaxed);
+    op->prof = atomic_load_explicit(&op->engine->profiler, memory_order_acquire);
     if (op->prof) {
         op->prof_start = mx_profile_now_ns();
         op->prof_ctx = exec->ctx;
@@ -688,7 +688,7 @@ static void run_op(mx_engine *e, op_block *op, const mx_exec_ctx *exec,
         return;
     }
     mx_error_clear();
-    mx_profiler *prof = atomic_load_explicit(&e->profiler, memory_order_relaxed);
+    mx_profiler *prof = atomic_load_explicit(&e->profiler, memory_order_acquire);
     int64_t start_ns = prof ? mx_profile_now_ns() : 0;
     status = op->desc.fn(op->desc.payload, exec);
     if (prof) profile_sync(prof, op, exec, start_ns);
