@@ -344,6 +344,7 @@ static int candidates(const mx_param_desc *d, const char *def, char out[][256], 
             {"ctx", "cpu:3"},           {"kvstore", "device"},     {"initializer", "normal(sigma=0.5)"},
             {"metric", "ce"},           {"fixed_params", "fc_*"},  {"lr_step_epochs", "2, 3"},
             {"lr_step_epochs", "4"},    {"data_csv", "other.csv"}, {"work_load_list", "2"},
+            {"profile_batches", "3-5"},
         };
         for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
             if (!strcmp(d->name, known[i].key) && (!def || strcmp(def, known[i].value))) ADD("%s", known[i].value);
@@ -438,6 +439,8 @@ static void probe_fit(const loaded *l, const mx_param_desc *d, received *out)
     } else if (!strcmp(d->name, "work_load_list")) {
         for (int i = 0; s->work_load && i < s->n_ctx; i++)
             used += snprintf(out->text + used, sizeof(out->text) - (size_t)used, "%g ", s->work_load[i]);
+    } else if (!strcmp(d->name, "profile_batches")) {
+        snprintf(out->text, sizeof(out->text), "%lld..%lld", (long long)s->profile_first, (long long)s->profile_last);
     } else if (!strcmp(d->name, "fixed_params")) {
         for (int i = 0; i < s->n_fixed; i++)
             used += snprintf(out->text + used, sizeof(out->text) - (size_t)used, "%s;", s->fixed[i]);

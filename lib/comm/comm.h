@@ -66,6 +66,7 @@
 #define MX_COMM_H
 
 #include "base/base.h"
+#include "profile/profile.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -225,6 +226,15 @@ mx_status mx_comm_barrier(mx_comm *comm, mx_comm_group group, const char *name);
  * names the bytes ("the config"). Compares a 64-bit FNV-1a hash and the
  * length. */
 mx_status mx_comm_check_same(mx_comm *comm, const void *bytes, size_t len, const char *what);
+
+/* Records every collective that completes from now on into p (NULL: stop)
+ * on the communication thread's track ("MPI thread (rank R)"), category
+ * MX_PROFILE_COMM, from the start of its first piece to its completion,
+ * named as in messages ("allreduce of keys 0..3 (bucket 5, 4 keys) on world
+ * (1234 float32)") with its bytes. Recorded before the request's done
+ * callback, so a caller may detach p once its own requests completed and
+ * nothing else is queued. */
+void mx_comm_set_profiler(mx_comm *comm, mx_profiler *p);
 
 /* Names for messages: "allreduce", "world", "float32", ... */
 const char *mx_comm_op_name(mx_comm_op op);

@@ -84,6 +84,9 @@ struct op_block {
     mx_status async_status;  /* written by the completion (or the failed body) */
     char *async_message;
     naive_wait *naive;       /* NaiveEngine: the blocked pusher */
+    mx_profiler *prof;       /* profiling an asynchronous op: where, and since when */
+    int64_t prof_start;
+    mx_context prof_ctx;
 };
 
 typedef struct worker_pool worker_pool;
@@ -121,6 +124,7 @@ struct mx_engine {
     mx_engine_var *vars;        /* live vars, freed at engine free */
     int n_cpu;                  /* CPU contexts with their own pools (>= 1) */
     mx_threadpool **kernel_pools; /* per CPU context, handed to ops through mx_exec_ctx */
+    _Atomic(mx_profiler *) profiler; /* NULL: not profiling (one branch per op) */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -157,6 +161,7 @@ mx_status mx_engine_create(const mx_engine_config *config, mx_engine **out)
     mx_engine *e = mx_calloc(1, sizeof(*e));
     if (!e) return MX_ERR_NOMEM;
     e->config = c;
+    atomic_init(&e->profiler, NULL);
     e->n_cpu = c.cpu_contexts > 1 ? c.cpu_contexts : 1;
     e->kernel_pools = mx_calloc((size_t)e->n_cpu, sizeof(*e->kernel_pools));
     if (!e->kernel_pools) {
@@ -548,12 +553,58 @@ static void op_complete(mx_engine *e, op_block *op, mx_status status, char *mess
     }
 }
 
+/* ---------------------------------------------------------------- profile */
+
+static const char *const lane_names[MX_LANE_COUNT] = {"compute", "copy", "io"};
+static const mx_profile_cat lane_cats[MX_LANE_COUNT] = {MX_PROFILE_COMPUTE, MX_PROFILE_COPY, MX_PROFILE_IO};
+
+void mx_engine_set_profiler(mx_engine *e, mx_profiler *p) { atomic_store(&e->profiler, p); }
+
+/* The track name of the thread running exec's op. */
+static void worker_track_name(void *user, char *buf, size_t size)
+{
+    const mx_exec_ctx *exec = user;
+    char ctx[32];
+    mx_context pool_ctx = exec->ctx;
+    if (pool_ctx.dev_type != MX_DEV_GPU && exec->lane == MX_LANE_IO) pool_ctx = mx_cpu(); /* shared I/O pool */
+    mx_context_str(pool_ctx, ctx, sizeof(ctx));
+    if (exec->worker < 0) snprintf(buf, size, "%s %s (calling thread)", ctx, lane_names[exec->lane]);
+    else snprintf(buf, size, "%s %s worker %d", ctx, lane_names[exec->lane], exec->worker);
+}
+
+static const char *op_profile_name(const op_block *op)
+{
+    return op->desc.profile_name ? op->desc.profile_name : op->desc.name ? op->desc.name : "op";
+}
+
+/* A synchronous op that ran from start_ns to now on exec's worker. */
+static void profile_sync(mx_profiler *p, const op_block *op, const mx_exec_ctx *exec, int64_t start_ns)
+{
+    mx_profile_event ev = {.name = op_profile_name(op), .cat = lane_cats[op->desc.lane], .start_ns = start_ns,
+                           .end_ns = mx_profile_now_ns(), .bytes = op->desc.profile_bytes};
+    mx_profiler_record(p, &ev, worker_track_name, (void *)exec);
+}
+
+/* An asynchronous op, at its completion. */
+static void profile_async(const op_block *op)
+{
+    char track[64], ctx[32];
+    mx_context c = op->prof_ctx;
+    if (c.dev_type != MX_DEV_GPU && op->desc.lane == MX_LANE_IO) c = mx_cpu();
+    snprintf(track, sizeof(track), "%s %s async ops", mx_context_str(c, ctx, sizeof(ctx)), lane_names[op->desc.lane]);
+    mx_profile_event ev = {.name = op_profile_name(op), .cat = lane_cats[op->desc.lane], .start_ns = op->prof_start,
+                           .end_ns = mx_profile_now_ns(), .bytes = op->desc.profile_bytes};
+    mx_profiler_record_on(op->prof, mx_profiler_shared_track(op->prof, track), &ev);
+}
+
 /* Drops `n` holds of an asynchronous op; the last one ends it. The atomic
  * orders the other party's async_status write before the read here. */
 static void async_release(op_block *op, int n)
 {
-    if (atomic_fetch_sub(&op->async_holds, n) == n)
+    if (atomic_fetch_sub(&op->async_holds, n) == n) {
+        if (op->prof) profile_async(op);
         op_complete(op->engine, op, op->async_status, op->async_message, true);
+    }
 }
 
 void mx_engine_async_complete(mx_engine_async *done, mx_status status)
@@ -575,6 +626,11 @@ static void run_async(op_block *op, const mx_exec_ctx *exec)
     op->async_status = MX_OK;
     op->async_message = NULL;
     op->async.op = op;
+    op->prof = atomic_load_explicit(&op->engine->profiler, memory_order_acquire);
+    if (op->prof) {
+        op->prof_start = mx_profile_now_ns();
+        op->prof_ctx = exec->ctx;
+    }
     mx_error_clear();
     mx_status s = op->desc.async_fn(op->desc.payload, exec, &op->async);
     if (s == MX_OK) {
@@ -632,7 +688,10 @@ static void run_op(mx_engine *e, op_block *op, const mx_exec_ctx *exec,
         return;
     }
     mx_error_clear();
+    mx_profiler *prof = atomic_load_explicit(&e->profiler, memory_order_acquire);
+    int64_t start_ns = prof ? mx_profile_now_ns() : 0;
     status = op->desc.fn(op->desc.payload, exec);
+    if (prof) profile_sync(prof, op, exec, start_ns);
     op_complete(e, op, status, status != MX_OK ? failure_message(op, status) : NULL, true);
 }
 

@@ -56,6 +56,7 @@
 
 #include "base/base.h"
 #include "parallel/parallel.h"
+#include "profile/profile.h"
 
 #include <stdbool.h>
 
@@ -115,6 +116,11 @@ typedef struct mx_engine_op {
     int priority;                 /* higher runs first among ready ops of a pool */
     unsigned flags;               /* MX_OP_* */
     const char *name;             /* for error messages; may be NULL */
+    /* For the timeline (lib/profile): what the op is, e.g. "conv1
+     * (Convolution) fwd" (NULL: name), read while the op runs, so it must
+     * live as long as the payload; and the bytes it moves (0: none). */
+    const char *profile_name;
+    int64_t profile_bytes;
 } mx_engine_op;
 
 /* Called once on each worker thread before it runs anything (for example to
@@ -213,6 +219,15 @@ mx_status mx_engine_wait_var_write(mx_engine *engine, mx_engine_var *var);
 /* Blocks until every operation pushed so far has finished. Returns the
  * first error raised since the previous wait_all, then forgets it. */
 mx_status mx_engine_wait_all(mx_engine *engine);
+
+/* Records every operation that runs from now on into p (NULL: stop), while
+ * p is active: on the track of the worker that runs it ("cpu(0) compute
+ * worker 1"), with its profile_name, category by lane, start and end; an
+ * asynchronous op from its body's start to its completion on a shared
+ * track per context and lane ("cpu(0) io async ops"). Engine bookkeeping
+ * (waits, deletes) is not recorded. p must outlive its use: detach it
+ * (NULL) after a wait_all before freeing it. */
+void mx_engine_set_profiler(mx_engine *engine, mx_profiler *p);
 
 /* Number of operations pushed and not yet finished (for tests and stats). */
 long mx_engine_pending(mx_engine *engine);

@@ -22,6 +22,7 @@ typedef struct node_info {
     mx_engine_var **reads, **writes;
     int n_reads, n_writes;
     bool uses_workspace, uses_rng;
+    char label[128];         /* for the timeline: "conv1 (Convolution) fwd" */
 } node_info;
 
 struct mx_executor {
@@ -203,6 +204,7 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     uint32_t fid = ni->backward ? n->forward_node : id;
     ni->op = f->op;
     ni->params = n->params;
+    snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", f->name, f->op->name, ni->backward ? "bwd" : "fwd");
     ni->n_in = f->n_inputs;
     ni->n_out = f->n_outputs;
     ni->n_aux = mx_node_num_aux(f);
@@ -431,7 +433,8 @@ static mx_status push_node(mx_executor *ex, node_info *ni, bool is_train)
     atomic_fetch_add(&ex->refs, 1);
     mx_engine_op op = {.fn = node_run, .payload = job, .payload_free = node_job_free, .reads = ni->reads,
                        .n_reads = ni->n_reads, .writes = ni->writes, .n_writes = ni->n_writes, .ctx = ex->ctx,
-                       .lane = MX_LANE_COMPUTE, .name = ni->node->name};
+                       .lane = MX_LANE_COMPUTE, .name = ni->node->name,
+                       .profile_name = ni->label};
     return mx_engine_push(mx_runtime_engine(ex->rt), &op);
 }
 

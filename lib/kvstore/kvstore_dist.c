@@ -175,6 +175,7 @@ typedef struct bucket_op {
     size_t count;          /* elements in all */
     mx_comm_dtype dtype;
     char name[96];
+    char label[128];       /* for the timeline */
     mx_engine_async *done;
     bool submitted;        /* a request went to the comm thread */
     bool failed;
@@ -289,10 +290,13 @@ static mx_status flush(kv_dist *kv, const mx_kvstore_updater *updater, int prior
         free(vars);
         return s;
     }
+    snprintf(op->label, sizeof(op->label), "kvstore allreduce %s", op->name);
     /* Reads and writes the sums (MPI writes them) and the order variable. */
     mx_engine_op desc = {.async_fn = bucket_start, .payload = op, .payload_free = bucket_free, .reads = vars,
                          .n_reads = kv->n_bucket + 1, .writes = vars, .n_writes = kv->n_bucket + 1,
-                         .ctx = mx_cpu(), .lane = MX_LANE_IO, .priority = priority, .name = "kvstore allreduce"};
+                         .ctx = mx_cpu(), .lane = MX_LANE_IO, .priority = priority, .name = "kvstore allreduce",
+                         .profile_name = op->label,
+                         .profile_bytes = (int64_t)(op->count * mx_comm_dtype_size(op->dtype))};
     s = mx_engine_push_async(mx_runtime_engine(kv->rt), &desc);
     free(vars);
     kv->n_sent++;

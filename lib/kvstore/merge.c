@@ -71,7 +71,8 @@ static mx_status push_sum(mx_runtime *rt, mx_ndarray *out, mx_ndarray *const *in
     mx_engine_var *writes[1] = {mx_ndarray_var(out)};
     mx_engine_op desc = {.fn = sum_run, .payload = op, .payload_free = sum_free, .reads = reads, .n_reads = n,
                          .writes = writes, .n_writes = 1, .ctx = mx_cpu(), .lane = MX_LANE_COMPUTE,
-                         .priority = priority, .name = "kvstore sum"};
+                         .priority = priority, .name = "kvstore sum",
+                         .profile_bytes = (int64_t)mx_ndarray_nbytes(out) * n /* read */};
     mx_status s = mx_engine_push(mx_runtime_engine(rt), &desc);
     free(reads);
     return s;

@@ -208,7 +208,8 @@ static mx_status nd_push(nd_op proto, mx_context ctx, mx_engine_lane lane)
     mx_engine_var *writes[1] = {mx_ndarray_var(op->out)};
     mx_engine_op desc = {.fn = nd_op_run, .payload = op, .payload_free = nd_op_free, .reads = reads,
                          .n_reads = n_reads, .writes = writes, .n_writes = 1, .ctx = ctx, .lane = lane,
-                         .name = nd_op_names[op->kind]};
+                         .name = nd_op_names[op->kind],
+                         .profile_bytes = op->kind == ND_COPY ? (int64_t)mx_ndarray_nbytes(op->out) : 0};
     return mx_engine_push(mx_runtime_engine(mx_ndarray_runtime(op->out)), &desc);
 }
 

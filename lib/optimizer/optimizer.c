@@ -303,6 +303,7 @@ typedef struct upd_op {
     mx_ndarray *weight, *grad; /* retained */
     mx_ndarray *states[OPT_MAX_STATES];
     int n_states;
+    char label[64]; /* for the timeline: "sgd update of key 4" */
 } upd_op;
 
 static void upd_free(void *payload)
@@ -460,6 +461,7 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
     op->weight = mx_ndarray_retain(weight);
     op->grad = mx_ndarray_retain(grad);
     op->n_states = n_states;
+    snprintf(op->label, sizeof(op->label), "%s update of key %d", opt->kind->name, index);
     mx_engine_var *reads[2 + OPT_MAX_STATES], *writes[1 + OPT_MAX_STATES];
     int n_reads = 0, n_writes = 0;
     reads[n_reads++] = mx_ndarray_var(grad);
@@ -472,7 +474,8 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
     }
     mx_engine_op desc = {.fn = upd_run, .payload = op, .payload_free = upd_free, .reads = reads,
                          .n_reads = n_reads, .writes = writes, .n_writes = n_writes,
-                         .ctx = mx_ndarray_context(weight), .lane = MX_LANE_COMPUTE, .name = opt->kind->name};
+                         .ctx = mx_ndarray_context(weight), .lane = MX_LANE_COMPUTE, .name = opt->kind->name,
+                         .profile_name = op->label, .profile_bytes = (int64_t)mx_ndarray_nbytes(weight)};
     return mx_engine_push(mx_runtime_engine(opt->rt), &desc);
 }
 

@@ -42,6 +42,10 @@ static const mx_param_desc fit_table[] = {
      "under mpirun: seconds a rank may be missing from a collective before the job ends (0: wait forever)"},
     {"work_load_list", MX_PARAM_STRING, "", NOR, NULL, F(work_load_list),
      "relative share of each context in a batch, e.g. 1, 1, 2 (\"\": equal)"},
+    {"profile", MX_PARAM_STRING, "", NOR, NULL, F(profile),
+     "FILE.json: Chrome-trace timeline of the engine and MPI (under mpirun FILE.rankR.json) (\"\": none)"},
+    {"profile_batches", MX_PARAM_STRING, "", NOR, NULL, F(profile_batches),
+     "batches in the timeline: A-B (inclusive, from 0 over the run), N (the first N) or \"\" (all)"},
 };
 #undef F
 #undef NOR
@@ -156,9 +160,49 @@ static mx_status parse_work_load(mx_train_settings *s, const mx_param_input *in)
     return MX_OK;
 }
 
+/* fit.profile_batches: "A-B", "N" or "" (every batch). */
+static mx_status parse_profile_batches(mx_train_settings *s, const mx_param_input *in)
+{
+    const char *p = s->fit.profile_batches;
+    s->profile_first = 0;
+    s->profile_last = -1;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) return MX_OK;
+    char *end;
+    long long a = strtoll(p, &end, 10), b = -1;
+    bool ok = end != p && a >= 0 && isdigit((unsigned char)*p);
+    bool range = false;
+    if (ok) {
+        p = end;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '-') {
+            range = true;
+            p++;
+            while (*p == ' ' || *p == '\t') p++;
+            b = strtoll(p, &end, 10);
+            ok = end != p && isdigit((unsigned char)*p) && b >= a;
+            p = end;
+            while (*p == ' ' || *p == '\t') p++;
+        }
+        ok = ok && !*p && (range || a > 0);
+    }
+    if (!ok)
+        return mx_params_blame(in, "fit", "profile_batches", MX_ERR_INVALID,
+                               "bad value '%s': expected A-B (batches A to B, A <= B) or N (the first N batches, N >= 1)",
+                               s->fit.profile_batches);
+    if (range) {
+        s->profile_first = a;
+        s->profile_last = b;
+    } else {
+        s->profile_last = a - 1;
+    }
+    return MX_OK;
+}
+
 static mx_status parse_fit(mx_train_settings *s, const mx_param_input *in)
 {
     MX_TRY(mx_params_parse_input("fit", fit_table, N_FIT, sizeof(s->fit), in, &s->fit, NULL));
+    MX_TRY(parse_profile_batches(s, in));
     if (mx_device_parse_list(s->fit.ctx, &s->ctx, &s->n_ctx) != MX_OK) return blame_owner(in, "ctx", MX_ERR_INVALID);
     MX_TRY(parse_work_load(s, in));
     if (mx_kvstore_type_check(s->fit.kvstore) != MX_OK) return blame_owner(in, "kvstore", MX_ERR_INVALID);

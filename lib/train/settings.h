@@ -13,7 +13,15 @@
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
  *   grad_accum [1], check_numerics [0], work_load_list [""],
- *   stall_timeout [60] (under mpirun).
+ *   stall_timeout [60] (under mpirun), profile [""], profile_batches [""].
+ *
+ * fit.profile = FILE.json writes a Chrome-trace timeline of every engine
+ * operation and MPI collective (lib/profile) of the batches named by
+ * fit.profile_batches: "A-B" is batches A to B inclusive, "N" the first N
+ * (batches 0 to N-1), "" every batch; batches are numbered from 0 over the
+ * whole run (epoch after epoch), as this run trains them. Under mpirun
+ * every rank writes its own file, FILE with ".rankR" before its extension
+ * (prof.json: prof.rank0.json, prof.rank1.json), pid = R in each.
  */
 #ifndef MX_TRAIN_SETTINGS_H
 #define MX_TRAIN_SETTINGS_H
@@ -42,6 +50,8 @@ typedef struct mx_fit_params {
     bool check_numerics;                    /* check every layer every batch */
     char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
     double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
+    char profile[MX_PARAM_STRING_MAX];      /* timeline file ("" none) */
+    char profile_batches[MX_PARAM_STRING_MAX]; /* "A-B", "N" or "" (all) */
 } mx_fit_params;
 
 /* The [fit] table (for --help output and the tests that walk every key). */
@@ -60,6 +70,7 @@ typedef struct mx_train_settings {
     int n_metrics;
     char **fixed;                    /* fit.fixed_params, one pattern each */
     int n_fixed;
+    int64_t profile_first, profile_last; /* fit.profile_batches: batches first..last (last -1: to the end) */
 } mx_train_settings;
 
 /* Parses every settings section of cfg through its owner. Errors are

@@ -89,6 +89,12 @@ typedef struct trainer {
     bool tracing;
     int until_epoch;
     int64_t check_from, until_batch;
+    /* fit.profile: the timeline, the file this rank writes, batches trained
+     * so far in this run, and whether the window is recording / written. */
+    mx_profiler *prof;
+    char prof_path[PATH_BUF];
+    int64_t prof_batch;
+    bool prof_open, prof_done;
 } trainer;
 
 static void logf_(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -125,6 +131,8 @@ static mx_status fit_error(const trainer *t, const char *key, mx_status code)
 }
 
 /* ---------------------------------------------------------------- set-up */
+
+static mx_status profile_setup(trainer *t);
 
 static mx_status make_iter(trainer *t, const char *section, const mx_data_iter_spec *spec, mx_data_iter_spec **mine,
                            mx_data_iter **out)
@@ -406,6 +414,7 @@ static mx_status setup(trainer *t)
     mx_kvstore_options ko = {.comm = t->opt->comm};
     if (mx_kvstore_create_opts(t->rt, st->fit.kvstore, &ko, &t->kv) != MX_OK)
         return fit_error(t, "kvstore", mx_last_status());
+    MX_TRY(profile_setup(t));
     MX_TRY(make_iter(t, "train", st->train, &t->train_spec, &t->train_it));
     MX_TRY(make_iter(t, "val", st->val, &t->val_spec, &t->val_it));
     mx_shape data_shape = mx_data_iter_data_shape(t->train_it), label_shape = mx_data_iter_label_shape(t->train_it);
@@ -510,9 +519,116 @@ static mx_status setup(trainer *t)
     return MX_OK;
 }
 
+/* ---------------------------------------------------------------- profile */
+
+/* fit.profile: the file (under mpirun FILE.rankR.json), a profiler tagged
+ * with the rank, attached to the engine and the communication thread. The
+ * file's directory is checked now, not after the run. */
+static mx_status profile_setup(trainer *t)
+{
+    const char *file = t->s->fit.profile;
+    if (!file[0] || t->tracing) return MX_OK;
+    mx_comm *comm = t->opt->comm;
+    int rank = comm ? mx_comm_rank(comm) : 0;
+    if (comm) {
+        const char *slash = strrchr(file, '/'), *dot = strrchr(file, '.');
+        size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - file) : strlen(file);
+        snprintf(t->prof_path, sizeof(t->prof_path), "%.*s.rank%d%s", (int)stem, file, rank, file + stem);
+    } else {
+        snprintf(t->prof_path, sizeof(t->prof_path), "%s", file);
+    }
+    char probe[PATH_BUF + 16];
+    snprintf(probe, sizeof(probe), "%s.tmp", t->prof_path);
+    FILE *f = fopen(probe, "w");
+    if (!f) {
+        MX_ERROR(MX_ERR_INVALID, "cannot write %s: %s", t->prof_path, strerror(errno));
+        return fit_error(t, "profile", MX_ERR_INVALID);
+    }
+    fclose(f);
+    remove(probe);
+    char name[128], who[96];
+    if (comm) snprintf(name, sizeof(name), "mxtrain %s", mx_comm_rank_str(comm, rank, who, sizeof(who)));
+    else snprintf(name, sizeof(name), "mxtrain");
+    MX_TRY(mx_profiler_create(rank, name, &t->prof));
+    mx_engine_set_profiler(mx_runtime_engine(t->rt), t->prof);
+    if (comm) mx_comm_set_profiler(comm, t->prof);
+    return MX_OK;
+}
+
+/* Before a training batch: opens the window at its first batch, once
+ * everything before has finished (so only its batches are recorded). */
+static mx_status profile_batch_begin(trainer *t)
+{
+    if (!t->prof || t->prof_open || t->prof_done || t->prof_batch != t->s->profile_first) return MX_OK;
+    MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt)));
+    mx_profiler_set_active(t->prof, true);
+    t->prof_open = true;
+    return MX_OK;
+}
+
+/* Closes the window: waits for what was pushed, writes the file and logs
+ * the overlap of communication and computation (every rank's, gathered:
+ * a collective that every rank reaches at the same batch). */
+static mx_status profile_finish(trainer *t)
+{
+    MX_TRY(mx_engine_wait_all(mx_runtime_engine(t->rt)));
+    mx_profiler_set_active(t->prof, false);
+    t->prof_open = false;
+    t->prof_done = true;
+    mx_profile_summary sum;
+    MX_TRY(mx_profiler_summary(t->prof, &sum));
+    MX_TRY(mx_profiler_write(t->prof, t->prof_path));
+    mx_comm *comm = t->opt->comm;
+    int n = comm ? mx_comm_size(comm) : 1;
+    int64_t mine[2] = {sum.comm_ns, sum.overlap_ns};
+    int64_t *all = mx_calloc((size_t)n * 2, sizeof(int64_t));
+    if (!all) return mx_last_status();
+    mx_status s = MX_OK;
+    if (comm) s = mx_comm_allgather(comm, MX_COMM_WORLD, MX_COMM_INT64, mine, all, 2, "the profile summaries");
+    else memcpy(all, mine, sizeof(mine));
+    if (s == MX_OK) {
+        int64_t comm_ns = 0, overlap_ns = 0;
+        char per_rank[1024] = "";
+        size_t used = 0;
+        for (int r = 0; r < n; r++) {
+            comm_ns += all[2 * r];
+            overlap_ns += all[2 * r + 1];
+            if (n > 1 && used < sizeof(per_rank))
+                used += (size_t)snprintf(per_rank + used, sizeof(per_rank) - used, "%srank %d %.3f", r ? ", " : " (",
+                                         r, all[2 * r] > 0 ? (double)all[2 * r + 1] / (double)all[2 * r] : 0.0);
+        }
+        if (n > 1 && used < sizeof(per_rank)) snprintf(per_rank + used, sizeof(per_rank) - used, ")");
+        const char *file = comm ? "one file per rank, e.g. " : "";
+        logf_(t, "Profile: %lld events (%lld dropped) in %s%s", (long long)sum.events, (long long)sum.dropped, file,
+              t->prof_path);
+        if (comm_ns > 0)
+            logf_(t, "Profile: communication hidden behind computation: %.3f of %.3f ms%s",
+                  (double)overlap_ns / (double)comm_ns, (double)comm_ns / 1e6, per_rank);
+        else
+            logf_(t, "Profile: no communication in the profiled batches");
+    }
+    free(all);
+    return s;
+}
+
+/* After a training batch: closes the window at its last batch. */
+static mx_status profile_batch_end(trainer *t)
+{
+    if (!t->prof) return MX_OK;
+    bool close = t->prof_open && t->s->profile_last >= 0 && t->prof_batch >= t->s->profile_last;
+    t->prof_batch++;
+    return close ? profile_finish(t) : MX_OK;
+}
+
 static void teardown(trainer *t)
 {
     if (t->rt) mx_engine_wait_all(mx_runtime_engine(t->rt));
+    if (t->prof) {
+        mx_engine_set_profiler(mx_runtime_engine(t->rt), NULL);
+        if (t->opt->comm) mx_comm_set_profiler(t->opt->comm, NULL);
+        mx_profiler_free(t->prof);
+        t->prof = NULL;
+    }
     train_group_free(&t->group);
     mx_executor_free(t->val_ex);
     mx_kvstore_free(t->kv);
@@ -1011,6 +1127,7 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
         bool empty = !has;
         if (empty && (!t->opt->comm || b >= t->steps_per_epoch)) break;
         if (trace_epoch && b == t->check_from) MX_TRY(train_group_set_check_numerics(&t->group, true));
+        MX_TRY(profile_batch_begin(t));
         if (empty) {
             MX_TRY(zero_step(t));
         } else {
@@ -1056,6 +1173,7 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
             t_window = now;
             window_samples = 0;
         }
+        MX_TRY(profile_batch_end(t));
         /* A stop lands on an update boundary, so resuming repeats nothing. */
         if (t->accumulated == 0 && stop_agreed(t)) {
             if (pending_pad >= 0) MX_TRY(update_metrics(t, t->out_copy, t->label_copy, epoch, b, pending_pad, true));
@@ -1218,6 +1336,10 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
             break;
         }
     }
+    if (s == MX_OK && t->prof_open) s = profile_finish(t); /* the window reached the end of the run */
+    else if (s == MX_OK && t->prof && !t->prof_done)
+        logf_(t, "Profile: the run ended before batch %lld: nothing recorded, %s not written",
+              (long long)settings->profile_first, t->prof_path);
     if (s == MX_OK) s = mx_engine_wait_all(mx_runtime_engine(t->rt));
     if (diverged && !opt->comm && t->diverged_epoch >= 0 && !train_group_check_numerics(&t->group)) {
         /* Re-run from this run's newest checkpoint before the divergence,
