@@ -78,14 +78,16 @@ START_TEST(lenet_learns_on_a_subset)
 {
     char *err, args[1024];
     /* A third of the data, 2 epochs: measured 0.765 with seed 0 (MXNet 1.9.1
-     * itself gives 0.74-0.83 after one such epoch depending on its seed). */
+     * itself gives 0.74-0.83 after one such epoch depending on its seed).
+     * Sanitizer builds: 2,000 images, one epoch, measured 0.606. */
     snprintf(args, sizeof(args),
-             "configs/lenet.conf train.num_parts=3 val.num_parts=2 fit.disp_batches=100 fit.num_epoch=2 "
-             "fit.model_prefix=%s/lenet",
+             "configs/lenet.conf %s fit.disp_batches=100 fit.model_prefix=%s/lenet",
+             TOOL_SANITIZED ? "train.num_parts=30 val.num_parts=4 fit.num_epoch=1"
+                            : "train.num_parts=3 val.num_parts=2 fit.num_epoch=2",
              tmp);
     ck_assert_msg(run(args, &err) == 0, "%s", err);
-    double acc = last_validation_accuracy(err);
-    ck_assert_msg(acc >= 0.74, "validation accuracy %.4f < 0.74\n%s", acc, err);
+    double acc = last_validation_accuracy(err), want = TOOL_SANITIZED ? 0.55 : 0.74;
+    ck_assert_msg(acc >= want, "validation accuracy %.4f < %.2f\n%s", acc, want, err);
     free(err);
 }
 END_TEST

@@ -6,7 +6,17 @@
 #ifndef MX_TEST_TOOLTEST_H
 #define MX_TEST_TOOLTEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
+
+/* True in the sanitizer builds (ASan + UBSan, TSan): suites that train
+ * then use smaller subsets there, since those builds look for memory errors
+ * and races; the plain build makes the full-size claims. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TOOL_SANITIZED true
+#else
+#define TOOL_SANITIZED false
+#endif
 
 /* A new directory /tmp/STEM-XXXXXX into dir (size bytes). */
 void tool_tmp_make(char *dir, size_t size, const char *stem);
