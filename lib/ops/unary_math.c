@@ -155,6 +155,14 @@ enum { UV_RELU, UV_SIGMOID, UV_TANH, UV_SOFTSIGN, UV_EXP, UV_EXPM1 };
 /* Forward v = x; backward v = dy, u = y. relu keeps MXNet's forms (which
  * differ from Activation's): NaN stays NaN, else x > 0 ? x : 0, and the
  * gradient dy * (y > 0), NaN where y is. */
+/* simd.h's exp saturates at 2.4e38 past x = 88.37, where expf goes on to
+ * FLT_MAX and then inf (as MXNet's exp does): there, e^x = e^(x - c) e^c
+ * with c = 0.693359375 (x - c is exact), within 2 ulp, inf past the range.
+ * expm1 is e^x there too. */
+#define UV_EXP_C 0.693359375f
+#define UV_EXP_EC 2.00042443f /* e^c rounded to float */
+#define UV_BIG(P, v, EXPR) P##_select(v > 88.0f, P##_exp(v - UV_EXP_C) * UV_EXP_EC, EXPR)
+
 #define UV_KERNELS(P, W, TARGET)                                                                                    \
     TARGET static void uv_forward_##P(const un_job *j, int64_t lo, int64_t hi)                                     \
     {                                                                                                               \
@@ -166,8 +174,8 @@ enum { UV_RELU, UV_SIGMOID, UV_TANH, UV_SOFTSIGN, UV_EXP, UV_EXPM1 };
         case UV_SIGMOID: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, P##_sigmoid(v)); break;                  \
         case UV_TANH: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, P##_tanh(v)); break;                        \
         case UV_SOFTSIGN: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, v / (1.0f + P##_abs(v))); break;        \
-        case UV_EXP: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, P##_exp(v)); break;                          \
-        default: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, P##_expm1(v)); break;                            \
+        case UV_EXP: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, UV_BIG(P, v, P##_exp(v))); break;            \
+        default: MX_SIMD_MAP1(P, W, j->x, j->dst, lo, hi, j->add, UV_BIG(P, v, P##_expm1(v))); break;              \
         }                                                                                                           \
         (void)zero;                                                                                                 \
     }                                                                                                               \
