@@ -111,6 +111,8 @@ START_TEST(broadcast_ops_against_reference)
         {MX_SHAPE(1, 1), MX_SHAPE(3, 4)},       /* a single element */
         {MX_SHAPE(2, 3, 4, 5), MX_SHAPE(1, 3, 1, 5)},
         {MX_SHAPE(3, 1), MX_SHAPE(1)},
+        {MX_SHAPE(1, 3, 1), MX_SHAPE(2, 3, 4)}, /* rows of several outer indices reduce into one element */
+        {MX_SHAPE(2, 3, 4), MX_SHAPE(3, 1)},
     };
     char name[64];
     for (int k = 0; k < N_KINDS; k++) {
