@@ -145,7 +145,8 @@ static void bc_range(void *arg, int64_t lo, int64_t hi, int worker)
     for (int64_t pos = lo; pos < hi;) {
         int64_t n = p->dims[in] - idx[in];
         if (n > hi - pos) n = hi - pos;
-        bc_row r = {.a = j->a ? j->a + ao : NULL, .b = j->b ? j->b + bo : NULL, .dy = j->dy ? j->dy + pos : NULL, .y = j->y ? j->y + pos : NULL,
+        bc_row r = {.a = j->a ? j->a + ao : NULL, .b = j->b ? j->b + bo : NULL,
+                    .dy = j->dy ? j->dy + pos : NULL, .y = j->y ? j->y + pos : NULL,
                     .dl = j->dl ? j->dl + ao : NULL, .dr = j->dr ? j->dr + bo : NULL, .sa = p->ls[in],
                     .sb = p->rs[in], .n = n, .add = j->add};
         j->fn(&r);
@@ -162,11 +163,16 @@ static void bc_range(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* Loops over i in [0, n) of a row; A and B are the operand expressions. */
-/* Backward's operand reads: add and sub keep no operands for backward
- * (their pointers are NULL), and the constant condition keeps them unread. */
+/* Backward's partial derivatives at operand elements ia, ib. add and sub
+ * keep no operands for backward (their pointers are NULL): the constant
+ * condition leaves them unread. */
 #define BC_A(K, i) (MX_BIN_GRAD_READS_INPUTS(K) ? pa[i] : 0.0f)
 #define BC_B(K, i) (MX_BIN_GRAD_READS_INPUTS(K) ? pb[i] : 0.0f)
+#define BC_DA(K, ia, ib) mx_bin_da(K, BC_A(K, ia), BC_B(K, ib))
+#define BC_DB(K, ia, ib) mx_bin_db(K, BC_A(K, ia), BC_B(K, ib))
+
+/* Forward loops over i in [0, n) of a row; A and B are the operand
+ * expressions. */
 #define BC_FWD_SET(KIND, A, B) for (int64_t i = 0; i < n; i++) y[i] = mx_bin_f(KIND, A, B)
 #define BC_FWD_ADD(KIND, A, B) for (int64_t i = 0; i < n; i++) y[i] += mx_bin_f(KIND, A, B)
 
@@ -196,24 +202,24 @@ static void bc_range(void *arg, int64_t lo, int64_t hi, int worker)
         if (r->dl) {                                                                                                \
             float *dl = r->dl;                                                                                      \
             if (r->sa) {                                                                                            \
-                if (r->sb) for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * mx_bin_da(KIND, BC_A(KIND, i), BC_B(KIND, i));      \
-                else for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * mx_bin_da(KIND, BC_A(KIND, i), BC_B(KIND, 0));            \
+                if (r->sb) for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * BC_DA(KIND, i, i);                      \
+                else for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * BC_DA(KIND, i, 0);                            \
             } else {                                                                                                \
                 double acc = 0;                                                                                     \
-                if (r->sb) for (int64_t i = 0; i < n; i++) acc += dy[i] * mx_bin_da(KIND, BC_A(KIND, 0), BC_B(KIND, i));        \
-                else for (int64_t i = 0; i < n; i++) acc += dy[i] * mx_bin_da(KIND, BC_A(KIND, 0), BC_B(KIND, 0));              \
+                if (r->sb) for (int64_t i = 0; i < n; i++) acc += dy[i] * BC_DA(KIND, 0, i);                        \
+                else for (int64_t i = 0; i < n; i++) acc += dy[i] * BC_DA(KIND, 0, 0);                              \
                 dl[0] += (float)acc;                                                                                \
             }                                                                                                       \
         }                                                                                                           \
         if (r->dr) {                                                                                                \
             float *dr = r->dr;                                                                                      \
             if (r->sb) {                                                                                            \
-                if (r->sa) for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * mx_bin_db(KIND, BC_A(KIND, i), BC_B(KIND, i));      \
-                else for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * mx_bin_db(KIND, BC_A(KIND, 0), BC_B(KIND, i));            \
+                if (r->sa) for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * BC_DB(KIND, i, i);                      \
+                else for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * BC_DB(KIND, 0, i);                            \
             } else {                                                                                                \
                 double acc = 0;                                                                                     \
-                if (r->sa) for (int64_t i = 0; i < n; i++) acc += dy[i] * mx_bin_db(KIND, BC_A(KIND, i), BC_B(KIND, 0));        \
-                else for (int64_t i = 0; i < n; i++) acc += dy[i] * mx_bin_db(KIND, BC_A(KIND, 0), BC_B(KIND, 0));              \
+                if (r->sa) for (int64_t i = 0; i < n; i++) acc += dy[i] * BC_DB(KIND, i, 0);                        \
+                else for (int64_t i = 0; i < n; i++) acc += dy[i] * BC_DB(KIND, 0, 0);                              \
                 dr[0] += (float)acc;                                                                                \
             }                                                                                                       \
         }                                                                                                           \
@@ -240,7 +246,8 @@ static void bc_zero(float *p, const mx_shape *s) { memset(p, 0, sizeof(float) * 
 
 /* The gradients are added into in_grad, which req = write first zeroes:
  * rows of a broadcast operand land on the same elements. */
-static mx_status bc_backward(const mx_op_ctx *ctx, bc_row_fn fn, bool no_grad, bool reads_inputs, const mx_tensor *out_grad,
+static mx_status bc_backward(const mx_op_ctx *ctx, bc_row_fn fn, bool no_grad, bool reads_inputs,
+                             const mx_tensor *out_grad,
                              const mx_tensor *in, const mx_req *req, mx_tensor *in_grad)
 {
     float *d[2] = {NULL, NULL};
@@ -312,7 +319,8 @@ static const mx_inplace bc_forward_inplace[] = {{0, 0}, {1, 0}, {-1, -1}};
                                         mx_tensor *in_grad, mx_tensor *aux)                                         \
     {                                                                                                               \
         (void)p, (void)out, (void)aux;                                                                              \
-        return bc_backward(ctx, bc_##id##_brow, mx_bin_no_grad(KIND), MX_BIN_GRAD_READS_INPUTS(KIND), out_grad, in, req, in_grad);                  \
+        return bc_backward(ctx, bc_##id##_brow, mx_bin_no_grad(KIND), MX_BIN_GRAD_READS_INPUTS(KIND), out_grad, in,  \
+                           req, in_grad);                                                                           \
     }                                                                                                               \
     const mx_op_def mx_op_##id = {                                                                                  \
         .name = opname,                                                                                             \

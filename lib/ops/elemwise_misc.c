@@ -99,14 +99,14 @@ static mx_status fill_or_copy_backward(int kind, const mx_tensor *out_grad, cons
                                   mx_tensor *out, mx_tensor *aux)                                                   \
     {                                                                                                               \
         (void)ctx, (void)p, (void)aux;                                                                              \
-        return fill_or_copy_forward(KIND, in, req, out);                                                                    \
+        return fill_or_copy_forward(KIND, in, req, out);                                                            \
     }                                                                                                               \
     static mx_status id##_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,                \
                                    const mx_tensor *in, const mx_tensor *out, const mx_req *req,                    \
                                    mx_tensor *in_grad, mx_tensor *aux)                                              \
     {                                                                                                               \
         (void)ctx, (void)p, (void)in, (void)out, (void)aux;                                                         \
-        return fill_or_copy_backward(KIND, out_grad, req, in_grad);                                                         \
+        return fill_or_copy_backward(KIND, out_grad, req, in_grad);                                                 \
     }
 
 COPY_FUNCS(block_grad, "BlockGrad", COPY_BLOCK)
@@ -201,7 +201,8 @@ static mx_status iwalr_infer_shape(const void *p, mx_shape *in, int n_in, mx_sha
     if (in[0].ndim == 0) in[0] = in[1];
     if (in[1].ndim == 0) in[1] = in[0];
     if (!mx_shape_equal(&in[0], &in[1]))
-        return MX_ERROR(MX_ERR_INVALID, "_identity_with_attr_like_rhs: lhs has shape %s, rhs has shape %s (must be equal)",
+        return MX_ERROR(MX_ERR_INVALID,
+                        "_identity_with_attr_like_rhs: lhs has shape %s, rhs has shape %s (must be equal)",
                         mx_shape_str(&in[0], a, sizeof(a)), mx_shape_str(&in[1], b, sizeof(b)));
     out[0] = in[0];
     return MX_OK;

@@ -185,7 +185,8 @@ enum { UV_RELU, UV_SIGMOID, UV_TANH, UV_SOFTSIGN, UV_EXP, UV_EXPM1 };
         const float *dy = j->dy, *y = j->y;                                                                         \
         switch (j->kind) {                                                                                          \
         case UV_RELU:                                                                                               \
-            MX_SIMD_MAP2(P, W, dy, y, j->dst, lo, hi, j->add, v * P##_select(u != u, u, P##_select(u > zero, one, zero))); \
+            MX_SIMD_MAP2(P, W, dy, y, j->dst, lo, hi, j->add,                                                       \
+                         v * P##_select(u != u, u, P##_select(u > zero, one, zero)));                               \
             break;                                                                                                  \
         case UV_SIGMOID: MX_SIMD_MAP2(P, W, dy, y, j->dst, lo, hi, j->add, v * (u * (1.0f - u))); break;           \
         case UV_TANH: MX_SIMD_MAP2(P, W, dy, y, j->dst, lo, hi, j->add, v * (1.0f - u * u)); break;                \
