@@ -63,10 +63,12 @@ START_TEST(copies_and_fills)
         backward_of(names[k], keys, values, k == 4, dx, MX_REQ_ADD);
         for (int i = 0; i < 4; i++) ck_assert_msg(dx[i] == (k == 0 || k >= 4 ? 6 : 0), "%s dx = %g", names[k], dx[i]);
     }
-    /* forward values beyond the reference: ones_like ignores data's values */
     ck_assert_ptr_eq(mx_op_find("stop_gradient"), mx_op_find("BlockGrad"));
     ck_assert_ptr_eq(mx_op_find("identity"), mx_op_find("_copy"));
     ck_assert_ptr_eq(mx_op_find("_sparse_zeros_like"), mx_op_find("zeros_like"));
+    /* add_n is MXNet's name for ElementWiseSum (lib/ops/elementwise_sum.c) */
+    ck_assert_ptr_eq(mx_op_find("add_n"), mx_op_find("ElementWiseSum"));
+    ck_assert_ptr_eq(mx_op_find("_sparse_add_n"), mx_op_find("ElementWiseSum"));
 }
 END_TEST
 

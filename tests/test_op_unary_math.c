@@ -102,10 +102,10 @@ END_TEST
 /* Big enough to split across opcheck's 3-thread pool (pieces of 8192). */
 START_TEST(large_tensors_split_across_threads)
 {
-    const char *ops[] = {"relu", "sigmoid", "log", "floor", "erf"};
-    for (int k = 0; k < 5; k++)
+    const char *ops[] = {"sigmoid", "log"}; /* a vector op and a plain one */
+    for (int k = 0; k < 2; k++)
         for (int i = 0; i < N_CASES; i++)
-            if (!strcmp(cases[i].name, ops[k])) run_case(&cases[i], ops[k], MX_SHAPE(5, 4001), 24, 77);
+            if (!strcmp(cases[i].name, ops[k])) run_case(&cases[i], ops[k], MX_SHAPE(5, 4001), 8, 77);
 }
 END_TEST
 
