@@ -66,8 +66,21 @@ static void expect(const char *what, const float *got, const float *want, int n)
 
 START_TEST(gluon_export_trains_like_mxnet)
 {
-    mx_graph *g;
-    ck_assert_msg(mx_graph_from_json(gluon_json, strlen(gluon_json), &g) == MX_OK, "%s", mx_last_error());
+    mx_graph *g0, *g;
+    ck_assert_msg(mx_graph_from_json(gluon_json, strlen(gluon_json), &g0) == MX_OK, "%s", mx_last_error());
+    /* Written back and read again, every op keeps its MXNet name and attributes. */
+    char *js;
+    size_t len;
+    ck_assert_int_eq(mx_graph_to_json(g0, &js, &len), MX_OK);
+    ck_assert_msg(strstr(js, "\"op\": \"_copy\"") && strstr(js, "\"op\": \"broadcast_maximum\"") &&
+                      strstr(js, "\"scalar\": \"2.5\""),
+                  "%s", js);
+    ck_assert_msg(mx_graph_from_json(js, len, &g) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(mx_graph_num_nodes(g), mx_graph_num_nodes(g0));
+    for (int i = 0; i < mx_graph_num_nodes(g); i++)
+        ck_assert_ptr_eq(mx_graph_node(g, (uint32_t)i)->op, mx_graph_node(g0, (uint32_t)i)->op);
+    free(js);
+    mx_graph_free(g0);
     uint32_t ids[8];
     int n_args = mx_graph_list_arguments(g, ids);
     ck_assert_int_eq(n_args, 3);
