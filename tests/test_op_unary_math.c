@@ -33,8 +33,24 @@ static const unary_case cases[] = {
     {"cos", 0, 3, true},         {"tan", 0, 1.3, true},       {"arcsin", 0, 0.9, true},    {"arccos", 0, 0.9, true},
     {"arctan", 0, 3, true},      {"sinh", 0, 2, true},        {"cosh", 0, 2, true},        {"arcsinh", 0, 3, true},
     {"arccosh", 1.2, 4, false},  {"arctanh", 0, 0.9, true},   {"degrees", 0, 2, true},     {"radians", 0, 2, true},
+    {"erfinv", 0, 0.95, true},   {"gamma", 0.2, 4, false},    {"gammaln", 0.2, 6, false},
 };
 #define N_CASES ((int)(sizeof(cases) / sizeof(cases[0])))
+
+/* erf^-1 by bisection on erf: slow, simple and independent of the
+ * kernel's approximation + Newton. */
+static double ref_erfinv(double y)
+{
+    if (y <= -1 || y >= 1) return y == 1 ? INFINITY : y == -1 ? -INFINITY : NAN;
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 200 && hi - lo > 0; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (mid == lo || mid == hi) break;
+        if (erf(mid) < y) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
 
 static double ref_f(const char *op, double a)
 {
@@ -60,6 +76,9 @@ static double ref_f(const char *op, double a)
     if (!strcmp(op, "logical_not")) return a == 0;
     if (!strcmp(op, "degrees")) return a * 180 / M_PI;
     if (!strcmp(op, "radians")) return a * M_PI / 180;
+    if (!strcmp(op, "erfinv")) return ref_erfinv(a);
+    if (!strcmp(op, "gamma")) return tgamma(a);
+    if (!strcmp(op, "gammaln")) return lgamma(a);
     ck_abort_msg("no reference for %s", op);
     return 0;
 }
@@ -167,6 +186,9 @@ static const struct {
     {"arccosh", {1, 1.25, 2, 3.5, 5, 10}, {0, 0.693147182, 1.31695795, 1.92484736, 2.29243159, 2.99322295}, {INFINITY, 1.33333337, 0.577350259, 0.298142403, 0.204124138, 0.100503787}},
     {"arctanh", {-0.9, -0.5, -0.1, 0, 0.3, 0.8}, {-1.47221935, -0.549306154, -0.100335345, 0, 0.309519619, 1.09861231}, {5.26315641, 1.33333337, 1.01010096, 1, 1.09890115, 2.77777815}},
     {"degrees", {-0.75, -0.5, 0, 0.5, 1.5, 2.5}, {-42.9718323, -28.6478882, 0, 28.6478882, 85.9436646, 143.239441}, {57.2957764, 57.2957764, 57.2957764, 57.2957764, 57.2957764, 57.2957764}},
+    {"erfinv", {-0.9, -0.5, -0.1, 0, 0.3, 0.8}, {-1.16308713, -0.476936281, -0.0888559893, 0, 0.272462726, 0.906193852}, {3.42804241, 1.11258495, 0.893251717, 0.886226952, 0.954520404, 2.01456857}},
+    {"gamma", {0.25, 0.5, 1, 1.5, 2.5, 4}, {3.62560987, 1.77245378, 1, 0.886226952, 1.32934058, 6.00000048}, {-15.3270998, -3.480232, -0.577215672, 0.0323383473, 0.934734821, 7.53670692}},
+    {"gammaln", {0.25, 0.5, 1, 1.5, 2.5, 4}, {1.28802252, 0.572364926, 0, -0.120782234, 0.28468287, 1.79175949}, {-4.22745419, -1.96351075, -0.577215672, 0.0364899151, 0.703156769, 1.2561177}},
     {"radians", {-0.75, -0.5, 0, 0.5, 1.5, 2.5}, {-0.0130899698, -0.00872664619, 0, 0.00872664619, 0.0261799395, 0.04363323}, {0.0174532924, 0.0174532924, 0.0174532924, 0.0174532924, 0.0174532924, 0.0174532924}},
 };
 
@@ -227,6 +249,11 @@ START_TEST(special_values_as_mxnet)
         {"rint", -2.5f, -3.0f, 0.0f}, {"rint", 3.5f, 3.0f, 0.0f}, {"round", -2.5f, -3.0f, 0.0f},
         {"round", 0.49999997f, 0.0f, 0.0f}, {"logical_not", nan, 0.0f, 0.0f}, {"sigmoid", -200.0f, 0.0f, 0.0f},
         {"exp", 100.0f, inf, inf},   {"tanh", 30.0f, 1.0f, 0.0f},
+        {"gamma", 0.0f, inf, inf},   {"gamma", -1.0f, nan, nan},  {"gamma", -1.5f, 2.36327171f, 1.66175056f},
+        {"gamma", 40.0f, inf, inf},  {"gammaln", -1.0f, inf, inf}, {"gammaln", -0.5f, 1.26551211f, 0.0364899151f},
+        {"gammaln", 1e30f, 6.8077553e+31f, 69.0775528f}, {"erfinv", 1.0f, inf, inf}, {"erfinv", -1.0f, -inf, inf},
+        {"erfinv", 1.5f, nan, nan},  {"erfinv", 0.999f, 2.32675624f, 198.941803f},
+        {"erfinv", -0.9999f, -2.75103545f, 1715.42065f}, {"erfinv", 1e-8f, 8.86226914e-09f, 0.886226952f},
     };
     for (size_t k = 0; k < sizeof(sv) / sizeof(sv[0]); k++) {
         const mx_op_def *op = mx_op_find(sv[k].name);

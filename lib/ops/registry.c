@@ -65,6 +65,9 @@ extern const mx_op_def mx_op_fix;
 extern const mx_op_def mx_op_trunc;
 extern const mx_op_def mx_op_logical_not;
 extern const mx_op_def mx_op_erf;
+extern const mx_op_def mx_op_erfinv;
+extern const mx_op_def mx_op_gamma;
+extern const mx_op_def mx_op_gammaln;
 extern const mx_op_def mx_op_sin;
 extern const mx_op_def mx_op_cos;
 extern const mx_op_def mx_op_tan;
@@ -198,6 +201,9 @@ static const mx_op_def *const registry[] = {
     &mx_op_trunc,
     &mx_op_logical_not,
     &mx_op_erf,
+    &mx_op_erfinv,
+    &mx_op_gamma,
+    &mx_op_gammaln,
     &mx_op_sin,
     &mx_op_cos,
     &mx_op_tan,

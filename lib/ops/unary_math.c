@@ -235,6 +235,65 @@ static inline float un_rint(float a)
 
 #define PI_F 3.14159265358979323846f
 
+/* libm has neither digamma nor erfinv; both are computed in double. */
+
+/* psi(x) = d/dx log gamma(x): recurrence up to x >= 6, then the asymptotic
+ * series; reflection below 0. Poles (0, -1, ...) give +inf as MXNet's
+ * (Cephes') psi does. */
+static double un_digamma(double x)
+{
+    if (x <= 0 && x == floor(x)) return INFINITY;
+    double r = 0;
+    if (x < 0) {
+        r = -3.14159265358979323846 / tan(3.14159265358979323846 * x);
+        x = 1 - x;
+    }
+    for (; x < 6; x += 1) r -= 1 / x;
+    double f = 1 / (x * x);
+    return r + log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f / 132))));
+}
+
+/* erf^-1(y): Giles' single-precision approximation ("Approximating the
+ * erfinv function", 2010), then two Newton steps on erf in double. */
+static double un_erfinv(double y)
+{
+    if (!(y > -1 && y < 1)) return y == 1 ? INFINITY : y == -1 ? -INFINITY : NAN;
+    double w = -log((1 - y) * (1 + y)), p;
+    if (w < 5) {
+        w -= 2.5;
+        p = 2.81022636e-08;
+        p = 3.43273939e-07 + p * w;
+        p = -3.5233877e-06 + p * w;
+        p = -4.39150654e-06 + p * w;
+        p = 0.00021858087 + p * w;
+        p = -0.00125372503 + p * w;
+        p = -0.00417768164 + p * w;
+        p = 0.246640727 + p * w;
+        p = 1.50140941 + p * w;
+    } else {
+        w = sqrt(w) - 3;
+        p = -0.000200214257;
+        p = 0.000100950558 + p * w;
+        p = 0.00134934322 + p * w;
+        p = -0.00367342844 + p * w;
+        p = 0.00573950773 + p * w;
+        p = -0.0076224613 + p * w;
+        p = 0.00943887047 + p * w;
+        p = 1.00167406 + p * w;
+        p = 2.83297682 + p * w;
+    }
+    double x = p * y;
+    for (int i = 0; i < 2; i++) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+    return x;
+}
+
+/* lgammaf without the global signgam (threads call it at once). */
+static inline float un_lgamma(float a)
+{
+    int sign;
+    return lgammaf_r(a, &sign);
+}
+
 /* id, MXNet name, aliases, gradient kind, f(a), f'(a, o) (a = x, o = y). */
 #define UNARY_PLAIN(X)                                                                                              \
     X(log, "log", A("_sparse_log", ), UG_IN, logf(a), 1.0f / a, "Natural logarithm element-wise.")                 \
@@ -262,6 +321,12 @@ static inline float un_rint(float a)
     X(trunc, "trunc", A("_sparse_trunc", ), UG_ZERO, truncf(a), 0.0f, "Integer part (rounds toward zero).")        \
     X(logical_not, "logical_not", A(), UG_ZERO, a == 0.0f ? 1.0f : 0.0f, 0.0f, "1 where x is 0, else 0.")          \
     X(erf, "erf", A("_npx_erf", ), UG_IN, erff(a), 1.12837916709551257f * expf(-a * a), "Gauss error function.")   \
+    X(erfinv, "erfinv", A("_npx_erfinv", ), UG_OUT, (float)un_erfinv(a), 0.886226925452758014f * expf(o * o),        \
+      "Inverse error function.")                                                                                    \
+    X(gamma, "gamma", A("_npx_gamma", "_sparse_gamma", ), UG_IN, tgammaf(a), (float)(tgamma(a) * un_digamma(a)),    \
+      "Gamma function.")                                                                                            \
+    X(gammaln, "gammaln", A("_npx_gammaln", "_sparse_gammaln", ), UG_IN, un_lgamma(a), (float)un_digamma(a),        \
+      "log |gamma(x)|.")                                                                                            \
     X(sin, "sin", A("_sparse_sin", ), UG_IN, sinf(a), cosf(a), "Sine element-wise.")                                \
     X(cos, "cos", A("_sparse_cos", ), UG_IN, cosf(a), -sinf(a), "Cosine element-wise.")                            \
     X(tan, "tan", A("_sparse_tan", ), UG_OUT, tanf(a), 1.0f + o * o, "Tangent element-wise.")                       \
