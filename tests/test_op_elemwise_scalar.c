@@ -301,6 +301,53 @@ START_TEST(more_scalar_names_and_params)
 }
 END_TEST
 
+static double g_sigma;
+
+static void sl1_ref(const void *params, const double *const *in, const mx_shape *in_shapes, double *const *out,
+                    const mx_shape *out_shapes)
+{
+    (void)params, (void)out_shapes;
+    double b2 = g_sigma * g_sigma, t = 1 / b2;
+    int64_t n = mx_shape_size(&in_shapes[0]);
+    for (int64_t i = 0; i < n; i++) {
+        double x = in[0][i];
+        out[0][i] = fabs(x) <= t ? 0.5 * x * x * b2 : fabs(x) - 0.5 * t;
+    }
+}
+
+START_TEST(smooth_l1_against_reference_and_mxnet)
+{
+    const char *sig[] = {"2", "0.8"};
+    for (int k = 0; k < 2; k++) {
+        g_sigma = atof(sig[k]);
+        const char *keys[] = {"scalar"}, *values[] = {sig[k]};
+        opcheck_case c = {.op = k ? "_npx_smooth_l1" : "smooth_l1", .keys = keys, .values = values, .n_params = 1,
+                          .ref = sl1_ref, .seed = 0x9E3779B97F4A7C15ull * (uint64_t)(k + 5)};
+        c.in_shapes[0] = MX_SHAPE(6, 7);
+        opcheck_run(&c);
+    }
+    /* MXNet 1.9.1: smooth_l1(x, scalar=2) and its gradient for dy = 1 (the
+     * boundary |x| = 1/4 takes the quadratic branch). */
+    const mx_op_def *op = mx_op_find("smooth_l1");
+    _Alignas(16) char params[64];
+    const char *keys[] = {"scalar"}, *values[] = {"2"};
+    ck_assert_int_eq(mx_op_parse_params(op, keys, values, 1, params), MX_OK);
+    float x[8] = {-2, -0.5f, -0.25f, 0, 0.1f, 0.25f, 1, 3}, y[8], dy[8] = {1, 1, 1, 1, 1, 1, 1, 1}, dx[8];
+    const float wy[8] = {1.875f, 0.375f, 0.125f, 0, 0.0200000014f, 0.125f, 0.875f, 2.875f};
+    const float wdx[8] = {-1, -1, -1, 0, 0.400000006f, 1, 1, 1};
+    mx_tensor tx = {x, MX_SHAPE(8), MX_FLOAT32, mx_cpu()}, ty = {y, MX_SHAPE(8), MX_FLOAT32, mx_cpu()};
+    mx_tensor tdy = {dy, MX_SHAPE(8), MX_FLOAT32, mx_cpu()}, tdx = {dx, MX_SHAPE(8), MX_FLOAT32, mx_cpu()};
+    mx_exec_ctx exec = {.ctx = mx_cpu()};
+    mx_op_ctx ctx = {.exec = &exec};
+    mx_req req[1] = {MX_REQ_WRITE};
+    ck_assert_int_eq(op->forward(&ctx, params, &tx, req, &ty, NULL), MX_OK);
+    ck_assert_int_eq(op->backward(&ctx, params, &tdy, &tx, &ty, req, &tdx, NULL), MX_OK);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(same(y[i], wy[i]) && same(dx[i], wdx[i]), "smooth_l1(%g) = %g, d = %g", x[i], y[i], dx[i]);
+    ck_assert_ptr_eq(mx_op_param(op, "is_int"), NULL); /* MXNet's smooth_l1 has only scalar */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("op_elemwise_scalar");
@@ -311,6 +358,7 @@ int main(void)
     tcase_add_test(tc, more_scalar_ops_against_reference);
     tcase_add_test(tc, more_scalar_ops_match_mxnet);
     tcase_add_test(tc, more_scalar_names_and_params);
+    tcase_add_test(tc, smooth_l1_against_reference_and_mxnet);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

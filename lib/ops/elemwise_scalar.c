@@ -304,3 +304,77 @@ static void ewsb_run(const mx_op_ctx *ctx, ewsb_kernel fn, const ewsb_job *j, in
     };
 
 EWSB_OPS(EWSB_FUNCS)
+
+/* smooth_l1 (_npx_smooth_l1), MXNet's Huber-like loss term with sigma =
+ * scalar (default 1), t = 1 / sigma^2:
+ *   f(x) = 0.5 (sigma x)^2 for |x| <= t, |x| - 0.5 t beyond;
+ *   f'(x) = sigma^2 x inside, sign(x) beyond (MXNet's boundaries: |x| = t
+ *   takes the quadratic branch). Only `scalar`, no is_int, as in MXNet. */
+typedef struct sl1_params {
+    double scalar;
+} sl1_params;
+
+static const mx_param_desc sl1_param_table[] = {
+    {"scalar", MX_PARAM_FLOAT, "1", 1, 0, NULL, offsetof(sl1_params, scalar),
+     "sigma: the quadratic part is |x| <= 1/sigma^2"},
+};
+
+static void sl1_fwd(const ewsb_job *j, int64_t lo, int64_t hi)
+{
+    const float *x = j->x, b2 = j->s * j->s, t = 1.0f / b2;
+    EWSB_MAP(j->dst, lo, hi, j->add,
+             x[i] > t ? x[i] - 0.5f * t : x[i] < -t ? -x[i] - 0.5f * t : 0.5f * x[i] * x[i] * b2);
+}
+
+static void sl1_bwd(const ewsb_job *j, int64_t lo, int64_t hi)
+{
+    const float *x = j->x, *dy = j->dy, b2 = j->s * j->s, t = 1.0f / b2;
+    EWSB_MAP(j->dst, lo, hi, j->add, dy[i] * (x[i] > t ? 1.0f : x[i] < -t ? -1.0f : x[i] * b2));
+}
+
+static mx_status sl1_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
+{
+    (void)p, (void)n_in, (void)n_out;
+    if (in[0].ndim == 0) return MX_ERROR(MX_ERR_INVALID, "smooth_l1: the shape of data is unknown");
+    out[0] = in[0];
+    return MX_OK;
+}
+
+static mx_status sl1_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                             mx_tensor *out, mx_tensor *aux)
+{
+    (void)aux;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    ewsb_job j = {.x = in[0].data, .dst = out[0].data, .s = (float)((const sl1_params *)p)->scalar,
+                  .add = req[0] == MX_REQ_ADD};
+    ewsb_run(ctx, sl1_fwd, &j, mx_shape_size(&in[0].shape));
+    return MX_OK;
+}
+
+static mx_status sl1_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
+                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+{
+    (void)out, (void)aux;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    ewsb_job j = {.x = in[0].data, .dy = out_grad[0].data, .dst = in_grad[0].data,
+                  .s = (float)((const sl1_params *)p)->scalar, .add = req[0] == MX_REQ_ADD};
+    ewsb_run(ctx, sl1_bwd, &j, mx_shape_size(&in_grad[0].shape));
+    return MX_OK;
+}
+
+const mx_op_def mx_op_smooth_l1 = {
+    .name = "smooth_l1",
+    .aliases = A("_npx_smooth_l1", ),
+    .doc = "Smooth L1 (Huber-like) of data with sigma = scalar.",
+    .params = sl1_param_table,
+    .n_params = (int)(sizeof(sl1_param_table) / sizeof(sl1_param_table[0])),
+    .params_size = sizeof(sl1_params),
+    .list_inputs = ews_list_inputs,
+    .list_outputs = ews_list_outputs,
+    .infer_shape = sl1_infer_shape,
+    .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
+    .forward_inplace = ews_inplace,
+    .backward_inplace = ews_inplace,
+    .forward = sl1_forward,
+    .backward = sl1_backward,
+};

@@ -98,6 +98,7 @@ extern const mx_op_def mx_op_lesser_equal_scalar;
 extern const mx_op_def mx_op_logical_and_scalar;
 extern const mx_op_def mx_op_logical_or_scalar;
 extern const mx_op_def mx_op_logical_xor_scalar;
+extern const mx_op_def mx_op_smooth_l1;
 extern const mx_op_def mx_op_maximum;
 extern const mx_op_def mx_op_minimum;
 extern const mx_op_def mx_op_power;
@@ -234,6 +235,7 @@ static const mx_op_def *const registry[] = {
     &mx_op_logical_and_scalar,
     &mx_op_logical_or_scalar,
     &mx_op_logical_xor_scalar,
+    &mx_op_smooth_l1,
     &mx_op_maximum,
     &mx_op_minimum,
     &mx_op_power,
