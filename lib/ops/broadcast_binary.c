@@ -116,6 +116,7 @@ typedef struct bc_row {
     float *dl, *dr;        /* backward gradients at the operands' offsets, or NULL */
     int64_t sa, sb, n;
     bool add;
+    bool set_l, set_r;     /* backward: overwrite (operand not reduced, req write) instead of add */
 } bc_row;
 
 typedef void (*bc_row_fn)(const bc_row *r);
@@ -125,7 +126,7 @@ typedef struct bc_job {
     bc_row_fn fn;
     const float *a, *b, *dy;
     float *y, *dl, *dr;
-    bool add;
+    bool add, set_l, set_r;
 } bc_job;
 
 /* Runs fn over the rows covering output elements [lo, hi). */
@@ -148,7 +149,7 @@ static void bc_range(void *arg, int64_t lo, int64_t hi, int worker)
         bc_row r = {.a = j->a ? j->a + ao : NULL, .b = j->b ? j->b + bo : NULL,
                     .dy = j->dy ? j->dy + pos : NULL, .y = j->y ? j->y + pos : NULL,
                     .dl = j->dl ? j->dl + ao : NULL, .dr = j->dr ? j->dr + bo : NULL, .sa = p->ls[in],
-                    .sb = p->rs[in], .n = n, .add = j->add};
+                    .sb = p->rs[in], .n = n, .add = j->add, .set_l = j->set_l, .set_r = j->set_r};
         j->fn(&r);
         pos += n;
         idx[in] += n;
@@ -202,7 +203,9 @@ static void bc_range(void *arg, int64_t lo, int64_t hi, int worker)
         if (r->dl) {                                                                                                \
             float *dl = r->dl;                                                                                      \
             if (r->sa) {                                                                                            \
-                if (r->sb) for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * BC_DA(KIND, i, i);                      \
+                if (r->set_l && r->sb) for (int64_t i = 0; i < n; i++) dl[i] = dy[i] * BC_DA(KIND, i, i);           \
+                else if (r->set_l) for (int64_t i = 0; i < n; i++) dl[i] = dy[i] * BC_DA(KIND, i, 0);               \
+                else if (r->sb) for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * BC_DA(KIND, i, i);                 \
                 else for (int64_t i = 0; i < n; i++) dl[i] += dy[i] * BC_DA(KIND, i, 0);                            \
             } else {                                                                                                \
                 double acc = 0;                                                                                     \
@@ -214,7 +217,9 @@ static void bc_range(void *arg, int64_t lo, int64_t hi, int worker)
         if (r->dr) {                                                                                                \
             float *dr = r->dr;                                                                                      \
             if (r->sb) {                                                                                            \
-                if (r->sa) for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * BC_DB(KIND, i, i);                      \
+                if (r->set_r && r->sa) for (int64_t i = 0; i < n; i++) dr[i] = dy[i] * BC_DB(KIND, i, i);           \
+                else if (r->set_r) for (int64_t i = 0; i < n; i++) dr[i] = dy[i] * BC_DB(KIND, 0, i);               \
+                else if (r->sa) for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * BC_DB(KIND, i, i);                 \
                 else for (int64_t i = 0; i < n; i++) dr[i] += dy[i] * BC_DB(KIND, 0, i);                            \
             } else {                                                                                                \
                 double acc = 0;                                                                                     \
@@ -244,25 +249,29 @@ static mx_status bc_forward(const mx_op_ctx *ctx, bc_row_fn fn, const mx_tensor 
 
 static void bc_zero(float *p, const mx_shape *s) { memset(p, 0, sizeof(float) * (size_t)mx_shape_size(s)); }
 
-/* The gradients are added into in_grad, which req = write first zeroes:
- * rows of a broadcast operand land on the same elements. */
+/* A reduced operand's gradient is summed into in_grad (zeroed first for
+ * req = write): rows land on the same elements. One that was not
+ * broadcast maps one to one and is written directly. */
 static mx_status bc_backward(const mx_op_ctx *ctx, bc_row_fn fn, bool no_grad, bool reads_inputs,
-                             const mx_tensor *out_grad,
-                             const mx_tensor *in, const mx_req *req, mx_tensor *in_grad)
+                             const mx_tensor *out_grad, const mx_tensor *in, const mx_req *req, mx_tensor *in_grad)
 {
     float *d[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        if (req[k] == MX_REQ_NULL) continue;
-        if (req[k] != MX_REQ_ADD) bc_zero(in_grad[k].data, &in_grad[k].shape);
-        d[k] = in_grad[k].data;
-    }
-    if (no_grad || (!d[0] && !d[1])) return MX_OK;
+    bool set[2] = {false, false};
     bc_plan plan;
     bc_make_plan(&in_grad[0].shape, &in_grad[1].shape, &out_grad[0].shape, &plan);
-    if (plan.n == 0) return MX_OK;
-    bc_job j = {.plan = &plan, .fn = fn, .dy = out_grad[0].data, .dl = d[0], .dr = d[1]};
+    bool reduced[2] = {plan.l_reduced, plan.r_reduced};
+    for (int k = 0; k < 2; k++) {
+        if (req[k] == MX_REQ_NULL) continue;
+        d[k] = in_grad[k].data;
+        if (req[k] == MX_REQ_ADD) continue;
+        if (no_grad || reduced[k]) bc_zero(d[k], &in_grad[k].shape);
+        else set[k] = true;
+    }
+    if (no_grad || (!d[0] && !d[1]) || plan.n == 0) return MX_OK;
+    bc_job j = {.plan = &plan, .fn = fn, .dy = out_grad[0].data, .dl = d[0], .dr = d[1], .set_l = set[0],
+                .set_r = set[1]};
     if (reads_inputs) j.a = in[0].data, j.b = in[1].data; /* else not kept for backward */
-    bool reduce = (d[0] && plan.l_reduced) || (d[1] && plan.r_reduced);
+    bool reduce = (d[0] && reduced[0]) || (d[1] && reduced[1]);
     mx_simd_parallel_for(reduce ? NULL : mx_op_pool(ctx), plan.n, BC_PIECE, bc_range, &j);
     return MX_OK;
 }
