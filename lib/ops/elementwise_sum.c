@@ -154,7 +154,7 @@ static mx_status esum_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
 }
 
 static const mx_inplace esum_inplace[] = {{0, 0}, {-1, -1}};
-static const char *const esum_aliases[] = {"add_n", NULL};
+static const char *const esum_aliases[] = {"add_n", "_sparse_add_n", "_sparse_ElementWiseSum", NULL};
 
 const mx_op_def mx_op_elementwise_sum = {
     .name = "ElementWiseSum",

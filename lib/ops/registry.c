@@ -61,6 +61,107 @@ extern const mx_op_def mx_op_repeat;
 extern const mx_op_def mx_op_batch_dot;
 extern const mx_op_def mx_op_pad;
 extern const mx_op_def mx_op_upsampling;
+/* issue 17: element-wise family */
+extern const mx_op_def mx_op_relu;
+extern const mx_op_def mx_op_sigmoid;
+extern const mx_op_def mx_op_tanh;
+extern const mx_op_def mx_op_softsign;
+extern const mx_op_def mx_op_exp;
+extern const mx_op_def mx_op_expm1;
+extern const mx_op_def mx_op_log;
+extern const mx_op_def mx_op_log2;
+extern const mx_op_def mx_op_log10;
+extern const mx_op_def mx_op_log1p;
+extern const mx_op_def mx_op_sqrt;
+extern const mx_op_def mx_op_rsqrt;
+extern const mx_op_def mx_op_cbrt;
+extern const mx_op_def mx_op_rcbrt;
+extern const mx_op_def mx_op_square;
+extern const mx_op_def mx_op_abs;
+extern const mx_op_def mx_op_negative;
+extern const mx_op_def mx_op_reciprocal;
+extern const mx_op_def mx_op_sign;
+extern const mx_op_def mx_op_floor;
+extern const mx_op_def mx_op_ceil;
+extern const mx_op_def mx_op_round;
+extern const mx_op_def mx_op_rint;
+extern const mx_op_def mx_op_fix;
+extern const mx_op_def mx_op_trunc;
+extern const mx_op_def mx_op_logical_not;
+extern const mx_op_def mx_op_erf;
+extern const mx_op_def mx_op_erfinv;
+extern const mx_op_def mx_op_gamma;
+extern const mx_op_def mx_op_gammaln;
+extern const mx_op_def mx_op_sin;
+extern const mx_op_def mx_op_cos;
+extern const mx_op_def mx_op_tan;
+extern const mx_op_def mx_op_arcsin;
+extern const mx_op_def mx_op_arccos;
+extern const mx_op_def mx_op_arctan;
+extern const mx_op_def mx_op_sinh;
+extern const mx_op_def mx_op_cosh;
+extern const mx_op_def mx_op_arcsinh;
+extern const mx_op_def mx_op_arccosh;
+extern const mx_op_def mx_op_arctanh;
+extern const mx_op_def mx_op_degrees;
+extern const mx_op_def mx_op_radians;
+extern const mx_op_def mx_op_hard_sigmoid;
+extern const mx_op_def mx_op_power_scalar;
+extern const mx_op_def mx_op_rpower_scalar;
+extern const mx_op_def mx_op_maximum_scalar;
+extern const mx_op_def mx_op_minimum_scalar;
+extern const mx_op_def mx_op_mod_scalar;
+extern const mx_op_def mx_op_rmod_scalar;
+extern const mx_op_def mx_op_hypot_scalar;
+extern const mx_op_def mx_op_equal_scalar;
+extern const mx_op_def mx_op_not_equal_scalar;
+extern const mx_op_def mx_op_greater_scalar;
+extern const mx_op_def mx_op_greater_equal_scalar;
+extern const mx_op_def mx_op_lesser_scalar;
+extern const mx_op_def mx_op_lesser_equal_scalar;
+extern const mx_op_def mx_op_logical_and_scalar;
+extern const mx_op_def mx_op_logical_or_scalar;
+extern const mx_op_def mx_op_logical_xor_scalar;
+extern const mx_op_def mx_op_smooth_l1;
+extern const mx_op_def mx_op_maximum;
+extern const mx_op_def mx_op_minimum;
+extern const mx_op_def mx_op_power;
+extern const mx_op_def mx_op_mod;
+extern const mx_op_def mx_op_hypot;
+extern const mx_op_def mx_op_equal;
+extern const mx_op_def mx_op_not_equal;
+extern const mx_op_def mx_op_greater;
+extern const mx_op_def mx_op_greater_equal;
+extern const mx_op_def mx_op_lesser;
+extern const mx_op_def mx_op_lesser_equal;
+extern const mx_op_def mx_op_logical_and;
+extern const mx_op_def mx_op_logical_or;
+extern const mx_op_def mx_op_logical_xor;
+extern const mx_op_def mx_op_broadcast_add;
+extern const mx_op_def mx_op_broadcast_sub;
+extern const mx_op_def mx_op_broadcast_mul;
+extern const mx_op_def mx_op_broadcast_div;
+extern const mx_op_def mx_op_broadcast_power;
+extern const mx_op_def mx_op_broadcast_maximum;
+extern const mx_op_def mx_op_broadcast_minimum;
+extern const mx_op_def mx_op_broadcast_mod;
+extern const mx_op_def mx_op_broadcast_hypot;
+extern const mx_op_def mx_op_broadcast_equal;
+extern const mx_op_def mx_op_broadcast_not_equal;
+extern const mx_op_def mx_op_broadcast_greater;
+extern const mx_op_def mx_op_broadcast_greater_equal;
+extern const mx_op_def mx_op_broadcast_lesser;
+extern const mx_op_def mx_op_broadcast_lesser_equal;
+extern const mx_op_def mx_op_broadcast_logical_and;
+extern const mx_op_def mx_op_broadcast_logical_or;
+extern const mx_op_def mx_op_broadcast_logical_xor;
+extern const mx_op_def mx_op_block_grad;
+extern const mx_op_def mx_op_copy;
+extern const mx_op_def mx_op_identity_with_attr_like_rhs;
+extern const mx_op_def mx_op_zeros_like;
+extern const mx_op_def mx_op_ones_like;
+extern const mx_op_def mx_op_amp_cast;
+extern const mx_op_def mx_op_where;
 
 static const mx_op_def *const registry[] = {
     &mx_op_fully_connected,
@@ -121,6 +222,107 @@ static const mx_op_def *const registry[] = {
     &mx_op_batch_dot,
     &mx_op_pad,
     &mx_op_upsampling,
+    /* issue 17: element-wise family */
+    &mx_op_relu,
+    &mx_op_sigmoid,
+    &mx_op_tanh,
+    &mx_op_softsign,
+    &mx_op_exp,
+    &mx_op_expm1,
+    &mx_op_log,
+    &mx_op_log2,
+    &mx_op_log10,
+    &mx_op_log1p,
+    &mx_op_sqrt,
+    &mx_op_rsqrt,
+    &mx_op_cbrt,
+    &mx_op_rcbrt,
+    &mx_op_square,
+    &mx_op_abs,
+    &mx_op_negative,
+    &mx_op_reciprocal,
+    &mx_op_sign,
+    &mx_op_floor,
+    &mx_op_ceil,
+    &mx_op_round,
+    &mx_op_rint,
+    &mx_op_fix,
+    &mx_op_trunc,
+    &mx_op_logical_not,
+    &mx_op_erf,
+    &mx_op_erfinv,
+    &mx_op_gamma,
+    &mx_op_gammaln,
+    &mx_op_sin,
+    &mx_op_cos,
+    &mx_op_tan,
+    &mx_op_arcsin,
+    &mx_op_arccos,
+    &mx_op_arctan,
+    &mx_op_sinh,
+    &mx_op_cosh,
+    &mx_op_arcsinh,
+    &mx_op_arccosh,
+    &mx_op_arctanh,
+    &mx_op_degrees,
+    &mx_op_radians,
+    &mx_op_hard_sigmoid,
+    &mx_op_power_scalar,
+    &mx_op_rpower_scalar,
+    &mx_op_maximum_scalar,
+    &mx_op_minimum_scalar,
+    &mx_op_mod_scalar,
+    &mx_op_rmod_scalar,
+    &mx_op_hypot_scalar,
+    &mx_op_equal_scalar,
+    &mx_op_not_equal_scalar,
+    &mx_op_greater_scalar,
+    &mx_op_greater_equal_scalar,
+    &mx_op_lesser_scalar,
+    &mx_op_lesser_equal_scalar,
+    &mx_op_logical_and_scalar,
+    &mx_op_logical_or_scalar,
+    &mx_op_logical_xor_scalar,
+    &mx_op_smooth_l1,
+    &mx_op_maximum,
+    &mx_op_minimum,
+    &mx_op_power,
+    &mx_op_mod,
+    &mx_op_hypot,
+    &mx_op_equal,
+    &mx_op_not_equal,
+    &mx_op_greater,
+    &mx_op_greater_equal,
+    &mx_op_lesser,
+    &mx_op_lesser_equal,
+    &mx_op_logical_and,
+    &mx_op_logical_or,
+    &mx_op_logical_xor,
+    &mx_op_broadcast_add,
+    &mx_op_broadcast_sub,
+    &mx_op_broadcast_mul,
+    &mx_op_broadcast_div,
+    &mx_op_broadcast_power,
+    &mx_op_broadcast_maximum,
+    &mx_op_broadcast_minimum,
+    &mx_op_broadcast_mod,
+    &mx_op_broadcast_hypot,
+    &mx_op_broadcast_equal,
+    &mx_op_broadcast_not_equal,
+    &mx_op_broadcast_greater,
+    &mx_op_broadcast_greater_equal,
+    &mx_op_broadcast_lesser,
+    &mx_op_broadcast_lesser_equal,
+    &mx_op_broadcast_logical_and,
+    &mx_op_broadcast_logical_or,
+    &mx_op_broadcast_logical_xor,
+    &mx_op_block_grad,
+    &mx_op_copy,
+    &mx_op_identity_with_attr_like_rhs,
+    &mx_op_zeros_like,
+    &mx_op_ones_like,
+    &mx_op_amp_cast,
+    &mx_op_where,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
@@ -143,11 +345,17 @@ mx_status mx_op_lookup(const char *name, const mx_op_def **out)
 {
     *out = mx_op_find(name);
     if (*out) return MX_OK;
-    const char *names[256];
+    /* Every name and alias, counted first: the table outgrew any fixed size. */
     int n = 0;
-    for (int i = 0; i < REGISTRY_SIZE && n < 256; i++) {
+    for (int i = 0; i < REGISTRY_SIZE; i++) {
+        n++;
+        for (const char *const *a = registry[i]->aliases; a && *a; a++) n++;
+    }
+    const char *names[n]; /* a few KB of stack */
+    n = 0;
+    for (int i = 0; i < REGISTRY_SIZE; i++) {
         names[n++] = registry[i]->name;
-        for (const char *const *a = registry[i]->aliases; a && *a && n < 256; a++) names[n++] = *a;
+        for (const char *const *a = registry[i]->aliases; a && *a; a++) names[n++] = *a;
     }
     const char *near = mx_suggest(name, names, n);
     if (near) return MX_ERROR(MX_ERR_INVALID, "unknown operator '%s' (did you mean '%s'?)", name, near);
