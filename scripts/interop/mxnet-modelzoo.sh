@@ -134,13 +134,16 @@ for k, name in enumerate(names):
         net.hybridize()
         ref = net(xb).asnumpy()                  # predict mode, as exported
         # Outputs of order 1 (random weights give 1e-4 in squeezenet): scale
-        # the output layer, whose output is positively homogeneous in it
-        # (a Dense, or squeezenet's convolution + relu + average pooling).
-        (wn, w), (bn, b) = list(net.collect_params().items())[-2:]
-        assert wn.endswith('weight') and bn.endswith('bias'), (wn, bn)
+        # the output layer, the last weight and its bias, whose output is
+        # positively homogeneous in them (a Dense; squeezenet's convolution
+        # + relu + average pooling; mobilenet v2's convolution + flatten).
+        params = list(net.collect_params().items())
+        last = max(i for i, (n, _) in enumerate(params) if n.endswith('weight'))
+        scaled = params[last:]
+        assert all(n.endswith(('weight', 'bias')) for n, _ in scaled) and len(scaled) <= 2, scaled
         c = 3.0 / float(np.abs(ref).max())
-        w.set_data(w.data() * c)
-        b.set_data(b.data() * c)
+        for _, p in scaled:
+            p.set_data(p.data() * c)
         ref = net(xb).asnumpy()
         prefix = '%s/%s' % (out, name)
         net.export(prefix, epoch=0)
