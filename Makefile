@@ -136,10 +136,12 @@ check-tests: $(RUN_TESTS) $(CMD_BINS)
 
 # Interop with the real MXNet 1.9.1 (from PyPI into a cached venv); it
 # prints INTEROP SKIPPED loudly and passes when MXNet cannot be installed.
-interop: $(BUILD)/tests/test_ndarray_io $(BUILD)/tests/test_im2rec $(BUILD)/bin/im2rec $(BUILD)/bin/mxtrain
+interop: $(BUILD)/tests/test_ndarray_io $(BUILD)/tests/test_im2rec $(BUILD)/bin/im2rec $(BUILD)/bin/mxtrain \
+         $(BUILD)/bin/mxpredict
 	$(Q)MX_INTEROP_TEST_BIN=$(BUILD)/tests/test_ndarray_io scripts/interop/mxnet-params.sh
 	$(Q)MX_INTEROP_BUILD=$(BUILD) scripts/interop/mxnet-im2rec.sh
 	$(Q)MX_INTEROP_BUILD=$(BUILD) scripts/interop/mxnet-checkpoint.sh
+	$(Q)MX_INTEROP_BUILD=$(BUILD) scripts/interop/mxnet-modelzoo.sh
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory check-tests

@@ -2,6 +2,8 @@
  * training passes run directly with a seeded generator. */
 #include "support/opcheck.h"
 
+#include "executor/executor.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -218,6 +220,112 @@ START_TEST(bad_parameters_name_op_key_and_value)
 }
 END_TEST
 
+/* data -> Dropout(p=0.5, mode) bound through the executor. */
+typedef struct drop_bind {
+    mx_runtime *rt;
+    mx_graph *g;
+    mx_ndarray *x;
+    mx_executor *ex;
+} drop_bind;
+
+enum { BIND_N = 2000 };
+
+static mx_status drop_bind_make(drop_bind *b, const char *mode, bool for_training, mx_rng *rng)
+{
+    const char *keys[] = {"p", "mode"}, *values[] = {"0.5", mode};
+    uint32_t data, drop;
+    ck_assert_int_eq(mx_graph_add_variable(b->g, "data", NULL, 0, &data), MX_OK);
+    mx_entry in = {data, 0};
+    ck_assert_int_eq(mx_graph_add_op(b->g, "Dropout", "drop0", keys, values, 2, &in, 1, NULL, 0, &drop), MX_OK);
+    mx_entry head = {drop, 0};
+    ck_assert_int_eq(mx_graph_set_heads(b->g, &head, 1), MX_OK);
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = &b->x, .for_training = for_training, .rng = rng};
+    return mx_executor_bind(b->rt, b->g, &bc, &b->ex);
+}
+
+/* Zeros in the output of one forward pass (inputs are all 1); the rest
+ * must equal `kept` (1 for the identity, 1/(1-p) = 2 when dropping). */
+static int64_t drop_forward_zeros(drop_bind *b, bool is_train, float kept)
+{
+    ck_assert_int_eq(mx_executor_forward(b->ex, is_train), MX_OK);
+    mx_ndarray *y = mx_executor_output(b->ex, 0);
+    ck_assert_int_eq(mx_ndarray_wait_to_read(y), MX_OK);
+    const float *v = mx_ndarray_data(y);
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < BIND_N; i++) {
+        ck_assert(v[i] == 0.0f || v[i] == kept);
+        zeros += v[i] == 0.0f;
+    }
+    return zeros;
+}
+
+static void drop_bind_init(drop_bind *b)
+{
+    memset(b, 0, sizeof(*b));
+    ck_assert_int_eq(mx_runtime_create(NULL, &b->rt), MX_OK);
+    ck_assert_int_eq(mx_graph_create(&b->g), MX_OK);
+    ck_assert_int_eq(mx_ndarray_create(b->rt, MX_SHAPE(BIND_N), MX_FLOAT32, mx_cpu(), &b->x), MX_OK);
+    ck_assert_int_eq(mx_nd_fill(b->x, 1.0), MX_OK);
+}
+
+static void drop_bind_free(drop_bind *b, mx_rng *rng)
+{
+    mx_executor_free(b->ex);
+    mx_ndarray_free(b->x);
+    mx_rng_free(rng); /* its variable lives in the runtime's engine */
+    mx_graph_free(b->g);
+    mx_runtime_free(b->rt);
+}
+
+/* MXNet's prediction: a prediction bind of mode=training Dropout needs no
+ * generator and is the identity; a training pass on it asks for one;
+ * mode=always needs one at bind and drops at inference. */
+START_TEST(prediction_binds_need_no_rng)
+{
+    drop_bind b;
+    drop_bind_init(&b);
+    ck_assert_int_eq(drop_bind_make(&b, "training", false, NULL), MX_OK);
+    ck_assert_int_eq(drop_forward_zeros(&b, false, 1.0f), 0);
+    ck_assert_int_eq(mx_executor_forward(b.ex, true), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "forward: layer 'drop0' (Dropout) draws random numbers in training "
+                                                  "passes: bind the executor with an rng"));
+    drop_bind_free(&b, NULL);
+
+    /* Training binds need the generator at bind. */
+    drop_bind_init(&b);
+    ck_assert_int_eq(drop_bind_make(&b, "training", true, NULL), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "bind: layer 'drop0' (Dropout) draws random numbers in training: "
+                                                  "give the executor an rng"));
+    drop_bind_free(&b, NULL);
+
+    drop_bind_init(&b);
+    ck_assert_int_eq(drop_bind_make(&b, "always", false, NULL), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "bind: layer 'drop0' (Dropout) draws random numbers: give the "
+                                                  "executor an rng"));
+    drop_bind_free(&b, NULL);
+
+    /* mode=always with a generator: drops about half at inference. */
+    drop_bind_init(&b);
+    mx_rng *rng;
+    ck_assert_int_eq(mx_rng_create(b.rt, 5, &rng), MX_OK);
+    ck_assert_int_eq(drop_bind_make(&b, "always", false, rng), MX_OK);
+    int64_t zeros = drop_forward_zeros(&b, false, 2.0f);
+    ck_assert(zeros > 800 && zeros < 1200);
+    drop_bind_free(&b, rng);
+
+    /* A training bind with a generator: inference passes are the identity,
+     * training passes drop. */
+    drop_bind_init(&b);
+    ck_assert_int_eq(mx_rng_create(b.rt, 6, &rng), MX_OK);
+    ck_assert_int_eq(drop_bind_make(&b, "training", false, rng), MX_OK);
+    ck_assert_int_eq(drop_forward_zeros(&b, false, 1.0f), 0);
+    zeros = drop_forward_zeros(&b, true, 2.0f);
+    ck_assert(zeros > 800 && zeros < 1200);
+    ck_assert_int_eq(drop_forward_zeros(&b, false, 1.0f), 0);
+    drop_bind_free(&b, rng);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("op_dropout");
@@ -228,6 +336,7 @@ int main(void)
     tcase_add_test(tc, same_seed_same_mask_and_req_add);
     tcase_add_test(tc, modes_and_extreme_rates);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
+    tcase_add_test(tc, prediction_binds_need_no_rng);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -509,8 +509,9 @@ END_TEST
 static const float W[3][4] = {{0.5f, -1.0f, 0.25f, 2.0f}, {-0.5f, 0.75f, 1.5f, -2.0f}, {1.0f, 0.0f, -0.25f, 0.5f}};
 static const float B[3] = {0.1f, -0.2f, 0.3f};
 
-/* data (batch,1,2,2) -> fc (3) -> SoftmaxOutput, saved as PREFIX epoch 3. */
-static void save_model(const char *prefix, bool with_shape, bool with_bias)
+/* data (batch,1,2,2) -> [Dropout(p=0.5, mode=dropout)] -> fc (3) ->
+ * SoftmaxOutput, saved as PREFIX epoch 3. */
+static void save_model_dropout(const char *prefix, bool with_shape, bool with_bias, const char *dropout)
 {
     mx_runtime *rt;
     ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
@@ -521,6 +522,12 @@ static void save_model(const char *prefix, bool with_shape, bool with_bias)
     if (with_shape) ck_assert_int_eq(mx_graph_set_attr(g, d, "__shape__", "(1, 1, 2, 2)"), MX_OK);
     const char *k[] = {"num_hidden"}, *v[] = {"3"};
     mx_entry x = {d, 0};
+    if (dropout) {
+        const char *dk[] = {"p", "mode"}, *dv[] = {"0.5", dropout};
+        uint32_t drop;
+        ck_assert_int_eq(mx_graph_add_op(g, "Dropout", "drop", dk, dv, 2, &x, 1, NULL, 0, &drop), MX_OK);
+        x = (mx_entry){drop, 0};
+    }
     ck_assert_int_eq(mx_graph_add_op(g, "FullyConnected", "fc", k, v, 1, &x, 1, NULL, 0, &fc), MX_OK);
     x = (mx_entry){fc, 0};
     ck_assert_int_eq(mx_graph_add_op(g, "SoftmaxOutput", "softmax", NULL, NULL, 0, &x, 1, NULL, 0, &sm), MX_OK);
@@ -540,6 +547,11 @@ static void save_model(const char *prefix, bool with_shape, bool with_bias)
     mx_runtime_free(rt);
 }
 
+static void save_model(const char *prefix, bool with_shape, bool with_bias)
+{
+    save_model_dropout(prefix, with_shape, with_bias, NULL);
+}
+
 static void reference(const float *x, double *logits, double *prob)
 {
     double m = -INFINITY, sum = 0;
@@ -551,6 +563,58 @@ static void reference(const float *x, double *logits, double *prob)
     for (int o = 0; o < 3; o++) sum += exp(logits[o] - m);
     for (int o = 0; o < 3; o++) prob[o] = exp(logits[o] - m) / sum;
 }
+
+/* Predicts 2 samples through PREFIX's logits layer. */
+static void predict_logits(const char *prefix, const float *in, float *out)
+{
+    mx_predictor *p;
+    ck_assert_int_eq(mx_predictor_load(prefix, -1, &p), MX_OK);
+    mx_predictor_bind_opts bo = {.sample = MX_SHAPE(1, 2, 2), .batch_size = 2, .layer = "fc", .ctx = mx_cpu()};
+    ck_assert_msg(mx_predictor_bind(p, &bo) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(mx_predictor_push(p, in), MX_OK);
+    ck_assert_int_eq(mx_predictor_pull(p, out), MX_OK);
+    mx_predictor_free(p);
+}
+
+/* As MXNet: Dropout is the identity in prediction; mode=always still
+ * drops (x * 0 or x * 2), the same way in every run. */
+START_TEST(predictor_runs_dropout_as_mxnet)
+{
+    const float in[8] = {0.1f, 0.2f, 0.3f, 0.4f, -1.0f, 0.5f, 2.0f, 0.25f};
+    float out[6], again[6];
+    save_model_dropout(tpath("train"), true, true, "training");
+    predict_logits(tpath("train"), in, out);
+    for (int s = 0; s < 2; s++) {
+        double lg[3], pr[3];
+        reference(in + 4 * s, lg, pr);
+        for (int o = 0; o < 3; o++) ck_assert_msg(fabs(out[3 * s + o] - lg[o]) < 1e-6, "%g vs %g", out[3 * s + o], lg[o]);
+    }
+    save_model_dropout(tpath("always"), true, true, "always");
+    predict_logits(tpath("always"), in, out);
+    predict_logits(tpath("always"), in, again);
+    ck_assert(memcmp(out, again, sizeof(out)) == 0);
+    /* Some mask of zeros and twos over the 8 inputs gives these logits. */
+    int n_match = 0, n_identity = 0;
+    for (int mask = 0; mask < 256; mask++) {
+        float dropped[8];
+        for (int i = 0; i < 8; i++) dropped[i] = in[i] * ((mask >> i) & 1 ? 2.0f : 0.0f);
+        bool match = true;
+        for (int s = 0; s < 2; s++) {
+            double lg[3], pr[3];
+            reference(dropped + 4 * s, lg, pr);
+            for (int o = 0; o < 3; o++) match = match && fabs(out[3 * s + o] - lg[o]) < 1e-5;
+        }
+        n_match += match;
+    }
+    for (int s = 0; s < 2; s++) {
+        double lg[3], pr[3];
+        reference(in + 4 * s, lg, pr);
+        for (int o = 0; o < 3; o++) n_identity += fabs(out[3 * s + o] - lg[o]) < 1e-5;
+    }
+    ck_assert_int_ge(n_match, 1);
+    ck_assert_int_lt(n_identity, 6);
+}
+END_TEST
 
 START_TEST(predictor_matches_reference_forward)
 {
@@ -700,6 +764,7 @@ int main(void)
     tcase_add_test(tc, rec_reader_skips_bad_records);
     tcase_add_test(tc, lst_and_idx_readers);
     tcase_add_test(tc, predictor_matches_reference_forward);
+    tcase_add_test(tc, predictor_runs_dropout_as_mxnet);
     tcase_add_test(tc, run_keeps_order_and_drops_padding);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -382,6 +382,93 @@ START_TEST(legacy_attr_key_and_missing_aux_are_upgraded)
 }
 END_TEST
 
+/* MXNet's own 0.8 file (tests/python/unittest/save_000800.json): "param"
+ * and "attr" per node, backward_source_id, hidden keys without
+ * underscores, a per-input weight_lr_mult on an operator, BatchNorm
+ * without its aux states. Loaded and re-written, it is byte for byte what
+ * MXNet 1.9.1 writes after loading it (sym.load + sym.save), but for the
+ * entry version of the two aux inputs the upgrade creates: MXNet leaves
+ * them 0, we write 1 as for every aux input (readers ignore it). */
+START_TEST(mxnet_0_8_file_upgrades_as_mxnet_does)
+{
+    size_t len;
+    char *want = read_file("tests/fixtures/mxnet/save_000800.upgraded.json", &len);
+    char *aux_entries = strstr(want, "[14, 0, 0], [15, 0, 0]");
+    ck_assert_ptr_nonnull(aux_entries);
+    aux_entries[8] = aux_entries[20] = '1';
+    mx_graph *g;
+    ck_assert_msg(mx_graph_load_json("tests/fixtures/mxnet/save_000800.json", &g) == MX_OK, "%s", mx_last_error());
+    char *out;
+    size_t out_len;
+    ck_assert_int_eq(mx_graph_to_json(g, &out, &out_len), MX_OK);
+    if (out_len != len || memcmp(out, want, len) != 0) {
+        FILE *f = fopen("/tmp/mx-save_000800.ours.json", "wb");
+        if (f) fwrite(out, 1, out_len, f), fclose(f);
+        ck_abort_msg("upgraded file differs from MXNet's (ours: /tmp/mx-save_000800.ours.json)");
+    }
+    /* What the trainer reads as multipliers: the variables' attributes. */
+    struct {
+        const char *node, *key, *value;
+    } attrs[] = {
+        {"data", "__lr_mult__", "0.2"},          {"fc1_weight", "__lr_mult__", "1.2"}, /* from fc1's weight_lr_mult */
+        {"fc1_weight", "__wd_mult__", "0.3"},    {"fc1_bias", "__wd_mult__", "0.3"},
+        {"fc2_weight", "__lr_mult__", "0.01"},   {"fc1", "__wd_mult__", "0.3"},
+        {"fc1", "__ctx_group__", "stage1"},      {"batchnorm0_moving_var", "__ctx_group__", "stage2"},
+        {"fc1_bias", "weight_lr_mult", "1.2"}, /* a variable keeps it, as MXNet */
+    };
+    for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+        const char *v = mx_graph_get_attr(g, mx_graph_find(g, attrs[i].node), attrs[i].key);
+        ck_assert_msg(v && !strcmp(v, attrs[i].value), "%s.%s = %s", attrs[i].node, attrs[i].key, v ? v : "(none)");
+    }
+    ck_assert_ptr_null(mx_graph_get_attr(g, mx_graph_find(g, "fc1_bias"), "__lr_mult__"));
+    ck_assert_ptr_null(mx_graph_get_attr(g, mx_graph_find(g, "fc1"), "weight_lr_mult"));
+    uint32_t ids[32];
+    ck_assert_int_eq(mx_graph_list_arguments(g, ids), 10);
+    ck_assert_int_eq(mx_graph_list_aux(g, ids), 2);
+    const char *name = "data";
+    mx_shape shape = MX_SHAPE(1, 200);
+    mx_graph_shapes sh;
+    ck_assert_msg(mx_graph_infer_shapes(g, &name, &shape, 1, &sh) == MX_OK, "%s", mx_last_error());
+    mx_graph_shapes_free(&sh);
+    free(out);
+    free(want);
+    mx_graph_free(g);
+
+    /* An INPUT_KEY naming no input stays and is refused as a parameter. */
+    const char *json =
+        "{\"nodes\": [{\"op\": \"null\", \"name\": \"x\", \"inputs\": []},"
+        " {\"op\": \"FullyConnected\", \"name\": \"fc\", \"param\": {\"num_hidden\": \"2\"},"
+        " \"attr\": {\"gamma_lr_mult\": \"2\"}, \"inputs\": [[0, 0]]}], \"heads\": [[1, 0]]}";
+    ck_assert_int_eq(mx_graph_from_json(json, strlen(json), &g), MX_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "'gamma_lr_mult'"));
+}
+END_TEST
+
+START_TEST(unknown_operators_are_reported_together)
+{
+    const char *json =
+        "{\"nodes\": [{\"op\": \"null\", \"name\": \"x\", \"inputs\": []},"
+        " {\"op\": \"bogus_relu\", \"name\": \"a\", \"inputs\": [[0, 0, 0]]},"
+        " {\"op\": \"bogus_sigmoid\", \"name\": \"b\", \"inputs\": [[1, 0, 0]]},"
+        " {\"op\": \"bogus_relu\", \"name\": \"c\", \"inputs\": [[2, 0, 0]]}], \"heads\": [[3, 0, 0]]}";
+    mx_graph *g;
+    ck_assert_int_eq(mx_graph_from_json(json, strlen(json), &g), MX_ERR_FORMAT);
+    ck_assert_ptr_null(g);
+    ck_assert_str_eq(mx_last_error(), "symbol json: 2 unknown operators: 'bogus_relu' (nodes 'a', 'c'); "
+                                      "'bogus_sigmoid' (node 'b')");
+    /* Versions: checked before any conversion to int. */
+    const char *versions[] = {"1e300", "-1", "10901.5", "1e7", "\"x\""};
+    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+        char buf[512];
+        snprintf(buf, sizeof(buf),
+                 "{\"nodes\": [{\"op\": \"null\", \"name\": \"x\", \"inputs\": []}], \"heads\": [[0, 0, 0]],"
+                 " \"attrs\": {\"mxnet_version\": [\"int\", %s]}}", versions[i]);
+        ck_assert_int_eq(mx_graph_from_json(buf, strlen(buf), &g), MX_ERR_FORMAT);
+        ck_assert_msg(strstr(mx_last_error(), "mxnet_version"), "%s: %s", versions[i], mx_last_error());
+    }
+}
+END_TEST
+
 START_TEST(json_reader_handles_escapes_and_depth)
 {
     mx_json *v;
@@ -415,6 +502,8 @@ int main(void)
     tcase_add_test(tc, malformed_json_is_rejected_not_crashed_on);
     tcase_add_test(tc, legacy_attr_key_and_missing_aux_are_upgraded);
     tcase_add_test(tc, json_reader_handles_escapes_and_depth);
+    tcase_add_test(tc, mxnet_0_8_file_upgrades_as_mxnet_does);
+    tcase_add_test(tc, unknown_operators_are_reported_together);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

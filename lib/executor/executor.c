@@ -21,8 +21,12 @@ typedef struct node_info {
     mx_req *req;             /* per written tensor */
     mx_engine_var **reads, **writes;
     int n_reads, n_writes;
-    bool uses_workspace, uses_rng;
+    bool uses_workspace;
     char label[128];         /* for the timeline: "conv1 (Convolution) fwd" */
+    /* Whether forward draws random numbers in training / inference passes;
+     * when it may, the rng's variable is the last write, left out of the
+     * passes that draw nothing (Dropout at inference). */
+    bool rng_train, rng_infer, rng_var;
 } node_info;
 
 struct mx_executor {
@@ -44,6 +48,7 @@ struct mx_executor {
     mx_grad_req *grad_reqs;      /* per argument */
     mx_ndarray **arg_grads;      /* per argument (borrowed + retained) */
     mx_rng *rng;
+    bool for_training;
     bool check_numerics;         /* run node by node, stop at the first NaN/Inf */
     uint32_t *finite_pass;       /* per entry: the check pass that found it finite */
     uint32_t check_pass;         /* forward or backward calls with checks on */
@@ -179,7 +184,6 @@ static mx_status collect_vars(mx_executor *ex, node_info *ni, const mx_entry *re
         if (a) ni->writes[ni->n_writes++] = mx_ndarray_var(a);
     }
     if (ni->uses_workspace && ex->workspace) ni->writes[ni->n_writes++] = mx_ndarray_var(ex->workspace);
-    if (ni->uses_rng) ni->writes[ni->n_writes++] = mx_rng_var(ex->rng);
     return MX_OK;
 }
 
@@ -233,10 +237,17 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     } else {
         for (int k = 0; k < n->n_outputs; k++) ni->req[k] = output_req(ex, outs[k]);
         ni->uses_workspace = f->op->workspace != NULL && ex->workspace;
-        ni->uses_rng = (f->op->flags & MX_OP_NEEDS_RNG) != 0;
-        if (ni->uses_rng && !ex->rng)
-            return MX_ERROR(MX_ERR_INVALID, "bind: layer '%s' (%s) draws random numbers: give the executor an rng",
-                            n->name, f->op->name);
+        if (f->op->flags & MX_OP_NEEDS_RNG) {
+            ni->rng_train = !f->op->uses_rng || f->op->uses_rng(n->params, true);
+            ni->rng_infer = !f->op->uses_rng || f->op->uses_rng(n->params, false);
+        }
+        /* A prediction bind needs a generator only for what draws in
+         * inference passes (Dropout with mode=always); forward(is_train)
+         * on it checks again. */
+        bool needed = ni->rng_infer || (ex->for_training && ni->rng_train);
+        if (needed && !ex->rng)
+            return MX_ERROR(MX_ERR_INVALID, "bind: layer '%s' (%s) draws random numbers%s: give the executor an rng",
+                            n->name, f->op->name, ni->rng_infer ? "" : " in training");
     }
     mx_entry reads[3 * MX_OP_MAX_IO];
     int n_reads = exec_node_reads(eg, id, reads);
@@ -245,6 +256,8 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     if (!ni->backward)
         for (int j = ni->n_in - ni->n_aux; j < ni->n_in; j++)
             ni->writes[ni->n_writes++] = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, f->inputs[j])]);
+    ni->rng_var = (ni->rng_train || ni->rng_infer) && ex->rng;
+    if (ni->rng_var) ni->writes[ni->n_writes++] = mx_rng_var(ex->rng);
     return MX_OK;
 }
 
@@ -291,6 +304,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         ex->rt = rt;
         ex->ctx = cfg->ctx;
         ex->rng = cfg->rng;
+        ex->for_training = cfg->for_training;
         ex->grad_reqs = mx_calloc((size_t)n_args + 1, sizeof(mx_grad_req));
         ex->arg_grads = mx_calloc((size_t)n_args + 1, sizeof(mx_ndarray *));
         if (!ex->grad_reqs || !ex->arg_grads) s = MX_ERR_NOMEM;
@@ -431,8 +445,10 @@ static mx_status push_node(mx_executor *ex, node_info *ni, bool is_train)
     if (!job) return MX_ERR_NOMEM;
     *job = (node_job){ex, ni, is_train};
     atomic_fetch_add(&ex->refs, 1);
+    /* A pass that draws nothing does not wait on (or hold up) the rng. */
+    int n_writes = ni->n_writes - (ni->rng_var && !(is_train ? ni->rng_train : ni->rng_infer));
     mx_engine_op op = {.fn = node_run, .payload = job, .payload_free = node_job_free, .reads = ni->reads,
-                       .n_reads = ni->n_reads, .writes = ni->writes, .n_writes = ni->n_writes, .ctx = ex->ctx,
+                       .n_reads = ni->n_reads, .writes = ni->writes, .n_writes = n_writes, .ctx = ex->ctx,
                        .lane = MX_LANE_COMPUTE, .name = ni->node->name,
                        .profile_name = ni->label};
     return mx_engine_push(mx_runtime_engine(ex->rt), &op);
@@ -442,6 +458,12 @@ static mx_status run_checked(mx_executor *ex, int begin, int end, bool is_train)
 
 mx_status mx_executor_forward(mx_executor *ex, bool is_train)
 {
+    for (int i = 0; i < ex->eg.n_forward && is_train && !ex->rng; i++) {
+        const node_info *ni = &ex->nodes[i];
+        if (ni->op && ni->rng_train)
+            return MX_ERROR(MX_ERR_INVALID, "forward: layer '%s' (%s) draws random numbers in training passes: bind "
+                                            "the executor with an rng", ni->node->name, ni->op->name);
+    }
     if (ex->check_numerics) return run_checked(ex, 0, ex->eg.n_forward, is_train);
     for (int i = 0; i < ex->eg.n_forward; i++)
         if (ex->nodes[i].op) MX_TRY(push_node(ex, &ex->nodes[i], is_train));
@@ -524,7 +546,7 @@ mx_status mx_executor_time_layers(mx_executor *ex, int n_iter, mx_layer_time **o
             node_info *ni = &ex->nodes[i];
             if (!ni->op) continue;
             double t0 = mx_time_seconds();
-            s = push_node(ex, ni, true);
+            s = push_node(ex, ni, has_backward); /* a prediction executor times inference passes */
             if (s == MX_OK) s = mx_engine_wait_all(engine);
             double ms = (mx_time_seconds() - t0) * 1e3 / n_iter;
             if (ni->backward) t[slot[i]].backward_ms += ms;

@@ -43,7 +43,11 @@ typedef struct mx_bind_config {
     const char *const *outputs;
     int n_outputs;
     bool for_training;        /* build the backward pass */
-    mx_rng *rng;              /* for Dropout and other random ops; may be NULL otherwise */
+    /* For random ops (Dropout). A training bind needs it where an op draws
+     * in training; a prediction bind only where one draws at inference
+     * (Dropout mode=always), as MXNet runs Dropout as the identity there.
+     * Inference passes of either never wait on it when nothing draws. */
+    mx_rng *rng;
 } mx_bind_config;
 
 typedef struct mx_executor mx_executor;
@@ -55,7 +59,8 @@ void mx_executor_free(mx_executor *ex);
 /* Pushes the forward pass. is_train selects training behaviour (Dropout,
  * BatchNorm batch statistics). Returns at once; read outputs to wait
  * (with numerics checks on, below: returns when done, with the error of
- * the first failing node). */
+ * the first failing node). MX_ERR_INVALID, naming the layer, for a
+ * training pass of an executor bound without the rng it needs. */
 mx_status mx_executor_forward(mx_executor *ex, bool is_train);
 /* Pushes the backward pass; head_grads gives one array per non-loss output
  * (NULL for all-ones), ignored for loss outputs. */

@@ -75,9 +75,16 @@ static mx_status dropout_infer_shape(const void *p, mx_shape *in, int n_in, mx_s
     return MX_OK;
 }
 
+/* MXNet's Dropout: the identity in inference passes unless mode=always. */
+static bool dropout_uses_rng(const void *p, bool is_train)
+{
+    const dropout_params *dp = p;
+    return dp->p > 0 && (is_train || dp->mode == DROP_ALWAYS);
+}
+
 static bool dropout_active(const dropout_params *dp, const mx_op_ctx *ctx)
 {
-    return dp->p > 0 && (ctx->is_train || dp->mode == DROP_ALWAYS);
+    return dropout_uses_rng(dp, ctx->is_train);
 }
 
 static mx_status dropout_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
@@ -156,6 +163,7 @@ const mx_op_def mx_op_dropout = {
     .backward_out_mask = 1u << 1, /* the mask, not the output */
     .forward_inplace = dropout_inplace,
     .backward_inplace = dropout_inplace,
+    .uses_rng = dropout_uses_rng,
     .forward = dropout_forward,
     .backward = dropout_backward,
 };

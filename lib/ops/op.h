@@ -67,7 +67,7 @@ enum {
 };
 
 enum {
-    MX_OP_NEEDS_RNG = 1u << 0,    /* forward draws random numbers (Dropout) */
+    MX_OP_NEEDS_RNG = 1u << 0,    /* forward may draw random numbers (Dropout); see uses_rng */
     MX_OP_LOSS = 1u << 1,         /* backward ignores out_grad (SoftmaxOutput) */
 };
 
@@ -116,6 +116,12 @@ struct mx_op_def {
     uint64_t backward_in_mask, backward_out_mask;
     const mx_inplace *forward_inplace;  /* terminated by {-1, -1}; NULL: none */
     const mx_inplace *backward_inplace;
+
+    /* With MX_OP_NEEDS_RNG: whether forward draws in a pass of this kind
+     * (Dropout draws in training only, unless mode=always), so prediction
+     * binds need no generator and inference passes do not wait on it.
+     * NULL: draws in every pass. */
+    bool (*uses_rng)(const void *params, bool is_train);
 
     mx_status (*forward)(const mx_op_ctx *ctx, const void *params, const mx_tensor *in,
                          const mx_req *req, mx_tensor *out, mx_tensor *aux);

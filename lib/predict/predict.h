@@ -136,7 +136,9 @@ typedef struct mx_predictor_bind_opts {
 } mx_predictor_bind_opts;
 
 /* Infers shapes, checks every parameter against the file, binds for
- * prediction. May be called again to rebind. Errors: MX_ERR_INVALID
+ * prediction (inference passes: Dropout is the identity, as in MXNet,
+ * except with mode=always, which draws from a generator seeded with 0
+ * when the predictor is first bound). May be called again to rebind. Errors: MX_ERR_INVALID
  * naming the layer and shapes, or the unknown layer (with a suggestion);
  * MX_ERR_FORMAT for a parameter missing from the file. */
 mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *opts);

@@ -20,6 +20,9 @@ struct mx_predictor {
     int epoch;
     mx_ndarray_list file_args, file_aux; /* CPU, as loaded */
     uint32_t data_id;
+    /* For layers that draw even at inference (Dropout with mode=always);
+     * a fixed seed keeps predictions reproducible run to run. */
+    mx_rng *rng;
     /* bound */
     mx_executor *ex;
     mx_ndarray **args, **aux;
@@ -71,6 +74,7 @@ void mx_predictor_free(mx_predictor *p)
 {
     if (!p) return;
     unbind(p);
+    mx_rng_free(p->rng);
     mx_ndarray_list_free(&p->file_args);
     mx_ndarray_list_free(&p->file_aux);
     mx_graph_free(p->g);
@@ -263,10 +267,11 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         if (k < 0) s = MX_ERROR(MX_ERR_FORMAT, "%s: has no aux:%s, which the symbol needs", path, name);
         else s = to_ctx(p->rt, p->file_aux.arrays[k], o->ctx, &p->aux[i]);
     }
+    if (s == MX_OK && !p->rng) s = mx_rng_create(p->rt, 0, &p->rng);
     if (s == MX_OK) {
         const char *outputs[1] = {o->layer};
         mx_bind_config bc = {.ctx = o->ctx, .args = p->args, .aux = p->aux, .outputs = o->layer ? outputs : NULL,
-                             .n_outputs = o->layer ? 1 : 0, .for_training = false};
+                             .n_outputs = o->layer ? 1 : 0, .for_training = false, .rng = p->rng};
         s = mx_executor_bind(p->rt, g, &bc, &p->ex);
     }
     if (s == MX_OK) {

@@ -231,14 +231,31 @@ mx_status mx_graph_save_json(const mx_graph *g, const char *path)
 
 /* ---------------------------------------------------------------- reader */
 
-/* Keys MXNet < 0.9 stored without underscores (4.7). */
-static const char *const hidden_keys[] = {"ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage"};
+/* The version MXNet writes; older files are upgraded on load as MXNet
+ * 1.9.1 does (src/nnvm/legacy_json_util.cc). */
+#define MXNET_VERSION 10901
 
-static bool is_hidden_key(const char *k)
+/* Keys old files stored without underscores (4.7, MXNet's kHiddenKeys). */
+static const char *const hidden_keys[] = {"ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage"};
+#define N_HIDDEN ((int)(sizeof(hidden_keys) / sizeof(hidden_keys[0])))
+
+/* The hidden key `k` is (exact), or ends with after an input name and one
+ * separator ("weight_lr_mult": *prefix_len 6); -1: neither. */
+static int hidden_key(const char *k, size_t *prefix_len)
 {
-    for (size_t i = 0; i < sizeof(hidden_keys) / sizeof(hidden_keys[0]); i++)
-        if (!strcmp(k, hidden_keys[i])) return true;
-    return false;
+    size_t kl = strlen(k);
+    for (int i = 0; i < N_HIDDEN; i++) {
+        size_t hl = strlen(hidden_keys[i]);
+        if (kl == hl && !strcmp(k, hidden_keys[i])) {
+            *prefix_len = 0;
+            return i;
+        }
+        if (kl > hl + 1 && !strcmp(k + kl - hl, hidden_keys[i])) {
+            *prefix_len = kl - hl - 1;
+            return i;
+        }
+    }
+    return -1;
 }
 
 static mx_status node_error(int i, const char *name, const char *what)
@@ -273,6 +290,49 @@ static mx_status read_entry(const mx_json *e, int i, const char *name, int limit
     return MX_OK;
 }
 
+/* MXNet's UpgradeJSON_FixParsing for an operator node's "INPUT_KEY"
+ * attributes (weight_lr_mult): each moves to that input as __KEY__ when
+ * the input is a variable given in the file; the others stay (and are
+ * then refused as unknown parameters, as MXNet refuses them). Moved
+ * entries are removed from kv. */
+static mx_status move_input_hidden_keys(mx_graph *g, const mx_op_def *def, int i, const char *nm, mx_attr *kv,
+                                        int *n_kv, const mx_entry *in, int n_in)
+{
+    const char *keys[128], *values[128];
+    int n_params = 0;
+    for (int k = 0; k < *n_kv; k++) {
+        size_t prefix;
+        if (hidden_key(kv[k].key, &prefix) >= 0 || !mx_op_param(def, kv[k].key)) continue;
+        keys[n_params] = kv[k].key;
+        values[n_params++] = kv[k].value;
+    }
+    /* The input names depend on the parameters (no_bias); a bad value is
+     * reported when the node is added. */
+    _Alignas(16) char params[16384];
+    const char *names[MX_OP_MAX_IO];
+    if (def->params_size > sizeof(params) || mx_op_parse_params(def, keys, values, n_params, params) != MX_OK)
+        return MX_OK;
+    int n_names = def->list_inputs(params, names);
+    int out = 0;
+    for (int k = 0; k < *n_kv; k++) {
+        size_t prefix;
+        int h = hidden_key(kv[k].key, &prefix);
+        int idx = -1;
+        for (int j = 0; h >= 0 && prefix > 0 && j < n_names && j < n_in && idx < 0; j++)
+            if (strlen(names[j]) == prefix && !strncmp(kv[k].key, names[j], prefix)) idx = j;
+        if (idx >= 0 && mx_graph_node(g, in[idx].node)->kind == MX_NODE_VARIABLE) {
+            char key[48];
+            snprintf(key, sizeof(key), "__%s__", hidden_keys[h]);
+            if (mx_graph_set_attr(g, in[idx].node, key, kv[k].value) != MX_OK)
+                return mx_error_prefix(MX_ERR_FORMAT, "symbol json: node %d ('%s')", i, nm);
+            continue;
+        }
+        kv[out++] = kv[k];
+    }
+    *n_kv = out;
+    return MX_OK;
+}
+
 static mx_status load_node(mx_graph *g, const mx_json *node, int i, bool legacy, uint32_t *ids)
 {
     if (node->type != MX_JSON_OBJECT) return node_error(i, NULL, "not an object");
@@ -291,11 +351,14 @@ static mx_status load_node(mx_graph *g, const mx_json *node, int i, bool legacy,
     MX_TRY(collect_attrs(i, nm, mx_json_get(node, "param"), kv, &n_kv, 128));
     /* Old files: hidden keys gain their double underscores. */
     char renamed[128][48];
-    for (int k = 0; k < n_kv; k++)
-        if (legacy && is_hidden_key(kv[k].key)) {
-            snprintf(renamed[k], sizeof(renamed[k]), "__%s__", kv[k].key);
+    for (int k = 0; k < n_kv && legacy; k++) {
+        size_t prefix;
+        int h = hidden_key(kv[k].key, &prefix);
+        if (h >= 0 && prefix == 0) {
+            snprintf(renamed[k], sizeof(renamed[k]), "__%s__", hidden_keys[h]);
             kv[k].key = renamed[k];
         }
+    }
 
     if (!strcmp(op->string, "null")) {
         if (inputs->count) return node_error(i, nm, "a variable has inputs");
@@ -311,6 +374,7 @@ static mx_status load_node(mx_graph *g, const mx_json *node, int i, bool legacy,
     /* Split op parameters from reserved / extra attributes. */
     const mx_op_def *def;
     if (mx_op_lookup(op->string, &def) != MX_OK) return mx_error_prefix(MX_ERR_FORMAT, "symbol json: node %d ('%s')", i, nm);
+    if (legacy) MX_TRY(move_input_hidden_keys(g, def, i, nm, kv, &n_kv, in, inputs->count));
     const char *keys[128], *values[128];
     mx_attr extra[128];
     int n_params = 0, n_extra = 0;
@@ -327,6 +391,75 @@ static mx_status load_node(mx_graph *g, const mx_json *node, int i, bool legacy,
     return MX_OK;
 }
 
+/* attrs.mxnet_version: ["int", N], N a version number MXNet could write
+ * (major * 10000 + minor * 100 + patch). Absent: 0.8.0. */
+static mx_status read_version(const mx_json *v, int *version)
+{
+    if (!v) return MX_OK;
+    if (v->type != MX_JSON_ARRAY || v->count != 2 || v->items[1]->type != MX_JSON_NUMBER)
+        return MX_ERROR(MX_ERR_FORMAT, "symbol json: attrs.mxnet_version must be [\"int\", VERSION]");
+    double n = v->items[1]->number;
+    if (!(n >= 0 && n <= 999999) || n != (double)(int)n) /* checked before the cast: larger doubles overflow int */
+        return MX_ERROR(MX_ERR_FORMAT, "symbol json: attrs.mxnet_version %.17g is not an MXNet version number (an "
+                                       "integer from 0 to 999999, e.g. 10901 for 1.9.1)", n);
+    *version = (int)n;
+    return MX_OK;
+}
+
+/* Every operator of the file this build lacks, with the nodes using it,
+ * in one error: a user converting a model sees all there is to do. */
+static mx_status check_operators(const mx_json *nodes)
+{
+    enum { MAX_OPS = 32 };
+    const char *ops[MAX_OPS];
+    int n_nodes[MAX_OPS], n_ops = 0, n_missing = 0;
+    bool more = false;
+    for (int i = 0; i < nodes->count; i++) {
+        const mx_json *op = mx_json_get(nodes->items[i], "op");
+        if (!op || op->type != MX_JSON_STRING || !strcmp(op->string, "null") || mx_op_find(op->string)) continue;
+        n_missing++;
+        int k = 0;
+        while (k < n_ops && strcmp(ops[k], op->string)) k++;
+        if (k == n_ops && n_ops < MAX_OPS) {
+            ops[n_ops] = op->string;
+            n_nodes[n_ops++] = 0;
+        } else if (k == n_ops) {
+            more = true;
+        }
+        if (k < n_ops) n_nodes[k]++;
+    }
+    if (n_missing == 0) return MX_OK;
+    if (n_ops == 1 && n_nodes[0] == 1) return MX_OK; /* load_node reports it with a suggestion */
+    sbuf b = {0};
+    char num[32];
+    snprintf(num, sizeof(num), "%s%d", more ? "more than " : "", n_ops);
+    puts_(&b, num);
+    puts_(&b, n_ops == 1 && !more ? " unknown operator: " : " unknown operators: ");
+    for (int k = 0; k < n_ops; k++) {
+        if (k) puts_(&b, "; ");
+        puts_(&b, "'");
+        puts_(&b, ops[k]);
+        puts_(&b, n_nodes[k] == 1 ? "' (node " : "' (nodes ");
+        int shown = 0;
+        for (int i = 0; i < nodes->count && shown < 8; i++) {
+            const mx_json *op = mx_json_get(nodes->items[i], "op"), *name = mx_json_get(nodes->items[i], "name");
+            if (!op || op->type != MX_JSON_STRING || strcmp(op->string, ops[k])) continue;
+            if (shown++) puts_(&b, ", ");
+            puts_(&b, "'");
+            puts_(&b, name && name->type == MX_JSON_STRING ? name->string : "?");
+            puts_(&b, "'");
+        }
+        if (n_nodes[k] > shown) {
+            snprintf(num, sizeof(num), " and %d more", n_nodes[k] - shown);
+            puts_(&b, num);
+        }
+        puts_(&b, ")");
+    }
+    mx_status s = b.failed ? MX_ERR_NOMEM : MX_ERROR(MX_ERR_FORMAT, "symbol json: %s", b.data);
+    free(b.data);
+    return s;
+}
+
 mx_status mx_graph_from_json(const char *json, size_t len, mx_graph **out)
 {
     *out = NULL;
@@ -341,17 +474,19 @@ mx_status mx_graph_from_json(const char *json, size_t len, mx_graph **out)
         s = MX_ERROR(MX_ERR_FORMAT, "symbol json: no \"nodes\" array");
     else if (!heads || heads->type != MX_JSON_ARRAY)
         s = MX_ERROR(MX_ERR_FORMAT, "symbol json: no \"heads\" array");
-    if (s == MX_OK) s = mx_graph_create(&g);
     int version = 800; /* no version: 0.8 */
-    const mx_json *v = mx_json_get(attrs, "mxnet_version");
-    if (v && v->type == MX_JSON_ARRAY && v->count == 2 && v->items[1]->type == MX_JSON_NUMBER)
-        version = (int)v->items[1]->number;
+    if (s == MX_OK) s = read_version(mx_json_get(attrs, "mxnet_version"), &version);
+    if (s == MX_OK) s = check_operators(nodes);
+    if (s == MX_OK) s = mx_graph_create(&g);
     if (s == MX_OK) {
-        g->mxnet_version = version;
+        /* Upgraded files are written as MXNet writes them after loading;
+         * current ones keep their version, so they re-save byte for byte. */
+        g->mxnet_version = version < 900 ? MXNET_VERSION : version;
         ids = mx_calloc((size_t)nodes->count + 1, sizeof(uint32_t));
         if (!ids) s = MX_ERR_NOMEM;
     }
-    for (int i = 0; s == MX_OK && i < nodes->count; i++) s = load_node(g, nodes->items[i], i, version < 900, ids);
+    for (int i = 0; s == MX_OK && i < nodes->count; i++)
+        s = load_node(g, nodes->items[i], i, version < MXNET_VERSION, ids);
     mx_entry *hs = NULL;
     if (s == MX_OK) {
         hs = mx_malloc(sizeof(mx_entry) * (size_t)(heads->count + 1));
