@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -193,6 +194,215 @@ static int mpirun(int np, int limit_s, const char *args, char **out)
     return st;
 }
 
+static const char *mxtrain(void)
+{
+    static char bin[512];
+    const char *build = getenv("MX_TEST_BUILD");
+    snprintf(bin, sizeof(bin), "%s/bin/mxtrain", build && *build ? build : "build");
+    return bin;
+}
+
+/* The first n records of a gzip'd idx file (idx3 images or idx1 labels),
+ * as a raw idx file with the count set to n. */
+static void idx_subset(const char *src, const char *dst, int n)
+{
+    gzFile in = gzopen(src, "rb");
+    ck_assert_msg(in != NULL, "%s: cannot open", src);
+    unsigned char head[16];
+    ck_assert_int_eq(gzread(in, head, 8), 8);
+    bool images = head[3] == 3;
+    size_t record = 1;
+    if (images) {
+        ck_assert_int_eq(gzread(in, head + 8, 8), 8);
+        record = (size_t)((head[8] << 24 | head[9] << 16 | head[10] << 8 | head[11]) *
+                          (head[12] << 24 | head[13] << 16 | head[14] << 8 | head[15]));
+    }
+    head[4] = (unsigned char)(n >> 24), head[5] = (unsigned char)(n >> 16);
+    head[6] = (unsigned char)(n >> 8), head[7] = (unsigned char)n;
+    size_t bytes = record * (size_t)n;
+    unsigned char *body = malloc(bytes);
+    ck_assert_int_eq(gzread(in, body, (unsigned)bytes), (int)bytes);
+    gzclose(in);
+    FILE *f = fopen(dst, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(head, 1, images ? 16 : 8, f), images ? 16 : 8);
+    ck_assert_int_eq(fwrite(body, 1, bytes, f), bytes);
+    fclose(f);
+    free(body);
+}
+
+/* The last "Epoch[E] Validation-accuracy=" of a log. */
+static double last_val_accuracy(const char *out)
+{
+    const char *key = "Validation-accuracy=", *p = out, *last = NULL;
+    while ((p = strstr(p, key))) last = p, p += strlen(key);
+    ck_assert_msg(last != NULL, "no validation accuracy:\n%s", tail(out));
+    return strtod(last + strlen(key), NULL);
+}
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+
+/* LeNet on 1024 Fashion-MNIST images (512 per rank), 2 epochs, validated
+ * on 256: 2 asynchronous workers reach at least dist_sync's accuracy less
+ * 2 points. Without momentum and at batch 16 per rank: two workers
+ * pushing gradients from about the same weights step about twice as far
+ * as one (kvstore.h: dist_async), which this learning rate tolerates;
+ * momentum 0.9 does not (the README says so). */
+START_TEST(lenet_async_is_within_2_points_of_sync)
+{
+    char ti[400], tl[400], vi[400], vl[400];
+    snprintf(ti, sizeof(ti), "%s/ti", tmp);
+    snprintf(tl, sizeof(tl), "%s/tl", tmp);
+    snprintf(vi, sizeof(vi), "%s/vi", tmp);
+    snprintf(vl, sizeof(vl), "%s/vl", tmp);
+    idx_subset(FMNIST "train-images-idx3-ubyte.gz", ti, 1024);
+    idx_subset(FMNIST "train-labels-idx1-ubyte.gz", tl, 1024);
+    idx_subset(FMNIST "t10k-images-idx3-ubyte.gz", vi, 256);
+    idx_subset(FMNIST "t10k-labels-idx1-ubyte.gz", vl, 256);
+    double acc[2];
+    const char *kinds[2] = {"dist_sync", "dist_async"};
+    for (int k = 0; k < 2; k++) {
+        char args[4096], *out;
+        snprintf(args, sizeof(args),
+                 "%s configs/lenet.conf train.image=%s train.label=%s val.image=%s val.label=%s "
+                 "train.batch_size=16 val.batch_size=64 optimizer.momentum=0 optimizer.lr=0.05 fit.num_epoch=2 "
+                 "fit.disp_batches=1000 fit.model_prefix=%s/%s/m fit.kvstore=%s",
+                 mxtrain(), ti, tl, vi, vl, tmp, kinds[k], kinds[k]);
+        int st = mpirun(2, 120, args, &out);
+        ck_assert_msg(st == 0, "%s exited %d:\n%s", kinds[k], st, tail(out));
+        ck_assert_msg(count(out, "Epoch[1] Time cost=") == 1, "one log (rank 0's):\n%s", tail(out));
+        acc[k] = last_val_accuracy(out);
+        free(out);
+    }
+    printf("LeNet subset, 2 ranks, 2 epochs: validation accuracy dist_sync %.4f, dist_async %.4f\n", acc[0], acc[1]);
+    ck_assert_msg(acc[1] >= acc[0] - 0.02, "dist_async %.4f, dist_sync %.4f", acc[1], acc[0]);
+    ck_assert_msg(acc[0] > 0.5, "dist_sync did not learn: %.4f", acc[0]);
+}
+END_TEST
+
+/* A small MLP on a CSV (rows of class c lean towards feature c). */
+static void write_mlp(const char *conf, int rows, const char *extra)
+{
+    char d[400], l[400];
+    snprintf(d, sizeof(d), "%s/d.csv", tmp);
+    snprintf(l, sizeof(l), "%s/l.csv", tmp);
+    FILE *fd = fopen(d, "w"), *fl = fopen(l, "w"), *fc = fopen(conf, "w");
+    ck_assert(fd && fl && fc);
+    uint64_t x = 88172645463325252ull;
+    for (int r = 0; r < rows; r++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int y = (int)(x % 4);
+        for (int f = 0; f < 12; f++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            fprintf(fd, "%s%.6f", f ? "," : "", (double)(x >> 11) * 0x1.0p-53 * 2 - 1 + (f == y ? 1.5 : 0));
+        }
+        fprintf(fd, "\n");
+        fprintf(fl, "%d\n", y);
+    }
+    fprintf(fc,
+            "[layer fc1]\nop = FullyConnected\nnum_hidden = 16\n[layer relu]\nop = relu\n"
+            "[layer fc2]\nop = FullyConnected\nnum_hidden = 4\n[layer softmax]\nop = SoftmaxOutput\n"
+            "[train]\niter = csv\ndata_csv = %s\nlabel_csv = %s\ndata_shape = 12\nbatch_size = 8\n"
+            "[optimizer]\ntype = sgd\nlr = 0.1\nmomentum = 0.9\nwd = 0.0001\n"
+            "[fit]\nnum_epoch = 2\ndisp_batches = 5\nmetric = acc, ce\n%s",
+            d, l, extra);
+    fclose(fd);
+    fclose(fl);
+    fclose(fc);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    size_t la, lb;
+    char *x = tool_slurp(a, &la), *y = tool_slurp(b, &lb);
+    bool same = la == lb && !memcmp(x, y, la);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* The server's weights and optimizer state (momentum) are in rank 0's
+ * checkpoints and --resume restores them: with one worker the server
+ * applies the pushes in a fixed order, so 1 epoch + resume + 1 epoch ends
+ * bit-identical to 2 epochs, which needs the momentum restored. With two
+ * ranks the resumed job starts from epoch 1 on both. The dry run shows the
+ * plan. */
+START_TEST(resume_restores_the_server)
+{
+    char conf[400], args[4096], *out, a[400], b[400];
+    snprintf(conf, sizeof(conf), "%s/mlp.conf", tmp);
+    write_mlp(conf, 192, "");
+    const char *tool = mxtrain();
+    snprintf(args, sizeof(args), "%s %s fit.kvstore=dist_async fit.model_prefix=%s/a/m", tool, conf, tmp);
+    ck_assert_msg(mpirun(1, 60, args, &out) == 0, "%s", tail(out));
+    free(out);
+    snprintf(args, sizeof(args), "%s %s fit.kvstore=dist_async fit.num_epoch=1 fit.model_prefix=%s/b/m", tool, conf, tmp);
+    ck_assert_msg(mpirun(1, 60, args, &out) == 0, "%s", tail(out));
+    free(out);
+    snprintf(args, sizeof(args), "%s %s fit.kvstore=dist_async fit.model_prefix=%s/b/m --resume", tool, conf, tmp);
+    ck_assert_msg(mpirun(1, 60, args, &out) == 0, "%s", tail(out));
+    ck_assert_msg(strstr(out, "Resumed from epoch 1") && !strstr(out, "Epoch[0] Train"), "%s", tail(out));
+    free(out);
+    snprintf(a, sizeof(a), "%s/a/m-0002.params", tmp);
+    snprintf(b, sizeof(b), "%s/b/m-0002.params", tmp);
+    ck_assert_msg(same_file(a, b), "resumed: weights differ from the uninterrupted run");
+    snprintf(a, sizeof(a), "%s/a/m-0002.states", tmp);
+    snprintf(b, sizeof(b), "%s/b/m-0002.states", tmp);
+    ck_assert_msg(same_file(a, b), "resumed: optimizer states differ from the uninterrupted run");
+
+    snprintf(args, sizeof(args), "%s %s fit.kvstore=dist_async fit.num_epoch=1 fit.model_prefix=%s/c/m", tool, conf, tmp);
+    ck_assert_msg(mpirun(2, 60, args, &out) == 0, "%s", tail(out));
+    free(out);
+    snprintf(args, sizeof(args), "%s %s fit.kvstore=dist_async fit.model_prefix=%s/c/m --resume", tool, conf, tmp);
+    ck_assert_msg(mpirun(2, 60, args, &out) == 0, "%s", tail(out));
+    ck_assert_msg(count(out, "Resumed from epoch 1") == 1 && strstr(out, "Epoch[1] Train-accuracy=") &&
+                      !strstr(out, "Epoch[0] Train"),
+                  "%s", tail(out));
+    free(out);
+
+    snprintf(args, sizeof(args), "%s %s fit.kvstore=dist_async --dry-run", tool, conf);
+    ck_assert_msg(mpirun(2, 60, args, &out) == 0, "%s", tail(out));
+    ck_assert_msg(strstr(out, "under mpirun: 2 ranks on 1 hosts, kvstore dist_async") &&
+                      strstr(out, "parameter server: 1 server (a thread of rank 0, which also trains) holds all 4 keys") &&
+                      strstr(out, "per step, each rank: 4 pushes"),
+                  "%s", tail(out));
+    free(out);
+}
+END_TEST
+
+/* A server that stops (SIGSTOP to rank 0): the worker's call gets no
+ * answer within the stall timeout, names rank 0 as not answering, and the
+ * job ends instead of hanging. */
+START_TEST(stopped_server_ends_the_job)
+{
+    char conf[400], *out;
+    snprintf(conf, sizeof(conf), "%s/mlp.conf", tmp);
+    write_mlp(conf, 192, "");
+    /* Each rank writes its pid, so the test can stop rank 0 itself. */
+    char cmd[8192], log[400];
+    snprintf(log, sizeof(log), "%s/stop.log", tmp);
+    snprintf(cmd, sizeof(cmd),
+             "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader "
+             "--mca oob_tcp_if_include lo sh -c 'echo $$ >%s/pid.$OMPI_COMM_WORLD_RANK; exec %s %s "
+             "fit.kvstore=dist_async fit.num_epoch=100000 fit.stall_timeout=2' >%s 2>&1 & "
+             "for i in $(seq 200); do test -s %s/pid.0 && break; sleep 0.05; done; sleep 1; "
+             "kill -STOP $(cat %s/pid.0); wait $!",
+             tmp, mxtrain(), conf, log, tmp, tmp);
+    double t0 = mx_time_seconds();
+    int st = system(cmd);
+    double took = mx_time_seconds() - t0;
+    ck_assert(WIFEXITED(st));
+    st = WEXITSTATUS(st);
+    out = tool_slurp(log, NULL);
+    ck_assert_msg(st != 0 && st != 124, "exit %d:\n%s", st, tail(out));
+    /* The call, or the send of its request, waited past the timeout. */
+    ck_assert_msg(strstr(out, "(stall_timeout_s 2); rank 0 on ") && strstr(out, "did not answer within"), "%s",
+                  tail(out));
+    ck_assert_msg(took < 30, "took %.1f s", took);
+    free(out);
+}
+END_TEST
+
 START_TEST(pushes_of_two_ranks_are_each_applied)
 {
     char args[4200], *out;
@@ -218,10 +428,21 @@ int main(int argc, char **argv)
     }
     self_exe[n] = '\0';
     Suite *s = suite_create("dist_async");
-    TCase *tc = tcase_create("mpirun");
+    TCase *tc = tcase_create("store");
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, pushes_of_two_ranks_are_each_applied);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mxtrain");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, resume_restores_the_server);
+    tcase_add_test(tc, stopped_server_ends_the_job);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("lenet");
+    tcase_set_timeout(tc, 240);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, lenet_async_is_within_2_points_of_sync);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

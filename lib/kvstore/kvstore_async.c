@@ -379,7 +379,12 @@ static void call_answered(void *user, mx_status status, const char *message, con
                      op->name, bytes, want);
         }
     } else if (status != MX_OK) {
-        snprintf(text, sizeof(text), "kvstore dist_async: %s (server on rank %d): %s", op->name, SERVER_RANK, message);
+        /* lib/comm's own failures already name the call. */
+        if (!strncmp(message, op->name, strlen(op->name)))
+            snprintf(text, sizeof(text), "kvstore dist_async (server on rank %d): %s", SERVER_RANK, message);
+        else
+            snprintf(text, sizeof(text), "kvstore dist_async: %s (server on rank %d): %s", op->name, SERVER_RANK,
+                     message);
     }
     if (status != MX_OK) {
         pthread_mutex_lock(&kv->mu);
