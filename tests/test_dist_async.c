@@ -243,11 +243,14 @@ static double last_val_accuracy(const char *out)
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
 /* LeNet on 1024 Fashion-MNIST images (512 per rank), 2 epochs, validated
- * on 256: 2 asynchronous workers reach at least dist_sync's accuracy less
- * 2 points. Without momentum and at batch 16 per rank: two workers
- * pushing gradients from about the same weights step about twice as far
- * as one (kvstore.h: dist_async), which this learning rate tolerates;
- * momentum 0.9 does not (the README says so). */
+ * on 1024: 2 asynchronous workers reach at least dist_sync's accuracy less
+ * 2 points (measured: sync 0.71, async 0.74 to 0.77; async makes twice the
+ * updates). Without momentum and at batch 16 per rank: two workers pushing
+ * gradients from about the same weights step about twice as far as one
+ * (kvstore.h: dist_async), which this learning rate tolerates; momentum
+ * 0.9 does not (the README says so). The progress line every 4 batches is
+ * a collective, which bounds how far one rank runs ahead of the other (the
+ * staleness of its gradients) on this loaded machine. */
 START_TEST(lenet_async_is_within_2_points_of_sync)
 {
     char ti[400], tl[400], vi[400], vl[400];
@@ -257,8 +260,8 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
     snprintf(vl, sizeof(vl), "%s/vl", tmp);
     idx_subset(FMNIST "train-images-idx3-ubyte.gz", ti, 1024);
     idx_subset(FMNIST "train-labels-idx1-ubyte.gz", tl, 1024);
-    idx_subset(FMNIST "t10k-images-idx3-ubyte.gz", vi, 256);
-    idx_subset(FMNIST "t10k-labels-idx1-ubyte.gz", vl, 256);
+    idx_subset(FMNIST "t10k-images-idx3-ubyte.gz", vi, 1024);
+    idx_subset(FMNIST "t10k-labels-idx1-ubyte.gz", vl, 1024);
     double acc[2];
     const char *kinds[2] = {"dist_sync", "dist_async"};
     for (int k = 0; k < 2; k++) {
@@ -266,7 +269,7 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
         snprintf(args, sizeof(args),
                  "%s configs/lenet.conf train.image=%s train.label=%s val.image=%s val.label=%s "
                  "train.batch_size=16 val.batch_size=64 optimizer.momentum=0 optimizer.lr=0.05 fit.num_epoch=2 "
-                 "fit.disp_batches=1000 fit.model_prefix=%s/%s/m fit.kvstore=%s",
+                 "fit.disp_batches=4 fit.model_prefix=%s/%s/m fit.kvstore=%s",
                  mxtrain(), ti, tl, vi, vl, tmp, kinds[k], kinds[k]);
         int st = mpirun(2, 120, args, &out);
         ck_assert_msg(st == 0, "%s exited %d:\n%s", kinds[k], st, tail(out));
