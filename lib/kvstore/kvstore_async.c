@@ -69,7 +69,7 @@ typedef struct kv_async {
     pthread_cond_t cv;
     int64_t in_flight;
     mx_status failed;
-    char failed_message[1024];
+    char failed_message[1200];
 
     /* The server (is_server only). */
     pthread_t thread;
