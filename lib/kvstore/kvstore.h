@@ -39,7 +39,9 @@
  *   push(key, grads)  the devices' gradients are summed on the worker, sent,
  *                     and the server runs the updater (update_on_kvstore:
  *                     the optimizer, which is rank 0's) on its weight; the
- *                     push completes when the server has applied it
+ *                     push completes when the server has taken it (its
+ *                     update is on the server's engine, ahead of every
+ *                     later request's reads)
  *   pull(key)         waits for this worker's earlier push of the key, then
  *                     returns the server's weight as it is then: it holds
  *                     every push the server has applied so far, from every
