@@ -387,7 +387,7 @@ START_TEST(stopped_server_ends_the_job)
     snprintf(cmd, sizeof(cmd),
              "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader "
              "--mca oob_tcp_if_include lo sh -c 'echo $$ >%s/pid.$OMPI_COMM_WORLD_RANK; exec %s %s "
-             "fit.kvstore=dist_async fit.num_epoch=100000 fit.stall_timeout=2' >%s 2>&1 & "
+             "fit.kvstore=dist_async fit.num_epoch=100000 fit.stall_timeout=4' >%s 2>&1 & "
              "for i in $(seq 200); do test -s %s/pid.0 && break; sleep 0.05; done; sleep 1; "
              "kill -STOP $(cat %s/pid.0); wait $!",
              tmp, mxtrain(), conf, log, tmp, tmp);
@@ -399,7 +399,7 @@ START_TEST(stopped_server_ends_the_job)
     out = tool_slurp(log, NULL);
     ck_assert_msg(st != 0 && st != 124, "exit %d:\n%s", st, tail(out));
     /* The call, or the send of its request, waited past the timeout. */
-    ck_assert_msg(strstr(out, "(stall_timeout_s 2); rank 0 on ") && strstr(out, "did not answer within"), "%s",
+    ck_assert_msg(strstr(out, "(stall_timeout_s 4); rank 0 on ") && strstr(out, "did not answer within"), "%s",
                   tail(out));
     ck_assert_msg(took < 30, "took %.1f s", took);
     free(out);
