@@ -9,6 +9,10 @@
  * threads submit; it also calls MPI_Finalize at mx_comm_free. No other code
  * of the process may call MPI.
  *
+ * Besides the collectives, the same thread carries calls: point-to-point
+ * requests to a service of one rank (dist_async's parameter server), which
+ * run beside the FIFO (see "calls" below).
+ *
  * Order. Requests run strictly one after the other in submission order
  * (FIFO), never reordered by readiness: when every rank submits the same
  * requests in the same program order, every rank issues the same
