@@ -120,10 +120,10 @@ START_TEST(kinds)
     expect_error(mx_kvstore_create(rt, "locl", &kv), MX_ERR_INVALID, "did you mean 'local'");
     expect_error(mx_kvstore_create(rt, "nccl", &kv), MX_ERR_INVALID, "unknown kvstore");
     expect_error(mx_kvstore_create(rt, "device", &kv), MX_ERR_UNSUPPORTED, "not in this build");
-    /* The MPI kinds need the job's communicator (test_dist.c runs them). */
+    /* The MPI kinds need the job's communicator (test_dist.c, test_dist_async.c run them). */
     expect_error(mx_kvstore_create(rt, "dist_sync", &kv), MX_ERR_INVALID, "start it with mpirun");
     expect_error(mx_kvstore_create(rt, "dist_sync_device", &kv), MX_ERR_INVALID, "start it with mpirun");
-    expect_error(mx_kvstore_create(rt, "dist_async", &kv), MX_ERR_UNSUPPORTED, "not in this build yet");
+    expect_error(mx_kvstore_create(rt, "dist_async", &kv), MX_ERR_INVALID, "start it with mpirun");
     ck_assert_ptr_null(kv);
     mx_runtime_free(rt);
 }

@@ -39,6 +39,8 @@
 #define MAX_POLL_SLEEP_S 0.001
 #define MAX_LISTED_RANKS 8    /* ranks named in one message */
 #define REPLY_LEN 5           /* started, completed, active group, its number, failed */
+#define TAG_CALL 1            /* on the calls' communicator */
+#define TAG_ANSWER 2
 
 /* Checked MPI call inside a function returning mx_status: a failure becomes
  * MX_ERR_RUNTIME "MPI_Xxx failed: <MPI's error string>". */
@@ -131,6 +133,40 @@ typedef struct comm_req {
     struct comm_req *next;
 } comm_req;
 
+/* Calls: every message starts with this header. */
+typedef struct wire_header {
+    uint64_t id;     /* the call's number on its caller */
+    int32_t service; /* a call's service */
+    int32_t status;  /* an answer's: MX_OK, or a failure followed by its message */
+} wire_header;
+
+/* An outgoing message (a call or an answer) and, for a call, its wait. */
+typedef struct p2p_msg {
+    void *buf;              /* header + payload */
+    size_t bytes;
+    int peer, tag;
+    uint64_t id;
+    MPI_Request mpi;
+    double t0;              /* sent at */
+    /* calls */
+    char *name;
+    mx_comm_reply_fn done;
+    void *user;
+    bool answered;
+    bool in_send;           /* MPI_Isend in flight (in `sending`) */
+    struct p2p_msg *next;   /* the outbox, or `sending` */
+    struct p2p_msg *next_wait; /* `waiting` */
+} p2p_msg;
+
+/* An incoming message being received, or held for a service without a handler. */
+typedef struct p2p_in {
+    void *buf;
+    size_t bytes;
+    int source, tag;
+    MPI_Request mpi;
+    struct p2p_in *next;
+} p2p_in;
+
 enum { PHASE_STARTING, PHASE_RUNNING, PHASE_FINISHED };
 
 struct mx_comm {
@@ -146,6 +182,7 @@ struct mx_comm {
 
     pthread_t thread;
     pthread_mutex_t mu;
+    pthread_mutex_t serve_mu; /* held while a service's handler runs */
     pthread_cond_t wake;    /* to the thread: a request, shutdown or abort */
     pthread_cond_t changed; /* from the thread: started or finished */
     /* guarded by mu */
@@ -158,6 +195,12 @@ struct mx_comm {
     int phase;
     double finalize_since;  /* when MPI_Finalize was called (0: not yet) */
     mx_error_state result;  /* a start-up failure, or how the thread ended */
+    p2p_msg *outbox, *outbox_tail; /* calls and answers not started yet */
+    uint64_t next_call_id;
+    struct {
+        mx_comm_serve_fn fn;
+        void *user;
+    } services[MX_COMM_MAX_SERVICES];
 
     /* thread only */
     MPI_Comm comms[MX_COMM_GROUP_COUNT];
@@ -169,6 +212,12 @@ struct mx_comm {
     char failed_message[MESSAGE_MAX];
     int32_t query_group[MX_COMM_GROUP_COUNT]; /* constant query payloads */
     _Atomic(mx_profiler *) profiler;          /* the timeline; NULL: off */
+    MPI_Comm p2p;           /* calls and answers */
+    p2p_msg *sending;       /* started, MPI_Isend not complete */
+    p2p_msg *waiting;       /* calls sent, no answer yet (buffers freed) */
+    p2p_in *receiving;      /* MPI_Imrecv in flight */
+    p2p_in *held;           /* calls for a service without a handler */
+    double p2p_last;        /* when a message last moved */
 };
 
 static bool on_comm_thread(const mx_comm *c)
@@ -454,15 +503,367 @@ static void complete(mx_comm *c, comm_req *q, mx_status status, const char *mess
     mx_free(q);
 }
 
+static void fail_comm(mx_comm *c, mx_status status, const char *message)
+{
+    if (c->failed != MX_OK) return;
+    c->failed = status;
+    snprintf(c->failed_message, sizeof(c->failed_message), "%s", message);
+}
+
 /* The first failure fails the comm: a rank that skipped a collective would
  * leave the others waiting in it, and MPI still owns the buffer. */
 static void fail(mx_comm *c, comm_req *q, mx_status status, const char *message)
 {
-    if (c->failed == MX_OK) {
-        c->failed = status;
-        snprintf(c->failed_message, sizeof(c->failed_message), "%s", message);
-    }
+    fail_comm(c, status, message);
     complete(c, q, status, message);
+}
+
+/* ------------------------------------------------------------------ calls */
+
+static void p2p_msg_free(p2p_msg *m)
+{
+    if (!m) return;
+    mx_free(m->buf);
+    mx_free(m->name);
+    mx_free(m);
+}
+
+static void p2p_in_free(p2p_in *in)
+{
+    if (!in) return;
+    mx_free(in->buf);
+    mx_free(in);
+}
+
+/* A call's result: its done, once. The record is freed once its send has
+ * completed too (an answer can arrive first: calls to this rank). */
+static void call_end(mx_comm *c, p2p_msg *m, mx_status status, const char *message, const void *data, size_t bytes)
+{
+    c->p2p_last = mx_time_seconds();
+    m->answered = true;
+    m->done(m->user, status, message ? message : "", data, bytes);
+    if (!m->in_send) p2p_msg_free(m);
+}
+
+/* After a failure of the comm: every call waiting for an answer fails with
+ * its message, and messages not sent yet are dropped. */
+static void p2p_fail_all(mx_comm *c)
+{
+    char msg[MESSAGE_MAX];
+    while (c->waiting) {
+        p2p_msg *m = c->waiting;
+        c->waiting = m->next_wait;
+        append(msg, sizeof(msg), 0, "%s was not answered: the communication failed: %s", m->name ? m->name : "a call",
+               c->failed_message);
+        call_end(c, m, c->failed, msg, NULL, 0);
+    }
+    pthread_mutex_lock(&c->mu);
+    p2p_msg *fresh = c->outbox;
+    c->outbox = c->outbox_tail = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (fresh) {
+        p2p_msg *m = fresh;
+        fresh = m->next;
+        if (m->done) {
+            append(msg, sizeof(msg), 0, "%s was not sent: the communication failed earlier: %s",
+                   m->name ? m->name : "a call", c->failed_message);
+            call_end(c, m, c->failed, msg, NULL, 0);
+        } else {
+            p2p_msg_free(m);
+        }
+    }
+}
+
+static void p2p_fail(mx_comm *c, mx_status status, const char *message)
+{
+    fail_comm(c, status, message);
+    p2p_fail_all(c);
+}
+
+/* Asks `rank` on the side channel whether it is alive, for the message of
+ * a call it did not answer. */
+static void p2p_diagnose(mx_comm *c, int rank, char *out, size_t size)
+{
+    size_t len = strlen(out);
+    char who[160];
+    mx_comm_rank_str(c, rank, who, sizeof(who));
+    if (rank == c->rank) {
+        append(out, size, len, "; %s is this rank: its service is stuck or overloaded", who);
+        return;
+    }
+    if (c->side_broken) {
+        append(out, size, len, "; could not ask %s whether it is alive", who);
+        return;
+    }
+    MPI_Request sreq = MPI_REQUEST_NULL, rreq = MPI_REQUEST_NULL;
+    int64_t reply[REPLY_LEN];
+    bool answered = false;
+    if (MPI_Isend(&c->query_group[MX_COMM_WORLD], 1, MPI_INT32_T, rank, TAG_QUERY, c->side, &sreq) == MPI_SUCCESS &&
+        MPI_Irecv(reply, REPLY_LEN, MPI_INT64_T, rank, TAG_REPLY, c->side, &rreq) == MPI_SUCCESS) {
+        double t0 = mx_time_seconds();
+        while (!answered && mx_time_seconds() - t0 < REPLY_TIMEOUT_S) {
+            int flag = 0;
+            if (MPI_Test(&rreq, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+            answered = flag;
+            serve_queries(c);
+            sleep_seconds(0.0005);
+        }
+    }
+    if (rreq != MPI_REQUEST_NULL && !answered &&
+        (MPI_Cancel(&rreq) != MPI_SUCCESS || MPI_Wait(&rreq, MPI_STATUS_IGNORE) != MPI_SUCCESS))
+        c->side_broken = true;
+    int flag = 0;
+    if (sreq != MPI_REQUEST_NULL && (MPI_Test(&sreq, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) &&
+        MPI_Request_free(&sreq) != MPI_SUCCESS)
+        c->side_broken = true;
+    if (answered)
+        append(out, size, len, "; %s answers the side channel (it is alive: its service is stuck or overloaded)", who);
+    else
+        append(out, size, len, "; %s did not answer within %.1f s (stopped, gone or stuck in MPI)", who,
+               REPLY_TIMEOUT_S);
+}
+
+/* Starts sending m (a call or an answer). */
+static void p2p_start(mx_comm *c, p2p_msg *m)
+{
+    m->t0 = mx_time_seconds();
+    int rc = MPI_Isend(m->buf, (int)m->bytes, MPI_BYTE, m->peer, m->tag, c->p2p, &m->mpi);
+    if (rc != MPI_SUCCESS) {
+        char msg[MESSAGE_MAX];
+        mpi_error(rc, "MPI_Isend", __FILE__, __LINE__);
+        append(msg, sizeof(msg), 0, "%s to rank %d: %s", m->name ? m->name : "an answer", m->peer, mx_last_error());
+        if (m->done) call_end(c, m, MX_ERR_RUNTIME, msg, NULL, 0);
+        else p2p_msg_free(m);
+        p2p_fail(c, MX_ERR_RUNTIME, msg);
+        return;
+    }
+    m->in_send = true;
+    m->next = c->sending;
+    c->sending = m;
+    if (m->done) {
+        m->next_wait = NULL;
+        p2p_msg **tail = &c->waiting;
+        while (*tail) tail = &(*tail)->next_wait;
+        *tail = m;
+    }
+}
+
+/* Hands a received message to its call (an answer) or its service. Returns
+ * false when the service has no handler yet (the caller holds it). */
+static bool p2p_deliver(mx_comm *c, p2p_in *in)
+{
+    c->p2p_last = mx_time_seconds();
+    wire_header h;
+    if (in->bytes < sizeof(h)) { /* not ours: dropped */
+        p2p_in_free(in);
+        return true;
+    }
+    memcpy(&h, in->buf, sizeof(h));
+    size_t n = in->bytes - sizeof(h);
+    char *payload = (char *)in->buf + sizeof(h);
+    if (in->tag == TAG_ANSWER) {
+        p2p_msg **pp = &c->waiting;
+        while (*pp && !((*pp)->id == h.id && (*pp)->peer == in->source)) pp = &(*pp)->next_wait;
+        p2p_msg *m = *pp;
+        if (m) { /* else it failed already */
+            *pp = m->next_wait;
+            if (h.status == MX_OK) {
+                call_end(c, m, MX_OK, "", payload, n);
+            } else {
+                char msg[MESSAGE_MAX];
+                size_t k = n < sizeof(msg) - 1 ? n : sizeof(msg) - 1;
+                memcpy(msg, payload, k);
+                msg[k] = '\0';
+                call_end(c, m, h.status, msg, NULL, 0);
+            }
+        }
+        p2p_in_free(in);
+        return true;
+    }
+    if (h.service < 0 || h.service >= MX_COMM_MAX_SERVICES) {
+        p2p_in_free(in);
+        return true;
+    }
+    /* Under serve_mu, so that a handler is never called after
+     * mx_comm_serve has removed it. */
+    pthread_mutex_lock(&c->serve_mu);
+    pthread_mutex_lock(&c->mu);
+    mx_comm_serve_fn fn = c->services[h.service].fn;
+    void *user = c->services[h.service].user;
+    pthread_mutex_unlock(&c->mu);
+    if (!fn) {
+        pthread_mutex_unlock(&c->serve_mu);
+        return false;
+    }
+    memmove(in->buf, payload, n);
+    void *data = in->buf;
+    int source = in->source;
+    mx_free(in);
+    fn(user, source, h.id, data, n);
+    pthread_mutex_unlock(&c->serve_mu);
+    return true;
+}
+
+/* Whether calls or a service keep the thread polling for messages. */
+static bool p2p_busy(mx_comm *c)
+{
+    if (c->sending || c->waiting || c->receiving || c->held) return true;
+    pthread_mutex_lock(&c->mu);
+    bool busy = c->outbox != NULL;
+    for (int i = 0; i < MX_COMM_MAX_SERVICES && !busy; i++) busy = c->services[i].fn != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return busy;
+}
+
+/* Whether every call and answer has been sent and answered (shutdown). */
+static bool p2p_idle(mx_comm *c)
+{
+    if (c->failed != MX_OK) return c->outbox == NULL; /* MPI keeps what is in flight */
+    return !c->outbox && !c->sending && !c->waiting && !c->receiving;
+}
+
+/* How long the thread may sleep between polls while calls are about:
+ * not at all right after a message moved, then up to 1 ms. */
+static double p2p_poll_interval(const mx_comm *c)
+{
+    double age = mx_time_seconds() - c->p2p_last;
+    return age < SPIN_S ? 0 : fmin(MAX_POLL_SLEEP_S, age / 50);
+}
+
+/* Moves every call and answer along: starts new ones, completes sends,
+ * receives and delivers what arrived (in arrival order), and fails the comm
+ * on a call that waited too long. */
+static void p2p_progress(mx_comm *c)
+{
+    if (c->failed != MX_OK) {
+        p2p_fail_all(c);
+        return;
+    }
+    char msg[MESSAGE_MAX];
+    int rc;
+    pthread_mutex_lock(&c->mu);
+    p2p_msg *fresh = c->outbox;
+    c->outbox = c->outbox_tail = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (fresh) {
+        p2p_msg *m = fresh;
+        fresh = m->next;
+        m->next = NULL;
+        if (c->failed != MX_OK) { /* an earlier start failed */
+            char why[MESSAGE_MAX];
+            append(why, sizeof(why), 0, "%s was not sent: the communication failed earlier: %s",
+                   m->name ? m->name : "a call", c->failed_message);
+            if (m->done) call_end(c, m, c->failed, why, NULL, 0);
+            else p2p_msg_free(m);
+            continue;
+        }
+        p2p_start(c, m);
+    }
+    double now = mx_time_seconds(), limit = c->cfg.stall_timeout_s;
+    for (p2p_msg **pp = &c->sending; *pp && c->failed == MX_OK;) {
+        p2p_msg *m = *pp;
+        int flag = 0;
+        if ((rc = MPI_Test(&m->mpi, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+            mpi_error(rc, "MPI_Test", __FILE__, __LINE__);
+            append(msg, sizeof(msg), 0, "%s to rank %d: %s", m->name ? m->name : "an answer", m->peer, mx_last_error());
+            p2p_fail(c, MX_ERR_RUNTIME, msg);
+            return;
+        }
+        if (!flag) {
+            if (limit > 0 && now - m->t0 > limit) {
+                char who[160];
+                append(msg, sizeof(msg), 0,
+                       "sending %s to %s did not complete: waited %.1f s (stall_timeout_s %g)",
+                       m->name ? m->name : "an answer", mx_comm_rank_str(c, m->peer, who, sizeof(who)), now - m->t0,
+                       limit);
+                p2p_diagnose(c, m->peer, msg, sizeof(msg));
+                p2p_fail(c, MX_ERR_RUNTIME, msg);
+                return;
+            }
+            pp = &m->next;
+            continue;
+        }
+        *pp = m->next;
+        m->in_send = false;
+        c->p2p_last = now;
+        mx_free(m->buf);
+        m->buf = NULL;
+        if (!m->done || m->answered) p2p_msg_free(m);
+    }
+    /* Requests held for a service that has a handler now, oldest first. */
+    while (c->held && c->failed == MX_OK) {
+        p2p_in *in = c->held;
+        c->held = in->next;
+        in->next = NULL;
+        if (!p2p_deliver(c, in)) {
+            in->next = c->held;
+            c->held = in;
+            break;
+        }
+    }
+    for (;;) {
+        int flag = 0, n = 0;
+        MPI_Message match;
+        MPI_Status st;
+        if ((rc = MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->p2p, &flag, &match, &st)) != MPI_SUCCESS ||
+            (flag && (rc = MPI_Get_count(&st, MPI_BYTE, &n)) != MPI_SUCCESS)) {
+            mpi_error(rc, "MPI_Improbe", __FILE__, __LINE__);
+            append(msg, sizeof(msg), 0, "receiving a call or answer: %s", mx_last_error());
+            p2p_fail(c, MX_ERR_RUNTIME, msg);
+            return;
+        }
+        if (!flag) break;
+        p2p_in *in = mx_calloc(1, sizeof(*in));
+        if (in) in->buf = mx_malloc(n > 0 ? (size_t)n : 1);
+        if (!in || !in->buf) {
+            mx_free(in);
+            append(msg, sizeof(msg), 0, "out of memory receiving %d bytes from rank %d", n, st.MPI_SOURCE);
+            p2p_fail(c, MX_ERR_NOMEM, msg);
+            return;
+        }
+        in->bytes = (size_t)n;
+        in->source = st.MPI_SOURCE;
+        in->tag = st.MPI_TAG;
+        if ((rc = MPI_Imrecv(in->buf, n, MPI_BYTE, &match, &in->mpi)) != MPI_SUCCESS) {
+            mpi_error(rc, "MPI_Imrecv", __FILE__, __LINE__);
+            append(msg, sizeof(msg), 0, "receiving %d bytes from rank %d: %s", n, in->source, mx_last_error());
+            p2p_fail(c, MX_ERR_RUNTIME, msg);
+            return; /* in stays with MPI */
+        }
+        p2p_in **tail = &c->receiving;
+        while (*tail) tail = &(*tail)->next;
+        *tail = in;
+        c->p2p_last = now;
+    }
+    /* Delivered in arrival order: stop at the first one still arriving. */
+    while (c->receiving && c->failed == MX_OK) {
+        p2p_in *in = c->receiving;
+        int flag = 0;
+        if ((rc = MPI_Test(&in->mpi, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+            mpi_error(rc, "MPI_Test", __FILE__, __LINE__);
+            append(msg, sizeof(msg), 0, "receiving %zu bytes from rank %d: %s", in->bytes, in->source, mx_last_error());
+            p2p_fail(c, MX_ERR_RUNTIME, msg);
+            return;
+        }
+        if (!flag) break;
+        c->receiving = in->next;
+        in->next = NULL;
+        /* Requests queue behind those already held; answers never wait. */
+        if ((in->tag != TAG_ANSWER && c->held) || !p2p_deliver(c, in)) {
+            p2p_in **tail = &c->held;
+            while (*tail) tail = &(*tail)->next;
+            *tail = in;
+        }
+    }
+    for (p2p_msg *m = c->waiting; m && c->failed == MX_OK && limit > 0; m = m->next_wait) {
+        if (now - m->t0 <= limit) continue;
+        char who[160];
+        append(msg, sizeof(msg), 0, "%s got no answer from %s: waited %.1f s (stall_timeout_s %g)",
+               m->name ? m->name : "a call", mx_comm_rank_str(c, m->peer, who, sizeof(who)), now - m->t0, limit);
+        p2p_diagnose(c, m->peer, msg, sizeof(msg));
+        p2p_fail(c, MX_ERR_RUNTIME, msg);
+        return;
+    }
 }
 
 /* One step of the active request: start its next piece, or poll it.
@@ -538,14 +939,23 @@ static void thread_loop(mx_comm *c)
                 c->active = c->head;
                 c->head = c->head->next;
                 if (!c->head) c->tail = NULL;
-            } else if (c->shutting_down) {
+            } else if (c->shutting_down && p2p_idle(c)) {
                 pthread_mutex_unlock(&c->mu);
                 return;
             } else {
-                struct timespec ts = deadline_in(IDLE_POLL_S);
-                pthread_cond_timedwait(&c->wake, &c->mu, &ts);
                 pthread_mutex_unlock(&c->mu);
+                /* Calls arrive unannounced: poll for them often while any
+                 * are about (a service, or calls in flight). */
+                double wait = p2p_busy(c) ? p2p_poll_interval(c) : IDLE_POLL_S;
+                pthread_mutex_lock(&c->mu);
+                if (wait > 0 && !c->head && !c->abort_requested && !c->outbox) {
+                    struct timespec ts = deadline_in(wait);
+                    pthread_cond_timedwait(&c->wake, &c->mu, &ts);
+                }
+                pthread_mutex_unlock(&c->mu);
+                if (wait <= 0) sched_yield();
                 serve_queries(c);
+                p2p_progress(c);
                 continue;
             }
         }
@@ -554,18 +964,21 @@ static void thread_loop(mx_comm *c)
         comm_req *q = c->active;
         bool waiting = step(c, q);
         serve_queries(c);
+        p2p_progress(c);
         if (waiting) {
             /* Spin while a collective is young (as MPI's blocking calls do,
              * yielding to other threads), then poll less often: at most 1 ms
-             * and about 2% of the time waited so far. The spin is short:
-             * the ranks share the host's cores with their compute threads,
-             * and 2 ms of spinning per bucket took cores from the rank
-             * still computing (LeNet, 2 ranks on 2 cores, 4 alternating
-             * pairs: 1.2-2.3x the samples/s at 100 us, while a loop of
-             * 1.7 MB allreduces alone got 5% slower). */
+             * and about 2% of the time waited so far (less while calls
+             * move). The spin is short: the ranks share the host's cores
+             * with their compute threads, and 2 ms of spinning per bucket
+             * took cores from the rank still computing (LeNet, 2 ranks on 2
+             * cores, 4 alternating pairs: 1.2-2.3x the samples/s at 100 us,
+             * while a loop of 1.7 MB allreduces alone got 5% slower). */
             double age = mx_time_seconds() - q->t_piece;
-            if (age < SPIN_S) sched_yield();
-            else sleep_seconds(fmin(MAX_POLL_SLEEP_S, age / 50));
+            double nap = fmin(MAX_POLL_SLEEP_S, age / 50);
+            if (p2p_busy(c)) nap = fmin(nap, p2p_poll_interval(c));
+            if (age < SPIN_S || nap <= 0) sched_yield();
+            else sleep_seconds(nap);
         }
     }
 }
@@ -601,6 +1014,7 @@ static mx_status thread_start(mx_comm *c)
     /* Communicators inherit MPI_ERRORS_RETURN from MPI_COMM_WORLD. */
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->comms[MX_COMM_WORLD]));
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->side));
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->p2p));
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
                                   &c->comms[MX_COMM_LOCAL]));
     MPI_CHECK(MPI_Comm_rank(c->comms[MX_COMM_LOCAL], &c->local_rank));
@@ -651,6 +1065,7 @@ static mx_status thread_finish(mx_comm *c)
     for (int g = 0; g < MX_COMM_GROUP_COUNT; g++)
         if (c->comms[g] != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&c->comms[g]));
     MPI_CHECK(MPI_Comm_free(&c->side));
+    MPI_CHECK(MPI_Comm_free(&c->p2p));
     pthread_mutex_lock(&c->mu);
     c->finalize_since = mx_time_seconds();
     pthread_mutex_unlock(&c->mu);
@@ -694,9 +1109,20 @@ static void comm_destroy(mx_comm *c)
         mx_free(q->name);
         mx_free(q);
     }
+    /* Messages still in MPI's hands after a failure (sending, receiving)
+     * are left allocated, as a failed collective's buffers are. */
+    for (p2p_msg *m = c->outbox, *next; m; m = next) {
+        next = m->next;
+        p2p_msg_free(m);
+    }
+    for (p2p_in *in = c->held, *next; in; in = next) {
+        next = in->next;
+        p2p_in_free(in);
+    }
     mx_free(c->ranks);
     for (int g = 0; g < MX_COMM_GROUP_COUNT; g++) mx_free(c->members[g]);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->serve_mu);
     pthread_cond_destroy(&c->wake);
     pthread_cond_destroy(&c->changed);
     mx_free(c);
@@ -721,8 +1147,10 @@ mx_status mx_comm_create(const mx_comm_config *config, mx_comm **out)
     c->cfg = cfg;
     for (int g = 0; g < MX_COMM_GROUP_COUNT; g++) c->comms[g] = MPI_COMM_NULL;
     c->side = MPI_COMM_NULL;
+    c->p2p = MPI_COMM_NULL;
     c->phase = PHASE_STARTING;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->serve_mu, NULL);
     pthread_cond_init(&c->wake, NULL);
     pthread_cond_init(&c->changed, NULL);
     int e = pthread_create(&c->thread, NULL, thread_main, c);
@@ -977,6 +1405,95 @@ mx_status mx_comm_barrier(mx_comm *c, mx_comm_group group, const char *name)
 {
     mx_comm_request r = {.op = MX_COMM_BARRIER, .group = group, .name = name};
     return mx_comm_run(c, &r);
+}
+
+/* -------------------------------------------------- calls: the front end */
+
+/* Queues a message to `peer`: header + payload (copied); a call when done
+ * is set (it gets its number here). */
+static mx_status p2p_queue(mx_comm *c, int peer, int tag, wire_header h, const void *head, size_t head_bytes,
+                           const void *data, size_t bytes, const char *name, mx_comm_reply_fn done, void *user)
+{
+    if (head_bytes > 0 && !head) return MX_ERROR(MX_ERR_INVALID, "comm: %zu head bytes from NULL", head_bytes);
+    if (bytes > SIZE_MAX - head_bytes)
+        return MX_ERROR(MX_ERR_INVALID, "comm: a message of %zu + %zu bytes overflows", head_bytes, bytes);
+    bytes += head_bytes; /* checked as one payload; copied in two parts */
+    if (peer < 0 || peer >= c->size)
+        return MX_ERROR(MX_ERR_INVALID, "comm: %s to rank %d: the job has ranks 0 to %d",
+                        done ? "call" : "answer", peer, c->size - 1);
+    if (bytes > (size_t)INT_MAX - sizeof(h))
+        return MX_ERROR(MX_ERR_INVALID, "comm: a %s of %zu bytes is larger than one MPI message (2 GiB)",
+                        done ? "call" : "answer", bytes);
+    if (bytes > head_bytes && !data) return MX_ERROR(MX_ERR_INVALID, "comm: %zu bytes from NULL", bytes - head_bytes);
+    p2p_msg *m = mx_calloc(1, sizeof(*m));
+    if (!m) return MX_ERR_NOMEM;
+    m->bytes = sizeof(h) + bytes;
+    m->buf = mx_malloc(m->bytes);
+    if (!m->buf || (name && !(m->name = mx_strdup(name)))) {
+        p2p_msg_free(m);
+        return MX_ERR_NOMEM;
+    }
+    if (head_bytes) memcpy((char *)m->buf + sizeof(h), head, head_bytes);
+    if (bytes > head_bytes) memcpy((char *)m->buf + sizeof(h) + head_bytes, data, bytes - head_bytes);
+    m->peer = peer;
+    m->tag = tag;
+    m->done = done;
+    m->user = user;
+    pthread_mutex_lock(&c->mu);
+    if (c->shutting_down || c->phase != PHASE_RUNNING) {
+        pthread_mutex_unlock(&c->mu);
+        p2p_msg_free(m);
+        return MX_ERROR(MX_ERR_INVALID, "comm: %s submitted while the comm shuts down", done ? "call" : "answer");
+    }
+    if (done) h.id = ++c->next_call_id;
+    m->id = h.id;
+    memcpy(m->buf, &h, sizeof(h));
+    if (c->outbox_tail) c->outbox_tail->next = m;
+    else c->outbox = m;
+    c->outbox_tail = m;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->mu);
+    return MX_OK;
+}
+
+mx_status mx_comm_call_submit(mx_comm *c, const mx_comm_call *call)
+{
+    if (!c || !call || !call->done) return MX_ERROR(MX_ERR_INVALID, "mx_comm_call_submit: comm, call or done is NULL");
+    if (call->service < 0 || call->service >= MX_COMM_MAX_SERVICES)
+        return MX_ERROR(MX_ERR_INVALID, "comm: call to service %d (0 to %d)", call->service, MX_COMM_MAX_SERVICES - 1);
+    wire_header h = {.service = call->service, .status = MX_OK};
+    return p2p_queue(c, call->dest, TAG_CALL, h, call->head, call->head_bytes, call->data, call->bytes, call->name,
+                     call->done, call->user);
+}
+
+mx_status mx_comm_reply(mx_comm *c, int source, uint64_t id, mx_status status, const char *message, const void *data,
+                        size_t bytes)
+{
+    if (!c) return MX_ERROR(MX_ERR_INVALID, "mx_comm_reply: comm is NULL");
+    wire_header h = {.id = id, .status = status};
+    if (status != MX_OK) {
+        message = message && *message ? message : "the service failed";
+        return p2p_queue(c, source, TAG_ANSWER, h, NULL, 0, message, strlen(message) + 1, NULL, NULL, NULL);
+    }
+    return p2p_queue(c, source, TAG_ANSWER, h, NULL, 0, data, bytes, NULL, NULL, NULL);
+}
+
+mx_status mx_comm_serve(mx_comm *c, int service, mx_comm_serve_fn fn, void *user)
+{
+    if (!c) return MX_ERROR(MX_ERR_INVALID, "mx_comm_serve: comm is NULL");
+    if (service < 0 || service >= MX_COMM_MAX_SERVICES)
+        return MX_ERROR(MX_ERR_INVALID, "comm: service %d (0 to %d)", service, MX_COMM_MAX_SERVICES - 1);
+    pthread_mutex_lock(&c->serve_mu);
+    pthread_mutex_lock(&c->mu);
+    bool taken = fn && c->services[service].fn;
+    if (!taken) {
+        c->services[service].fn = fn;
+        c->services[service].user = fn ? user : NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->serve_mu);
+    if (taken) return MX_ERROR(MX_ERR_INVALID, "comm: service %d already has a handler", service);
+    return MX_OK;
 }
 
 /* ------------------------------------------------- the consistency check */

@@ -9,6 +9,10 @@
  * threads submit; it also calls MPI_Finalize at mx_comm_free. No other code
  * of the process may call MPI.
  *
+ * Besides the collectives, the same thread carries calls: point-to-point
+ * requests to a service of one rank (dist_async's parameter server), which
+ * run beside the FIFO (see "calls" below).
+ *
  * Order. Requests run strictly one after the other in submission order
  * (FIFO), never reordered by readiness: when every rank submits the same
  * requests in the same program order, every rank issues the same
@@ -216,6 +220,69 @@ mx_status mx_comm_broadcast(mx_comm *comm, mx_comm_group group, mx_comm_dtype dt
 mx_status mx_comm_allgather(mx_comm *comm, mx_comm_group group, mx_comm_dtype dtype, const void *send,
                             void *recv, size_t count, const char *name);
 mx_status mx_comm_barrier(mx_comm *comm, mx_comm_group group, const char *name);
+
+/* ------------------------------------------- calls (point to point)
+ * The parameter server of dist_async needs messages between two ranks that
+ * do not involve the others. A call sends bytes to a service of one rank
+ * (this one included) and completes with that service's reply. Calls go
+ * through the same communication thread (MPI stays single-threaded) but
+ * beside the FIFO of collectives, on a communicator of their own: they
+ * start as soon as they are submitted and progress while a collective is in
+ * flight, so a rank waiting in a collective still answers calls. Calls
+ * from one rank to one service are delivered in the order they were
+ * submitted (MPI's non-overtaking rule); calls and collectives are not
+ * ordered with each other.
+ *
+ * Stalls: a call without a reply after stall_timeout_s fails the comm
+ * exactly as a stalled collective does (every pending and later request
+ * and call fails with its message, MPI is not finalized), naming the call,
+ * the callee, and whether the callee still answers the side channel (alive:
+ * its service is stuck or overloaded) or not (stopped, gone). mx_comm_free
+ * waits for the calls in flight (each bounded by the stall timeout). */
+#define MX_COMM_MAX_SERVICES 8
+
+/* The reply of a call, on the communication thread: MX_OK with the
+ * reply's bytes (valid during the call only), or the failure (the
+ * service's, or the comm's) with its message and no bytes. */
+typedef void (*mx_comm_reply_fn)(void *user, mx_status status, const char *message, const void *data,
+                                 size_t bytes);
+
+typedef struct mx_comm_call {
+    int dest;          /* world rank of the service */
+    int service;       /* 0 .. MX_COMM_MAX_SERVICES - 1 */
+    const void *head;  /* a small header sent before data (may be NULL), copied */
+    size_t head_bytes;
+    const void *data;  /* bytes of the request, copied at submit after head */
+    size_t bytes;      /* head and data below 2 GiB (one MPI message) */
+    const char *name;  /* for messages: "push of key 3"; copied */
+    mx_comm_reply_fn done; /* required */
+    void *user;
+} mx_comm_call;
+
+/* Queues a call; done is called exactly once when MX_OK is returned.
+ * Thread-safe. Errors (nothing queued): MX_ERR_INVALID for a bad rank,
+ * service, NULL done or too large a message, or a comm shutting down;
+ * MX_ERR_NOMEM. */
+mx_status mx_comm_call_submit(mx_comm *comm, const mx_comm_call *call);
+
+/* A request for a service, on the communication thread: `data` holds the
+ * caller's bytes in an mx_malloc'ed buffer that now belongs to the handler
+ * (mx_free it). The handler must be short: it hands the work to another
+ * thread, which answers with mx_comm_reply. */
+typedef void (*mx_comm_serve_fn)(void *user, int source, uint64_t id, void *data, size_t bytes);
+
+/* Registers the handler of `service` on this rank (fn NULL: unregisters).
+ * Requests that arrive while a service has no handler wait for one.
+ * Thread-safe. MX_ERR_INVALID for a bad service or one already served. */
+mx_status mx_comm_serve(mx_comm *comm, int service, mx_comm_serve_fn fn, void *user);
+
+/* Answers request `id` from rank `source`: status MX_OK sends data[0..bytes)
+ * (copied), anything else sends the failure and `message` (the caller's
+ * done gets them). Thread-safe; not from a blocking wait on the comm
+ * thread. Errors: MX_ERR_INVALID (bad rank, too large, shutting down),
+ * MX_ERR_NOMEM. */
+mx_status mx_comm_reply(mx_comm *comm, int source, uint64_t id, mx_status status, const char *message,
+                        const void *data, size_t bytes);
 
 /* The start-up consistency check, collective on WORLD: every rank passes
  * bytes (its config, or a hash of it) and all get the same answer. MX_OK

@@ -18,7 +18,7 @@ static const kv_kind_row kinds[] = {
     {"local", &mx_kvstore_local_ops, NULL},
     {"device", NULL, "reduction on the GPUs is not in this build yet; use 'local' (same results, sums on the CPU)"},
     {"dist_sync", &mx_kvstore_dist_sync_ops, NULL},
-    {"dist_async", NULL, "the parameter-server store is not in this build yet; use dist_sync"},
+    {"dist_async", &mx_kvstore_dist_async_ops, NULL},
     {"dist_sync_device", &mx_kvstore_dist_sync_device_ops, NULL},
     {"dist_device_sync", &mx_kvstore_dist_sync_device_ops, NULL},
 };
@@ -132,6 +132,7 @@ mx_status mx_kvstore_set_updater(mx_kvstore *kv, mx_kvstore_updater_fn fn, void 
 {
     kv->updater.fn = fn;
     kv->updater.user = fn ? user : NULL;
+    if (kv->ops->set_updater) kv->ops->set_updater(kv->state, &kv->updater);
     return MX_OK;
 }
 
@@ -155,3 +156,15 @@ int mx_kvstore_rank(const mx_kvstore *kv) { return kv->ops->rank(kv->state); }
 int mx_kvstore_num_workers(const mx_kvstore *kv) { return kv->ops->num_workers(kv->state); }
 mx_status mx_kvstore_barrier(mx_kvstore *kv) { return kv->ops->barrier(kv->state); }
 mx_status mx_kvstore_wait_comm(mx_kvstore *kv) { return kv->ops->wait_comm ? kv->ops->wait_comm(kv->state) : MX_OK; }
+
+bool mx_kvstore_has_server(const mx_kvstore *kv) { return kv->ops->has_server; }
+
+void mx_kvstore_lock_updater(mx_kvstore *kv)
+{
+    if (kv->ops->hold_updater) kv->ops->hold_updater(kv->state, true);
+}
+
+void mx_kvstore_unlock_updater(mx_kvstore *kv)
+{
+    if (kv->ops->hold_updater) kv->ops->hold_updater(kv->state, false);
+}

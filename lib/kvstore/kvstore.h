@@ -23,7 +23,41 @@
  *   dist_sync_device (= dist_device_sync) the same in two levels: summed
  *               over the ranks of each host first, then across hosts among
  *               one leader per host, then handed back within each host
- *   dist_async  (parameter server) not in this build yet: MX_ERR_UNSUPPORTED
+ *   dist_async  (kvstore_async.c) MXNet's asynchronous parameter server:
+ *               the weights and the optimizer live on a server; every push
+ *               is applied there as it arrives, with no step barrier, and a
+ *               pull returns the server's newest weights (see below)
+ *
+ * dist_async in this build. MXNet runs its servers as separate processes
+ * (ps-lite) that shard the keys. Here the server is a thread of rank 0,
+ * which is also a worker: one server holds every key, so nothing is
+ * sharded (a key's update never waits for another server, and rank 0 holds
+ * the whole model and the optimizer state, which it checkpoints). Workers
+ * reach it through lib/comm's calls (point-to-point messages carried by the
+ * communication thread beside the collectives; rank 0 calls itself the same
+ * way). The server applies requests one at a time in arrival order:
+ *   push(key, grads)  the devices' gradients are summed on the worker, sent,
+ *                     and the server runs the updater (update_on_kvstore:
+ *                     the optimizer, which is rank 0's) on its weight; the
+ *                     push completes when the server has taken it (its
+ *                     update is on the server's engine, ahead of every
+ *                     later request's reads)
+ *   pull(key)         waits for this worker's earlier push of the key, then
+ *                     returns the server's weight as it is then: it holds
+ *                     every push the server has applied so far, from every
+ *                     worker (this worker's own included)
+ * What it guarantees: every push is applied exactly once; a worker's own
+ * pushes and pulls of a key are applied in the order it made them; nothing
+ * more: workers do not wait for each other (their copies of the weights
+ * differ), and a gradient may be computed on weights that other workers
+ * have updated since (staleness). The optimizer sees one worker's gradient
+ * per update, so it rescales by one worker's batch (MXNet's Module does
+ * the same: only the _sync kinds multiply by the number of workers).
+ * Ends and faults: the trainer's collectives (metrics, stop agreement, the
+ * end of every epoch) come after mx_kvstore_wait_comm, so at each of them
+ * every push made so far is applied; a server that does not answer within
+ * the comm's stall timeout fails the comm (the job ends), and a worker that
+ * stops is found by the next collective.
  */
 #ifndef MX_KVSTORE_H
 #define MX_KVSTORE_H
@@ -57,7 +91,7 @@ typedef struct mx_kvstore_updater {
 /* What some kinds need beyond a runtime. */
 typedef struct mx_kvstore_options {
     mx_comm *comm;       /* dist kinds: the job's communicator (borrowed; required) */
-    size_t fusion_bytes; /* dist kinds: gradients of consecutive pushes are summed over the
+    size_t fusion_bytes; /* dist_sync kinds: gradients of consecutive pushes are summed over the
                             ranks in buckets of up to this many bytes (Horovod's tensor
                             fusion); 0: MX_KVSTORE_FUSION_BYTES */
 } mx_kvstore_options;
@@ -111,6 +145,18 @@ mx_status mx_kvstore_barrier(mx_kvstore *kv);
  * sees them in the same order after the store's. */
 mx_status mx_kvstore_wait_comm(mx_kvstore *kv);
 
+/* Whether the weights live on a parameter server (dist_async): workers'
+ * copies lag behind it, and on the server's rank (0) mx_kvstore_stored
+ * gives the server's arrays, which checkpoints save. */
+bool mx_kvstore_has_server(const mx_kvstore *kv);
+/* Kinds whose updater runs on another thread (dist_async's server, on its
+ * rank) hold it between two requests until unlock, so the caller may use
+ * the updater's state (the optimizer: its states, its learning rate) and
+ * read or write the stored values. No effect for the other kinds. Calls
+ * nest. */
+void mx_kvstore_lock_updater(mx_kvstore *kv);
+void mx_kvstore_unlock_updater(mx_kvstore *kv);
+
 /* ------------------------------------------------- implementing a kind
  * A kind is a table of these; kvstore.c checks arguments common to all
  * (key range, counts, NULL arrays) before calling them. */
@@ -127,10 +173,16 @@ typedef struct mx_kvstore_ops {
     int (*num_workers)(const void *state);
     mx_status (*barrier)(void *state);
     mx_status (*wait_comm)(void *state); /* NULL: nothing to wait for */
+    /* Optional: told of every change of the updater (kinds that apply it
+     * away from push, on a server). */
+    void (*set_updater)(void *state, const mx_kvstore_updater *updater);
+    void (*hold_updater)(void *state, bool hold); /* optional: mx_kvstore_lock_updater */
+    bool has_server;
 } mx_kvstore_ops;
 
 extern const mx_kvstore_ops mx_kvstore_local_ops;
 extern const mx_kvstore_ops mx_kvstore_dist_sync_ops;
 extern const mx_kvstore_ops mx_kvstore_dist_sync_device_ops;
+extern const mx_kvstore_ops mx_kvstore_dist_async_ops;
 
 #endif /* MX_KVSTORE_H */

@@ -175,6 +175,21 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     char a[32], b[32];
     logf_(opt, "under mpirun: %d ranks on %d hosts, kvstore %s", mx_comm_size(comm), mx_comm_num_hosts(comm),
           s->fit.kvstore);
+    if (!strcmp(s->fit.kvstore, "dist_async")) { /* kvstore_async.c: one server thread, on rank 0 */
+        logf_(opt, "  parameter server: 1 server (a thread of rank 0, which also trains) holds all %lld keys (%s) "
+                   "and runs the optimizer",
+              (long long)params, human_bytes((double)total, a, sizeof(a)));
+        logf_(opt, "  per step, each rank: %lld pushes (%s of gradients) and %lld pulls (%s of weights), applied "
+                   "as they arrive: no barrier between steps",
+              (long long)params, human_bytes((double)total, a, sizeof(a)), (long long)params,
+              human_bytes((double)total, b, sizeof(b)));
+        logf_(opt, "  the server receives %s and sends %s per step of all %d ranks",
+              human_bytes((double)total * mx_comm_size(comm), a, sizeof(a)),
+              human_bytes((double)total * mx_comm_size(comm), b, sizeof(b)), mx_comm_size(comm));
+        logf_(opt, "  each rank reads 1/%d of the data; rank 0 logs and writes checkpoints (with the server's "
+                   "weights and optimizer state)", mx_comm_size(comm));
+        return;
+    }
     logf_(opt, "  per step: %s of gradients (%lld parameters) summed over the ranks in %lld buckets of up to %s%s", human_bytes((double)total, a, sizeof(a)),
           (long long)params, (long long)buckets, human_bytes((double)MX_KVSTORE_FUSION_BYTES, b, sizeof(b)),
           strstr(s->fit.kvstore, "device") ? ": within each host, then among one leader per host, then back" : "");

@@ -326,10 +326,14 @@ static double attr_double(const mx_graph *g, uint32_t id, const char *key, doubl
 static mx_status make_optimizer(trainer *t)
 {
     /* dist_sync sums the gradients of every rank's batch (MXNet's Module
-     * rescales by batch_size * num_workers). */
+     * rescales by batch_size * num_workers); a parameter server (dist_async)
+     * applies one rank's gradient per update, so every rank's updates count
+     * (MXNet's server steps its schedule at every push, too). */
     int64_t workers = mx_kvstore_num_workers(t->kv);
-    mx_optimizer_run run = {.samples_per_update = t->batch_size * t->grad_accum * workers,
-                            .updates_per_epoch = t->updates_per_epoch > 0 ? t->updates_per_epoch : 1,
+    bool server = mx_kvstore_has_server(t->kv);
+    int64_t per_epoch = t->updates_per_epoch > 0 ? t->updates_per_epoch : 1;
+    mx_optimizer_run run = {.samples_per_update = t->batch_size * t->grad_accum * (server ? 1 : workers),
+                            .updates_per_epoch = per_epoch * (server ? workers : 1),
                             .num_epoch = t->s->fit.num_epoch};
     MX_TRY(mx_optimizer_create_spec(t->rt, &t->s->optimizer, &run, &t->optimizer));
     for (int i = 0; i < t->n_args; i++) {
@@ -766,10 +770,13 @@ static mx_status make_weight_lists(trainer *t, weight_lists *w)
     w->arrays = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
     if (!w->names || !w->arrays) return mx_last_status();
     int n = 0;
+    /* A parameter server holds the authoritative weights (rank 0, which
+     * writes the files, is its rank); the workers' copies lag behind. */
+    bool server = mx_kvstore_has_server(t->kv);
     for (int i = 0; i < t->n_args; i++)
         if (t->role[i] == ARG_PARAM || t->role[i] == ARG_FROZEN) {
             w->names[n] = t->arg_names[i];
-            w->arrays[n++] = t->args[i];
+            w->arrays[n++] = server && t->key[i] >= 0 ? mx_kvstore_stored(t->kv, t->key[i]) : t->args[i];
         }
     w->args = (mx_named_arrays){n, w->names, w->arrays};
     w->aux = (mx_named_arrays){t->n_aux, t->aux_names, t->aux};
@@ -824,7 +831,20 @@ static mx_status training_state(trainer *t, int epoch, int64_t batch, const char
     return s;
 }
 
+static mx_status save_checkpoint_held(trainer *t, int epoch);
+
+/* Saving reads the store's weights and the optimizer's state: a server
+ * (dist_async) is held between requests meanwhile, so they are one
+ * consistent snapshot. */
 static mx_status save_checkpoint(trainer *t, int epoch)
+{
+    mx_kvstore_lock_updater(t->kv);
+    mx_status s = save_checkpoint_held(t, epoch);
+    mx_kvstore_unlock_updater(t->kv);
+    return s;
+}
+
+static mx_status save_checkpoint_held(trainer *t, int epoch)
 {
     const char *prefix = t->s->fit.model_prefix;
     weight_lists w;
@@ -851,6 +871,7 @@ static mx_status save_interrupted(trainer *t, int epoch, int64_t batch, char *pa
 {
     const char *prefix = t->s->fit.model_prefix;
     weight_lists w;
+    mx_kvstore_lock_updater(t->kv); /* as save_checkpoint */
     mx_status s = make_weight_lists(t, &w);
     mx_ndarray_list st = {0};
     if (s == MX_OK) s = training_state(t, epoch, batch, STATE_PREFIX, &st);
@@ -861,6 +882,7 @@ static mx_status save_interrupted(trainer *t, int epoch, int64_t batch, char *pa
     }
     mx_named_arrays extra = {st.count, (const char *const *)st.names, st.arrays};
     if (s == MX_OK) s = mx_checkpoint_save_file(mx_train_interrupted_path(prefix, path, size), w.args, w.aux, extra);
+    mx_kvstore_unlock_updater(t->kv);
     mx_ndarray_list_free(&st);
     free_weight_lists(t, &w);
     return s;
@@ -873,8 +895,10 @@ static mx_status restore_weights(trainer *t, const char *path, mx_ndarray_list *
     mx_status s = copy_weights(t, path, args, aux, true, &copied, &missing, NULL, 0);
     if (s == MX_ERR_INVALID) s = MX_ERR_FORMAT; /* a checkpoint of another network */
     if (s == MX_OK) s = broadcast_weights(t);
+    mx_kvstore_lock_updater(t->kv);
     for (int i = 0; i < t->n_args && s == MX_OK; i++) /* the store holds the weights */
         if (t->key[i] >= 0) s = mx_nd_copy(mx_kvstore_stored(t->kv, t->key[i]), t->args[i]);
+    mx_kvstore_unlock_updater(t->kv);
     return s;
 }
 
@@ -904,7 +928,9 @@ static mx_status restore_state(trainer *t, const char *path, mx_ndarray_list *st
     st->arrays[st->count - 1] = last;
     st->names[st->count - 1] = last_name;
     st->count--;
+    mx_kvstore_lock_updater(t->kv); /* a server's optimizer */
     mx_status s = mx_optimizer_set_states(t->optimizer, st);
+    mx_kvstore_unlock_updater(t->kv);
     st->count++;
     if (s != MX_OK) mx_error_prefix(s, "%s", path);
     return s;
@@ -1163,10 +1189,13 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
             if (t->metrics_log) {
                 char json[1024];
                 metric_json(t, t->values, json, sizeof(json));
+                mx_kvstore_lock_updater(t->kv); /* a server's optimizer */
+                double lr = mx_optimizer_learning_rate(t->optimizer);
+                mx_kvstore_unlock_updater(t->kv);
                 fprintf(t->metrics_log,
                         "{\"phase\": \"train\", \"epoch\": %d, \"batch\": %lld, \"samples_per_sec\": %.2f, \"lr\": "
                         "%.9g%s}\n",
-                        epoch, (long long)(b + 1), speed, mx_optimizer_learning_rate(t->optimizer), json);
+                        epoch, (long long)(b + 1), speed, lr, json);
                 fflush(t->metrics_log);
             }
             for (int m = 0; m < t->n_metrics; m++) mx_metric_reset_local(t->metrics[m]);
@@ -1292,6 +1321,9 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
         for (int ep = 0; ep < begin && s == MX_OK; ep++) s = mx_data_iter_reset(t->train_it);
     } else if (s == MX_OK) {
         s = starting_point(t, &begin);
+        /* Every rank has its starting point (a parameter server its
+         * restored weights and state) before any rank pushes. */
+        if (s == MX_OK && opt->comm && opt->time_batches <= 0) s = mx_kvstore_barrier(t->kv);
     }
     first = begin;
     if (s == MX_OK && opt->time_batches > 0 && !trace) {
@@ -1318,7 +1350,8 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
                 s = save_interrupted(t, epoch, stopped_at, result->checkpoint, sizeof(result->checkpoint));
             break;
         }
-        if (s == MX_OK && opt->comm) s = check_weights_agree(t, epoch);
+        /* (A parameter server's workers hold different copies by design.) */
+        if (s == MX_OK && opt->comm && !mx_kvstore_has_server(t->kv)) s = check_weights_agree(t, epoch);
         if (s == MX_OK) s = run_validation(t, epoch);
         if (s == MX_OK && writes_files(t) && (epoch + 1) % fit->save_period == 0) {
             s = save_checkpoint(t, epoch + 1);
