@@ -1,7 +1,8 @@
 # One Makefile for the whole toolchain.
 #   make            build lib/ into build/libmx.a and cmd/* into build/bin/
 #   make test       install missing packages, build, run every unit test,
-#                   then the MXNet interop checks
+#                   then the MXNet interop checks (model zoo: one per family)
+#   make interop    the MXNet interop checks, the whole model zoo
 #   make sanitize   the same tests built with AddressSanitizer + UBSan
 #   make tsan       the engine, NDArray, executor and comm tests under ThreadSanitizer
 #   make train      install, build, train the default net (Fashion-MNIST)
@@ -14,6 +15,9 @@ BUILD     ?= build
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 CUDA      ?= auto
 SAN       ?= 0
+# The model zoo interop check: every network (all) or one per family (quick,
+# what `make test` runs).
+MODELZOO  ?= all
 V         ?= 0
 
 CC        ?= cc
@@ -141,11 +145,11 @@ interop: $(BUILD)/tests/test_ndarray_io $(BUILD)/tests/test_im2rec $(BUILD)/bin/
 	$(Q)MX_INTEROP_TEST_BIN=$(BUILD)/tests/test_ndarray_io scripts/interop/mxnet-params.sh
 	$(Q)MX_INTEROP_BUILD=$(BUILD) scripts/interop/mxnet-im2rec.sh
 	$(Q)MX_INTEROP_BUILD=$(BUILD) scripts/interop/mxnet-checkpoint.sh
-	$(Q)MX_INTEROP_BUILD=$(BUILD) scripts/interop/mxnet-modelzoo.sh
+	$(Q)MX_INTEROP_BUILD=$(BUILD) MX_INTEROP_MODELZOO=$(MODELZOO) scripts/interop/mxnet-modelzoo.sh
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory check-tests
-	$(Q)$(MAKE) --no-print-directory interop
+	$(Q)$(MAKE) --no-print-directory interop MODELZOO=quick
 
 # Open MPI leaks from its own internals at MPI_Init (tests/lsan-openmpi.supp
 # suppresses those, by library, and nothing else).
