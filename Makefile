@@ -102,6 +102,12 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_FILE)
 	$(if $(Q),@echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
+# Tests: passing assertions without a write(2) each (tests/support/check_fast.h).
+$(BUILD)/obj/tests/%.o: tests/%.c tests/support/check_fast.h $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -include tests/support/check_fast.h -c $< -o $@
+
 $(BUILD)/obj/%.cu.o: %.cu $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  NVCC  $<")

@@ -319,9 +319,12 @@ static void run_big_init(mx_shape data, const char *const *kv, uint64_t seed, bo
     for (int w = 0; w < 3; w++) {
         setenv("MX_SIMD", widths[w], 1);
         opcheck_case c = {.op = "Pooling", .keys = keys, .values = values, .n_params = n, .ref = pool_ref,
-                          .init = distinct_values, .seed = seed + (uint64_t)w, .max_points = 24};
+                          .init = distinct_values, .seed = seed + (uint64_t)w, .max_points = w == 0 ? 24 : 4};
         c.in_shapes[0] = data;
-        if (!ties) opcheck_run(&c); /* finite differences need no ties */
+        /* Finite differences need no ties. Every width's dx is checked
+         * below against the reference backward on every element, so the
+         * wider widths take only a few points here (req = add still). */
+        if (!ties) opcheck_run(&c);
         int64_t a, b;
         float *r1 = run_on_pool(params, data, x, dy, NULL, &a, &b);
         float *r2 = run_on_pool(params, data, x, dy, p2, &a, &b), *r3 = run_on_pool(params, data, x, dy, p3, &a, &b);
