@@ -117,7 +117,9 @@ mx_status mx_checkpoint_load(mx_runtime *rt, const char *prefix, int epoch, mx_n
     return mx_checkpoint_load_file(rt, mx_checkpoint_params_path(prefix, epoch, path, sizeof(path)), args, aux, NULL);
 }
 
-int mx_checkpoint_latest_epoch(const char *prefix)
+int mx_checkpoint_latest_epoch(const char *prefix) { return mx_checkpoint_epoch_before(prefix, 1000001); }
+
+int mx_checkpoint_epoch_before(const char *prefix, int below)
 {
     const char *slash = strrchr(prefix, '/');
     char dir[4096];
@@ -140,7 +142,7 @@ int mx_checkpoint_latest_epoch(const char *prefix)
         long epoch = strtol(n + blen + 1, &end, 10);
         if (end == n + blen + 1 || strcmp(end, ".params") != 0 || epoch < 0 || epoch > 1000000) continue;
         if (end - (n + blen + 1) < 4) continue; /* MXNet pads to 4 digits */
-        if (epoch > best) best = (int)epoch;
+        if (epoch > best && epoch < below) best = (int)epoch;
     }
     closedir(d);
     return best;

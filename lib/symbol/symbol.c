@@ -8,11 +8,14 @@
 
 static mx_status set_attrs(mx_node *n, const mx_attr *attrs, int count);
 
+static const char *node_name(const void *g, uint32_t id) { return ((const mx_graph *)g)->nodes[id].name; }
+
 mx_status mx_graph_create(mx_graph **out)
 {
     *out = mx_calloc(1, sizeof(**out));
     if (!*out) return MX_ERR_NOMEM;
     (*out)->mxnet_version = 10901;
+    mx_name_index_init(&(*out)->index, node_name, *out);
     return MX_OK;
 }
 
@@ -34,6 +37,7 @@ void mx_graph_free(mx_graph *g)
     for (int i = 0; i < g->n_nodes; i++) node_clear(&g->nodes[i]);
     free(g->nodes);
     free(g->heads);
+    mx_name_index_free(&g->index);
     free(g);
 }
 
@@ -71,6 +75,7 @@ mx_status mx_graph_clone(const mx_graph *g, mx_graph **out)
         }
         if (set_attrs(dst, src->attrs, src->n_attrs) != MX_OK) goto nomem;
     }
+    if (mx_name_index_reserve(&c->index, (uint32_t)c->n_nodes, (uint32_t)c->n_nodes) != MX_OK) goto nomem;
     return MX_OK;
 nomem:
     mx_graph_free(c);
@@ -83,14 +88,13 @@ const mx_node *mx_graph_node(const mx_graph *g, uint32_t id) { return id < (uint
 
 uint32_t mx_graph_find(const mx_graph *g, const char *name)
 {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (!strcmp(g->nodes[i].name, name)) return (uint32_t)i;
-    return MX_NO_NODE;
+    return mx_name_index_find(&g->index, name); /* MX_NAME_NONE is MX_NO_NODE */
 }
 
 /* A new zeroed node at the end; its pointer is valid until the next add. */
 static mx_status push_node(mx_graph *g, const char *name, mx_node **out)
 {
+    MX_TRY(mx_name_index_reserve(&g->index, (uint32_t)g->n_nodes + 1, (uint32_t)g->n_nodes));
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
         mx_node *grown = mx_realloc(g->nodes, (size_t)cap * sizeof(*grown));
@@ -104,6 +108,7 @@ static mx_status push_node(mx_graph *g, const char *name, mx_node **out)
     if (!n->name) return MX_ERR_NOMEM;
     n->forward_node = MX_NO_NODE;
     g->n_nodes++;
+    mx_name_index_put(&g->index, (uint32_t)(g->n_nodes - 1));
     *out = n;
     return MX_OK;
 }
@@ -111,6 +116,7 @@ static mx_status push_node(mx_graph *g, const char *name, mx_node **out)
 /* Drops the last node (after a failure while filling it). */
 static void pop_node(mx_graph *g)
 {
+    mx_name_index_drop(&g->index, (uint32_t)(g->n_nodes - 1));
     node_clear(&g->nodes[g->n_nodes - 1]);
     g->n_nodes--;
 }

@@ -1101,6 +1101,24 @@ static mx_status time_layers(trainer *t)
     return MX_OK;
 }
 
+/* The newest epoch whose checkpoint is complete: PREFIX-NNNN.params and
+ * PREFIX-NNNN.states (each is written to a temporary name and renamed, so
+ * one that exists is whole, but a stop between the two renames leaves the
+ * weights without the optimizer state). Newer incomplete ones are named
+ * and passed over; -1 when there is none. */
+static int newest_complete_checkpoint(trainer *t, const char *prefix)
+{
+    for (int e = mx_checkpoint_latest_epoch(prefix); e >= 0; e = mx_checkpoint_epoch_before(prefix, e)) {
+        char params[PATH_BUF], states[PATH_BUF];
+        mx_checkpoint_params_path(prefix, e, params, sizeof(params));
+        snprintf(states, sizeof(states), "%s-%04d.states", prefix, e);
+        if (access(states, F_OK) == 0) return e;
+        logf_(t, "skipped the incomplete checkpoint %s: %s is missing (the save of epoch %d was interrupted)", params,
+              states, e);
+    }
+    return -1;
+}
+
 /* Where training starts: a checkpoint (--resume, fit.load_epoch), else
  * fresh weights, fine-tuned from a file when asked. */
 static mx_status starting_point(trainer *t, int *begin)
@@ -1110,7 +1128,7 @@ static mx_status starting_point(trainer *t, int *begin)
     if (!t->opt->resume && fit->load_epoch < 0) return fit->finetune_from[0] ? finetune(t) : MX_OK;
     if (!has_prefix(t)) return MX_ERROR(MX_ERR_INVALID, "%s: resuming needs fit.model_prefix", t->cfg->path);
     const char *prefix = fit->model_prefix;
-    int latest = fit->load_epoch >= 0 ? (int)fit->load_epoch : mx_checkpoint_latest_epoch(prefix);
+    int latest = fit->load_epoch >= 0 ? (int)fit->load_epoch : newest_complete_checkpoint(t, prefix);
     bool found = false;
     int64_t e = 0, b = 0;
     if (t->opt->resume && fit->load_epoch < 0) MX_TRY(load_interrupted(t, latest, &found, &e, &b));
