@@ -6,8 +6,13 @@
  * run, bit for bit; the newest checkpoint without its .states is skipped
  * with a message naming it; a save that fails for lack of space (a file
  * size limit: EFBIG, as a full disk gives ENOSPC) is reported, leaves no
- * temporary file and the previous checkpoint intact.
+ * temporary file and the previous checkpoint intact. And no silent data
+ * loss: an epoch whose .rec lost records to corruption ends with a summary
+ * line, and more loss than fit.max_skip_fraction is an error.
  */
+#include "image/image.h"
+#include "recordio/imrec.h"
+#include "recordio/recordio.h"
 #include "support/tooltest.h"
 
 #include <check.h>
@@ -227,6 +232,80 @@ START_TEST(full_disk_during_save_keeps_the_previous_checkpoint)
 }
 END_TEST
 
+/* 50 8x8 grey PNG records, labels k % 2; garbage inserted at an odd
+ * offset inside record 10 (one record of 50 lost: 2%). */
+static void write_damaged_rec(const char *path)
+{
+    enum { N = 50 };
+    mx_recordio_writer *w;
+    ck_assert_int_eq(mx_recordio_writer_open(path, &w), MX_OK);
+    uint64_t offs[N];
+    for (int k = 0; k < N; k++) {
+        mx_image im;
+        ck_assert_int_eq(mx_image_create(8, 8, 1, &im), MX_OK);
+        for (int i = 0; i < 64; i++) im.data[i] = (uint8_t)(k * 7 + i * 3);
+        uint8_t *png, *rec;
+        size_t png_size, rec_size;
+        ck_assert_int_eq(mx_image_encode_png(&im, 1, &png, &png_size), MX_OK);
+        mx_irheader h = {.label = (float)(k % 2), .id = (uint64_t)k};
+        ck_assert_int_eq(mx_imrec_pack(&h, NULL, png, png_size, &rec, &rec_size), MX_OK);
+        ck_assert_int_eq(mx_recordio_writer_write(w, rec, rec_size, &offs[k]), MX_OK);
+        mx_free(im.data);
+        mx_free(png);
+        mx_free(rec);
+    }
+    ck_assert_int_eq(mx_recordio_writer_close(w), MX_OK);
+    size_t n;
+    char *bytes = tool_slurp(path, &n);
+    size_t at = (size_t)offs[10] + 41;
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, at, f), at);
+    ck_assert_uint_eq(fwrite("\x01\x02\x03\x04\x05", 1, 5, f), 5);
+    ck_assert_uint_eq(fwrite(bytes + at, 1, n - at, f), n - at);
+    ck_assert_int_eq(fclose(f), 0);
+    free(bytes);
+}
+
+START_TEST(corrupt_records_are_summed_up_and_heavy_loss_fails)
+{
+    char dir[300], rec[400], conf[400];
+    snprintf(dir, sizeof(dir), "%s/rec", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(rec, sizeof(rec), "%s/d.rec", dir);
+    write_damaged_rec(rec);
+    snprintf(conf, sizeof(conf), "%s/small.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[net]\ninputs = data\n[layer fc1]\nop = FullyConnected\nnum_hidden = 2\n"
+               "[layer softmax]\nop = SoftmaxOutput\n"
+               "[train]\niter = imagerecord\npath_imgrec = %s\ndata_shape = 1,8,8\nbatch_size = 10\n"
+               "[fit]\nnum_epoch = 2\nctx = cpu\n",
+            rec);
+    fclose(f);
+    /* 2% lost, 5% allowed: two epochs, each with its summary. */
+    ck_assert_int_eq(finish(start(dir, "fit.max_skip_fraction=0.05", 0)), 0);
+    char *log = log_of(dir);
+    for (int e = 0; e < 2; e++) {
+        char want[200];
+        snprintf(want, sizeof(want), "Epoch[%d] [train] data skipped as corrupt: 1 of 50 records and 5 of ", e);
+        ck_assert_msg(strstr(log, want) != NULL, "%s\nwanted: %s", log, want);
+    }
+    ck_assert_msg(strstr(log, "(2.00% of the data; latest: ") != NULL, "%s", log);
+    free(log);
+    /* The default (1%) makes the same loss an error after the first epoch. */
+    ck_assert_int_eq(finish(start(dir, NULL, 0)), 1);
+    log = log_of(dir);
+    char want[600];
+    snprintf(want, sizeof(want),
+             "%s: [train] 2.00%% of the data was skipped as corrupt (1 of 50 records, 5 of ", conf);
+    ck_assert_msg(strstr(log, want) != NULL, "%s\nwanted: %s", log, want);
+    ck_assert_msg(strstr(log, "more than fit.max_skip_fraction = 0.01") != NULL, "%s", log);
+    ck_assert_msg(strstr(log, "Epoch[1]") == NULL, "%s", log);
+    free(log);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mxtrain_crash");
@@ -236,6 +315,7 @@ int main(void)
     tcase_add_test(tc, incomplete_newest_checkpoint_is_skipped);
     tcase_add_test(tc, sigkill_at_any_moment_then_resume_matches);
     tcase_add_test(tc, full_disk_during_save_keeps_the_previous_checkpoint);
+    tcase_add_test(tc, corrupt_records_are_summed_up_and_heavy_loss_fails);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -42,6 +42,8 @@ static const mx_param_desc fit_table[] = {
      "under mpirun: seconds a rank may be missing from a collective before the job ends (0: wait forever)"},
     {"work_load_list", MX_PARAM_STRING, "", NOR, NULL, F(work_load_list),
      "relative share of each context in a batch, e.g. 1, 1, 2 (\"\": equal)"},
+    {"max_skip_fraction", MX_PARAM_FLOAT, "0.01", 0, 1, NULL, F(max_skip_fraction),
+     "the most of the data (records or bytes) an iterator may skip as corrupt before training stops with an error"},
 };
 #undef F
 #undef NOR

@@ -13,7 +13,7 @@
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
  *   grad_accum [1], check_numerics [0], work_load_list [""],
- *   stall_timeout [60] (under mpirun).
+ *   stall_timeout [60] (under mpirun), max_skip_fraction [0.01].
  */
 #ifndef MX_TRAIN_SETTINGS_H
 #define MX_TRAIN_SETTINGS_H
@@ -42,6 +42,7 @@ typedef struct mx_fit_params {
     bool check_numerics;                    /* check every layer every batch */
     char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
     double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
+    double max_skip_fraction;               /* corrupt data an iterator may skip before it is an error */
 } mx_fit_params;
 
 /* The [fit] table (for --help output and the tests that walk every key). */

@@ -1083,6 +1083,32 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
     return MX_OK;
 }
 
+/* Data an iterator left out as corrupt (records, or stretches of a file
+ * between records): a summary line after every epoch that misses some,
+ * and an error once the share passes fit.max_skip_fraction, so heavy loss
+ * cannot pass as a finished run. */
+static mx_status check_skipped_data(trainer *t, mx_data_iter *it, const char *section, int epoch)
+{
+    mx_data_skip_stats s;
+    if (!it || !mx_data_iter_skip_stats(it, &s) || (!s.skipped_records && !s.skipped_bytes)) return MX_OK;
+    double by_records = s.records > 0 ? (double)s.skipped_records / (double)s.records : 0;
+    double by_bytes = s.bytes > 0 ? (double)s.skipped_bytes / (double)s.bytes : 0;
+    double share = by_records > by_bytes ? by_records : by_bytes;
+    logf_(t,
+          "Epoch[%d] [%s] data skipped as corrupt: %lld of %lld records and %llu of %llu bytes between records "
+          "(%.2f%% of the data; latest: %s)",
+          epoch, section, (long long)s.skipped_records, (long long)s.records, (unsigned long long)s.skipped_bytes,
+          (unsigned long long)s.bytes, 100 * share, s.why[0] ? s.why : "-");
+    if (share > t->s->fit.max_skip_fraction)
+        return MX_ERROR(MX_ERR_FORMAT,
+                        "%s: [%s] %.2f%% of the data was skipped as corrupt (%lld of %lld records, %llu of %llu "
+                        "bytes), more than fit.max_skip_fraction = %g: %s",
+                        t->cfg->path, section, 100 * share, (long long)s.skipped_records, (long long)s.records,
+                        (unsigned long long)s.skipped_bytes, (unsigned long long)s.bytes, t->s->fit.max_skip_fraction,
+                        s.why[0] ? s.why : "see the warnings above");
+    return MX_OK;
+}
+
 static mx_status time_layers(trainer *t)
 {
     mx_layer_time *lt;
@@ -1218,8 +1244,10 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
                 s = save_interrupted(t, epoch, stopped_at, result->checkpoint, sizeof(result->checkpoint));
             break;
         }
+        if (s == MX_OK) s = check_skipped_data(t, t->train_it, "train", epoch);
         if (s == MX_OK && opt->comm) s = check_weights_agree(t, epoch);
         if (s == MX_OK) s = run_validation(t, epoch);
+        if (s == MX_OK) s = check_skipped_data(t, t->val_it, "val", epoch);
         if (s == MX_OK && writes_files(t) && (epoch + 1) % fit->save_period == 0) {
             s = save_checkpoint(t, epoch + 1);
             if (s == MX_OK) saved = epoch + 1;
