@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <float.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1578,6 +1579,27 @@ END_TEST
 
 /* ---- .lst -------------------------------------------------------------- */
 
+/* Huge labels print with hundreds of digits ("%f" of 1e308 is 316
+ * characters) and read back exactly, as Python's float() does. */
+START_TEST(test_lst_huge_labels_round_trip)
+{
+    double labels[5] = {1e120, -1.5e200, 1e308, DBL_MAX, -DBL_MAX};
+    mx_lst_entry e = {.index = 1, .labels = labels, .num_labels = 5, .path = "x.jpg"};
+    char *s;
+    size_t n;
+    OK(mx_lst_format(&e, &s, &n));
+    ck_assert_uint_gt(n, 1000);
+    mx_lst_entry p = {0};
+    ck_assert_msg(mx_lst_parse_line(s, n - 1, "t.lst", 1, &p) == MX_OK, "%s", mx_last_error());
+    ck_assert_uint_eq(p.num_labels, 5);
+    for (int i = 0; i < 5; i++) ck_assert_double_eq(p.labels[i], labels[i]);
+    ck_assert_str_eq(p.path, "x.jpg");
+    mx_free(s);
+    mx_free(p.labels);
+    mx_free(p.path);
+}
+END_TEST
+
 START_TEST(test_lst_format_parse)
 {
     double one = 1.0, multi[3] = {0.0, 2.5, -1.25};
@@ -1829,6 +1851,7 @@ static Suite *recordio_suite(void)
     tcase_add_test(t, test_large_record);
     tcase_add_test(t, test_corrupt_magic_resync);
     tcase_add_test(t, test_inserted_garbage_any_offset);
+    tcase_add_test(t, test_lst_huge_labels_round_trip);
     tcase_add_test(t, test_corrupt_structure_cases);
     tcase_add_test(t, test_partition_nominal_values);
     tcase_add_test(t, test_partition_coverage);
