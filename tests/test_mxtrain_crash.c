@@ -8,7 +8,8 @@
  * size limit: EFBIG, as a full disk gives ENOSPC) is reported, leaves no
  * temporary file and the previous checkpoint intact. And no silent data
  * loss: an epoch whose .rec lost records to corruption ends with a summary
- * line, and more loss than fit.max_skip_fraction is an error.
+ * line, and more loss than fit.max_skip_fraction is an error. An
+ * allocation that fails says what it was for.
  */
 #include "image/image.h"
 #include "recordio/imrec.h"
@@ -73,6 +74,12 @@ static pid_t start(const char *dir, const char *extra, long fsize_limit)
         if (fd < 0) _exit(127);
         dup2(fd, 1);
         dup2(fd, 2);
+        /* A sanitizer build must return NULL for a huge allocation as
+         * malloc does, not abort. */
+        const char *asan = getenv("ASAN_OPTIONS");
+        char opts[1024];
+        snprintf(opts, sizeof(opts), "%s%sallocator_may_return_null=1", asan ? asan : "", asan && *asan ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
         if (fsize_limit > 0) {
             struct rlimit rl = {(rlim_t)fsize_limit, (rlim_t)fsize_limit};
             signal(SIGXFSZ, SIG_IGN);
@@ -306,6 +313,29 @@ START_TEST(corrupt_records_are_summed_up_and_heavy_loss_fails)
 }
 END_TEST
 
+START_TEST(failed_allocation_names_the_array)
+{
+    char dir[300], conf[400];
+    snprintf(dir, sizeof(dir), "%s/oom", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(conf, sizeof(conf), "%s/small.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    /* A 2^20 x 2^20 weight: 4 TiB, more than any machine here. */
+    fprintf(f, "[net]\ninputs = data\n[layer fc1]\nop = FullyConnected\nnum_hidden = 1048576\n"
+               "[layer softmax]\nop = SoftmaxOutput\n"
+               "[train]\niter = synthetic\ndata_shape = 1048576\nnum_classes = 2\nnum_samples = 2\nbatch_size = 1\n"
+               "[fit]\nnum_epoch = 1\nctx = cpu\n");
+    fclose(f);
+    ck_assert_int_eq(finish(start(dir, NULL, 0)), 1);
+    char *log = log_of(dir);
+    ck_assert_msg(strstr(log, "input 'fc1_weight': an array of shape (1048576,1048576) float32: out of host memory "
+                              "allocating 4398046511104 bytes") != NULL,
+                  "%s", log);
+    free(log);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mxtrain_crash");
@@ -316,6 +346,7 @@ int main(void)
     tcase_add_test(tc, sigkill_at_any_moment_then_resume_matches);
     tcase_add_test(tc, full_disk_during_save_keeps_the_previous_checkpoint);
     tcase_add_test(tc, corrupt_records_are_summed_up_and_heavy_loss_fails);
+    tcase_add_test(tc, failed_allocation_names_the_array);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
