@@ -8,6 +8,7 @@
  */
 #include "config/config.h"
 #include "executor/executor.h"
+#include "support/graphs.h"
 #include "support/tooltest.h"
 
 #include <check.h>
@@ -190,6 +191,88 @@ START_TEST(deep_chain_trains_and_draws)
 }
 END_TEST
 
+/* Names of any length: two layers whose 700-character names differ only
+ * at the end get their own weights, gradient nodes and head gradients (a
+ * fixed buffer cut them to one clashing name). */
+START_TEST(long_names_keep_their_variables)
+{
+    char a[701], b[701];
+    memset(a, 'n', 700);
+    a[700] = '\0';
+    memcpy(b, a, sizeof(a));
+    a[699] = 'a';
+    b[699] = 'b';
+    mx_graph *g;
+    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
+    uint32_t data;
+    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &data), MX_OK);
+    mx_entry in = test_entry(data);
+    uint32_t la = test_graph_op(g, "FullyConnected", a, "num_hidden=2", &in, 1);
+    in = test_entry(la);
+    uint32_t lb = test_graph_op(g, "FullyConnected", b, "num_hidden=2", &in, 1);
+    char name[800];
+    snprintf(name, sizeof(name), "%s_weight", b);
+    uint32_t wb = mx_graph_find(g, name);
+    ck_assert_uint_ne(wb, MX_NO_NODE);
+    ck_assert_str_eq(mx_graph_node(g, wb)->name, name);
+    ck_assert_uint_eq(mx_graph_node(g, lb)->inputs[1].node, wb);
+    snprintf(name, sizeof(name), "%s_weight", a);
+    uint32_t wa = mx_graph_find(g, name);
+    ck_assert_uint_ne(wa, MX_NO_NODE);
+    ck_assert_uint_ne(wa, wb);
+    mx_entry head = test_entry(lb);
+    ck_assert_int_eq(mx_graph_set_heads(g, &head, 1), MX_OK);
+    uint32_t wrt[2] = {wa, wb};
+    mx_entry grads[2];
+    ck_assert_msg(mx_graph_gradient(g, wrt, 2, grads) == MX_OK, "%s", mx_last_error());
+    snprintf(name, sizeof(name), "_backward_%s", a);
+    ck_assert_uint_ne(mx_graph_find(g, name), MX_NO_NODE);
+    snprintf(name, sizeof(name), "%s_output_head_grad", b);
+    ck_assert_uint_ne(mx_graph_find(g, name), MX_NO_NODE);
+    ck_assert_uint_ne(grads[0].node, grads[1].node);
+    mx_graph_free(g);
+}
+END_TEST
+
+/* The name index: the first node of a name wins, a dropped node (a failed
+ * add) leaves no trace, and look-ups survive the table's growth. */
+START_TEST(name_index_first_wins_and_drops)
+{
+    mx_graph *g;
+    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
+    char name[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof(name), "v%d", i);
+        ck_assert_int_eq(mx_graph_add_variable(g, name, NULL, 0, NULL), MX_OK);
+    }
+    ck_assert_int_eq(mx_graph_add_variable(g, "v17", NULL, 0, NULL), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "name 'v17' is already used"), "%s", mx_last_error());
+    /* An attribute given twice: the implicit weight is added, then
+     * dropped again with the failure, and leaves the index. */
+    mx_entry in = test_entry(0);
+    const char *k[] = {"num_hidden"}, *v[] = {"2"};
+    mx_attr twice[2] = {{"__lr_mult__", "1"}, {"__lr_mult__", "2"}};
+    ck_assert_int_eq(mx_graph_add_op(g, "FullyConnected", "fc", k, v, 1, &in, 1, twice, 2, NULL), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "given twice"), "%s", mx_last_error());
+    ck_assert_int_eq(mx_graph_num_nodes(g), 5000);
+    ck_assert_uint_eq(mx_graph_find(g, "fc"), MX_NO_NODE);
+    ck_assert_uint_eq(mx_graph_find(g, "fc_weight"), MX_NO_NODE);
+    ck_assert_int_eq(mx_graph_add_variable(g, "fc_weight", NULL, 0, NULL), MX_OK);
+    ck_assert_uint_eq(mx_graph_find(g, "fc_weight"), 5000);
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof(name), "v%d", i);
+        ck_assert_uint_eq(mx_graph_find(g, name), (uint32_t)i);
+    }
+    mx_graph *c;
+    ck_assert_int_eq(mx_graph_clone(g, &c), MX_OK);
+    ck_assert_uint_eq(mx_graph_find(c, "v4321"), 4321);
+    ck_assert_uint_eq(mx_graph_find(c, "v5000"), MX_NO_NODE);
+    ck_assert_uint_eq(mx_graph_find(c, "fc_weight"), 5000);
+    mx_graph_free(c);
+    mx_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("graph_scale");
@@ -198,6 +281,8 @@ static Suite *suite(void)
     tcase_add_test(tc, deep_chain_compiles_plans_and_binds);
     tcase_add_test(tc, deep_chain_duplicate_layer_is_found);
     tcase_add_test(tc, deep_chain_trains_and_draws);
+    tcase_add_test(tc, long_names_keep_their_variables);
+    tcase_add_test(tc, name_index_first_wins_and_drops);
     suite_add_tcase(s, tc);
     return s;
 }
