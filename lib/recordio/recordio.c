@@ -561,10 +561,13 @@ mx_status mx_recordio_reader_resync(mx_recordio_reader *r, mx_recordio_skip *ski
     uint64_t limit = r->range_end;
     if (r->size_known && r->size < limit) limit = r->size;
     uint64_t head = 0;
-    /* From the byte after the bad record's start, not resync_from: garbage
-     * of fewer than 4 bytes puts the next head inside the word that failed.
-     * A file (size known) can be read ahead to check each candidate. */
-    uint64_t from = r->skip_begin + 1 < r->resync_from ? r->skip_begin + 1 : r->resync_from;
+    /* In a file (size known: it can be read back and ahead), from the byte
+     * after the bad record's start, not resync_from: garbage of fewer than
+     * 4 bytes puts the next head inside the word that failed; and each
+     * candidate is checked to chain. A stream that cannot seek goes on
+     * from resync_from, byte by byte. */
+    uint64_t from = r->resync_from;
+    if (r->size_known && r->skip_begin + 1 < from) from = r->skip_begin + 1;
     /* Garbage that happens to frame a record (a magic word, a small
      * length) is delivered as one and swallows the real heads after it;
      * when the error comes right after the last record, look again from
