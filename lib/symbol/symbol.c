@@ -71,7 +71,7 @@ mx_status mx_graph_clone(const mx_graph *g, mx_graph **out)
     c->heads = mx_malloc(sizeof(mx_entry) * (size_t)(g->n_heads ? g->n_heads : 1));
     if (!c->nodes || !c->heads) goto nomem;
     c->cap_nodes = g->n_nodes ? g->n_nodes : 1;
-    memcpy(c->heads, g->heads, sizeof(mx_entry) * (size_t)g->n_heads);
+    if (g->n_heads) memcpy(c->heads, g->heads, sizeof(mx_entry) * (size_t)g->n_heads); /* a graph without heads has none */
     c->n_heads = g->n_heads;
     for (int i = 0; i < g->n_nodes; i++) {
         const mx_node *src = &g->nodes[i];
