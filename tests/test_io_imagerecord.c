@@ -1427,7 +1427,9 @@ static bool has_line(const char *log, const char *line)
 }
 
 /* mxtrain training from .rec files with corrupt records: every skip
- * warning of both iterators is a line on stderr, and training completes. */
+ * warning of both iterators is a line on stderr, each iterator's epoch
+ * ends with a summary of what it skipped, and training completes (3 of 12
+ * records lost: within the fit.max_skip_fraction this config allows). */
 START_TEST(test_mxtrain_shows_skip_warnings)
 {
     test_img imgs[12];
@@ -1446,7 +1448,8 @@ START_TEST(test_mxtrain_shows_skip_warnings)
              "[val]\niter = imagerecord\npath_imgrec = %s\ndata_shape = 1,12,16\nbatch_size = 3\n"
              "round_batch = 0\nscale = 0.00390625\n\n"
              "[optimizer]\ntype = sgd\nlr = 0.1\n\n"
-             "[fit]\nnum_epoch = 1\nctx = cpu\nmodel_prefix =\nmetric = acc\ndisp_batches = 1\n",
+             "[fit]\nnum_epoch = 1\nctx = cpu\nmodel_prefix =\nmetric = acc\ndisp_batches = 1\n"
+             "max_skip_fraction = 0.3\n",
              T("train.rec"), T("val.rec"));
     spit(T("tiny.conf"), conf, strlen(conf));
     char cmd[2048];
@@ -1475,6 +1478,11 @@ START_TEST(test_mxtrain_shows_skip_warnings)
     }
     ck_assert_msg(strstr(err, "Epoch[0] Validation-accuracy="), "%s", err);
     ck_assert_msg(strstr(err, "Epoch[0] Time cost="), "%s", err);
+    for (int f = 0; f < 2; f++) {
+        char want[200];
+        snprintf(want, sizeof(want), "Epoch[0] [%s] data skipped as corrupt: 3 of 12 records and 0 of ", f ? "val" : "train");
+        ck_assert_msg(strstr(err, want), "no '%s' in:\n%s", want, err);
+    }
     free(err);
 }
 END_TEST
