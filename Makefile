@@ -85,7 +85,7 @@ TEST_SUPPORT_OBJS := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 FLAGS_FILE := $(BUILD)/.flags
 FLAGS_NOW  := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) CUDA=$(CUDA) $(NVCCFLAGS)
 
-.PHONY: all deps test sanitize tsan interop train clean check-tests
+.PHONY: all deps test sanitize tsan interop train clean check-tests FORCE
 all: $(LIB) $(CMD_BINS)
 
 # Rebuild everything when the compiler flags change.

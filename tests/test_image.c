@@ -401,6 +401,24 @@ START_TEST(test_oversized_rejected_before_allocation)
     ck_assert_ptr_null(out.data);
     mx_free(png);
 
+    /* Within the pixel limit but far beyond what the file can hold: a
+     * header of 16000x16000 RGB (768 MB) in a file of a few hundred bytes
+     * is found truncated before any pixel memory is allocated. */
+    OK(mx_image_encode_png(&im, 6, &png, &np));
+    const uint8_t wide[8] = {0, 0, 0x3E, 0x80, 0, 0, 0x3E, 0x80}; /* 16000 x 16000 */
+    memcpy(png + 16, wide, 8);
+    crc = crc32_of(png + 12, 17);
+    png[29] = (uint8_t)(crc >> 24), png[30] = (uint8_t)(crc >> 16);
+    png[31] = (uint8_t)(crc >> 8), png[32] = (uint8_t)crc;
+    mx_image_decode_opts roomy = {.color = MX_IMAGE_COLOR, .max_pixels = 16000ull * 16000};
+    ck_assert_int_eq(mx_image_decode_ex(png, np, &roomy, &out), MX_ERR_FORMAT);
+    char want[200];
+    snprintf(want, sizeof(want), "its header declares 16000x16000 pixels (768000000 bytes of pixel data) but the file has "
+             "%zu bytes", np);
+    ck_assert_msg(strstr(mx_last_error(), want) != NULL, "%s", mx_last_error());
+    ck_assert_ptr_null(out.data);
+    mx_free(png);
+
     /* a caller limit below the real size */
     OK(mx_image_encode_png(&im, 6, &png, &np));
     mx_image_decode_opts o = {.color = MX_IMAGE_COLOR, .max_pixels = 255};

@@ -969,7 +969,8 @@ START_TEST(test_corrupt_and_truncated_files)
 
     static const int good_m[] = {0, 1, 3, 5, 6, 8, 10, 11}, good_t[] = {0, 1, 2, 3, 5, 6, 8, 10};
     for (int indexed = 0; indexed < 2; indexed++) {
-        /* bad magic: without .idx a skipped byte range, with .idx a skipped record */
+        /* bad magic: a skipped byte range; with the .idx, whose offset 2
+         * is no record head now, one line more: it is read by scanning */
         snprintf(path, sizeof(path), "path_imgrec=%s", T("m.rec"));
         const char *kv[] = {path, "data_shape=1,12,16", "batch_size=4", "round_batch=0", "preprocess_threads=2",
                             indexed ? idx : "shuffle=0", NULL};
@@ -981,22 +982,21 @@ START_TEST(test_corrupt_and_truncated_files)
         epoch_free(&e);
         mx_imagerecord_stats s;
         mx_imagerecord_get_stats(st, &s);
-        ck_assert_int_eq(log.n, 4);
+        ck_assert_int_eq(log.n, 4 + indexed);
         char want[160];
         if (indexed) {
-            snprintf(want, sizeof(want), "skipped the record at offset %llu: corrupt RecordIO data: bad magic 0x",
-                     (unsigned long long)off[2]);
-            ck_assert_int_eq(s.skipped_records, 4);
-            ck_assert_int_eq(s.records, 12);
-        } else {
-            snprintf(want, sizeof(want), "skipped bytes [%llu, %llu) (%llu bytes): corrupt RecordIO data: bad magic 0x",
-                     (unsigned long long)off[2], (unsigned long long)off[3], (unsigned long long)(off[3] - off[2]));
-            ck_assert_int_eq(s.skipped_ranges, 1);
-            ck_assert_uint_eq(s.skipped_bytes, off[3] - off[2]);
-            ck_assert_int_eq(s.skipped_records, 3);
-            ck_assert_int_eq(s.records, 11);
+            snprintf(want, sizeof(want), "does not match path_imgrec '%s': 1 of 12 offsets are not record heads (first: "
+                     "offset %llu: corrupt RecordIO data: bad magic 0x", T("m.rec"), (unsigned long long)off[2]);
+            ck_assert_msg(strstr(log.lines[0], want), "%s\nwanted: %s", log.lines[0], want);
+            ck_assert_msg(strstr(log.lines[0], "reading the .rec by scanning instead"), "%s", log.lines[0]);
         }
-        ck_assert_msg(strstr(log.lines[0], want), "%s\nwanted: %s", log.lines[0], want);
+        snprintf(want, sizeof(want), "skipped bytes [%llu, %llu) (%llu bytes): corrupt RecordIO data: bad magic 0x",
+                 (unsigned long long)off[2], (unsigned long long)off[3], (unsigned long long)(off[3] - off[2]));
+        ck_assert_int_eq(s.skipped_ranges, 1);
+        ck_assert_uint_eq(s.skipped_bytes, off[3] - off[2]);
+        ck_assert_int_eq(s.skipped_records, 3);
+        ck_assert_int_eq(s.records, 11);
+        ck_assert_msg(strstr(log.lines[indexed], want), "%s\nwanted: %s", log.lines[indexed], want);
         mx_iter_imagerecord.free(st);
 
         /* verbose = 0: the same skips, counted but not sent to the log */
@@ -1024,9 +1024,9 @@ START_TEST(test_corrupt_and_truncated_files)
         e = run_epoch(st);
         expect_ids(&e, good_t, 8, imgs);
         epoch_free(&e);
-        ck_assert_int_eq(log.n, 4);
+        ck_assert_int_eq(log.n, 4 + indexed);
         snprintf(want, sizeof(want), "RecordIO data truncated: the part at offset %llu claims", (unsigned long long)off[11]);
-        ck_assert_msg(strstr(log.lines[indexed ? 3 : 0], want), "%s", log.lines[indexed ? 3 : 0]);
+        ck_assert_msg(strstr(log.lines[indexed], want), "%s", log.lines[indexed]);
         mx_iter_imagerecord.free(st);
     }
 
@@ -1048,6 +1048,66 @@ START_TEST(test_corrupt_and_truncated_files)
     ck_assert_msg(strstr(mx_last_error(), "data_shape asks for 4"), "%s", mx_last_error());
     mx_iter_imagerecord.free(st);
 
+    free(bad);
+    free(bytes);
+    for (int k = 0; k < 12; k++) free(imgs[k].data);
+    mx_runtime_free(rt);
+}
+END_TEST
+
+/* Garbage inserted at an unaligned offset inside record 6 shifts every
+ * later record off the 4-byte grid: the scan still finds each of them, and
+ * the .idx (whose later offsets now miss) is detected: one part reads by
+ * scanning, two parts are refused. */
+START_TEST(test_unaligned_garbage_and_stale_idx)
+{
+    test_img imgs[12];
+    uint64_t off[12];
+    write_damaged_set(T("g.rec"), T("g.idx"), imgs, off);
+    size_t n;
+    uint8_t *bytes = slurp(T("g.rec"), &n);
+    size_t ins = (size_t)off[6] + 13, glen = 7; /* not a multiple of 4 */
+    uint8_t *bad = malloc(n + glen);
+    memcpy(bad, bytes, ins);
+    memset(bad + ins, 0xA5, glen);
+    memcpy(bad + ins + glen, bytes + ins, n - ins);
+    spit(T("gb.rec"), bad, n + glen);
+    mx_runtime *rt = rt_new();
+    char path[600], idx[600];
+    snprintf(path, sizeof(path), "path_imgrec=%s", T("gb.rec"));
+    snprintf(idx, sizeof(idx), "path_imgidx=%s", T("g.idx"));
+    /* The damaged set's own bad records (4, 7, 9) and now 6 are left out. */
+    static const int good[] = {0, 1, 2, 3, 5, 8, 10, 11};
+    for (int indexed = 0; indexed < 2; indexed++) {
+        const char *kv[] = {path, "data_shape=1,12,16", "batch_size=4", "round_batch=0", indexed ? idx : "shuffle=0",
+                            NULL};
+        void *st = ir_must(rt, kv);
+        log_lines log = {0};
+        mx_imagerecord_set_log(st, collect, &log);
+        epoch e = run_epoch(st);
+        expect_ids(&e, good, 8, imgs);
+        epoch_free(&e);
+        mx_imagerecord_stats s;
+        mx_imagerecord_get_stats(st, &s);
+        ck_assert_int_eq(s.skipped_ranges, 1);
+        ck_assert_uint_eq(s.skipped_bytes, glen); /* record 6 keeps its framing, fails to decode */
+        ck_assert_uint_eq(s.bytes, n + glen);
+        if (indexed) ck_assert_msg(strstr(log.lines[0], "offsets are not record heads"), "%s", log.lines[0]);
+        mx_data_skip_stats ds;
+        mx_iter_imagerecord.skip_stats(st, &ds);
+        ck_assert_int_eq(ds.skipped_records, s.skipped_records);
+        ck_assert_uint_eq(ds.skipped_bytes, s.skipped_bytes);
+        ck_assert_uint_eq(ds.bytes, n + glen);
+        mx_iter_imagerecord.free(st);
+    }
+    const char *two[] = {path, "data_shape=1,12,16", "batch_size=2", idx, "num_parts=2", "part_index=1", NULL};
+    void *st;
+    ck_assert_int_eq(ir_open(rt, two, &st), MX_ERR_FORMAT);
+    char want[800];
+    snprintf(want, sizeof(want), "path_imgidx '%s' does not match path_imgrec '%s': 5 of 6 offsets in this part are not "
+             "record heads (first: offset %llu", T("g.idx"), T("gb.rec"), (unsigned long long)off[7]);
+    ck_assert_msg(strstr(mx_last_error(), want), "%s\nwanted: %s", mx_last_error(), want);
+    ck_assert_msg(strstr(mx_last_error(), "set path_imgidx = \"\" to read the .rec by scanning"), "%s", mx_last_error());
     free(bad);
     free(bytes);
     for (int k = 0; k < 12; k++) free(imgs[k].data);
@@ -1367,7 +1427,9 @@ static bool has_line(const char *log, const char *line)
 }
 
 /* mxtrain training from .rec files with corrupt records: every skip
- * warning of both iterators is a line on stderr, and training completes. */
+ * warning of both iterators is a line on stderr, each iterator's epoch
+ * ends with a summary of what it skipped, and training completes (3 of 12
+ * records lost: within the fit.max_skip_fraction this config allows). */
 START_TEST(test_mxtrain_shows_skip_warnings)
 {
     test_img imgs[12];
@@ -1386,7 +1448,8 @@ START_TEST(test_mxtrain_shows_skip_warnings)
              "[val]\niter = imagerecord\npath_imgrec = %s\ndata_shape = 1,12,16\nbatch_size = 3\n"
              "round_batch = 0\nscale = 0.00390625\n\n"
              "[optimizer]\ntype = sgd\nlr = 0.1\n\n"
-             "[fit]\nnum_epoch = 1\nctx = cpu\nmodel_prefix =\nmetric = acc\ndisp_batches = 1\n",
+             "[fit]\nnum_epoch = 1\nctx = cpu\nmodel_prefix =\nmetric = acc\ndisp_batches = 1\n"
+             "max_skip_fraction = 0.3\n",
              T("train.rec"), T("val.rec"));
     spit(T("tiny.conf"), conf, strlen(conf));
     char cmd[2048];
@@ -1415,6 +1478,11 @@ START_TEST(test_mxtrain_shows_skip_warnings)
     }
     ck_assert_msg(strstr(err, "Epoch[0] Validation-accuracy="), "%s", err);
     ck_assert_msg(strstr(err, "Epoch[0] Time cost="), "%s", err);
+    for (int f = 0; f < 2; f++) {
+        char want[200];
+        snprintf(want, sizeof(want), "Epoch[0] [%s] data skipped as corrupt: 3 of 12 records and 0 of ", f ? "val" : "train");
+        ck_assert_msg(strstr(err, want), "no '%s' in:\n%s", want, err);
+    }
     free(err);
 }
 END_TEST
@@ -1838,6 +1906,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_round_batch_pad);
     tcase_add_test(t, test_bad_records_skipped_and_reported);
     tcase_add_test(t, test_corrupt_and_truncated_files);
+    tcase_add_test(t, test_unaligned_garbage_and_stale_idx);
     tcase_add_test(t, test_multi_label_and_imglist);
     tcase_add_test(t, test_mean_img_computed_saved_and_loaded);
     tcase_add_test(t, test_parameter_and_file_errors);

@@ -11,6 +11,7 @@
 #include "io/prefetch.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,6 +491,38 @@ static void expect_fail(mx_runtime *rt, const char *img, const char *lab, mx_sta
     if (n2) ck_assert_msg(strstr(mx_last_error(), n2) != NULL, "message '%s' lacks '%s'", mx_last_error(), n2);
 }
 
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A label (or image) file whose header is bad closes every file opened so
+ * far: each gzip handle holds an fd and a 256 KiB buffer. */
+START_TEST(test_bad_header_closes_both_files)
+{
+    mx_runtime *rt = rt_new();
+    const char *img = tmp_path("i.gz"), *lab = tmp_path("l.gz"), *x = tmp_path("x"), *em = tmp_path("em");
+    write_set(img, lab, true, 20, 28, 28);
+    write_bytes(x, "hello, world, this is text", 26);
+    write_bytes(em, "", 0);
+    int before = open_fds();
+    for (int k = 0; k < 20; k++) {
+        expect_fail(rt, img, x, MX_ERR_FORMAT, x, "magic");   /* label header */
+        expect_fail(rt, img, em, MX_ERR_FORMAT, em, "empty"); /* label header */
+        expect_fail(rt, img, img, MX_ERR_FORMAT, img, "0x00000803");
+        expect_fail(rt, x, lab, MX_ERR_FORMAT, x, "magic");   /* image header */
+    }
+    ck_assert_int_eq(open_fds(), before);
+    mx_runtime_free(rt);
+    tmp_cleanup();
+}
+END_TEST
+
 START_TEST(test_truncated_and_corrupt_files)
 {
     mx_runtime *rt = rt_new();
@@ -946,6 +979,7 @@ static Suite *io_mnist_suite(void)
     tcase_add_test(t, test_partition_covers_once);
     tcase_add_test(t, test_shuffle_permutation_reproducible);
     tcase_add_test(t, test_truncated_and_corrupt_files);
+    tcase_add_test(t, test_bad_header_closes_both_files);
     tcase_add_test(t, test_shutdown_mid_epoch_and_reset);
     tcase_add_test(t, test_async_consumer_copies);
     tcase_add_test(t, test_prefetch_error_surfaces_at_next);

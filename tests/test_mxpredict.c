@@ -958,6 +958,19 @@ START_TEST(usage_and_model_errors)
     mx_image_free(&im);
     snprintf(args, sizeof(args), "--model %s %s", fixture, tpath("x.png"));
     expect(2, args, "give --data-shape C,H,W");
+    /* A broken idx file or a directory, with no shape: what is wrong with
+     * the input is said first. */
+    f = fopen(tpath("bad-idx3-ubyte"), "wb");
+    fwrite("\x00\x00\x08\x03\x00\x00\x00\x02", 1, 8, f);
+    fclose(f);
+    snprintf(args, sizeof(args), "--model %s %s", fixture, tpath("bad-idx3-ubyte"));
+    char want[1200];
+    snprintf(want, sizeof(want), "mxpredict: %s: truncated idx header (8 of 16 bytes); the model does not record its input shape either",
+             tpath("bad-idx3-ubyte"));
+    expect(1, args, want);
+    snprintf(args, sizeof(args), "--model %s %s", fixture, tmp);
+    snprintf(want, sizeof(want), "mxpredict: %s: is a directory (give its images, a .lst or a .rec); the model", tmp);
+    expect(1, args, want);
     /* An output that cannot be written. */
     snprintf(args, sizeof(args), "--model %s --output %s/no/such/dir.csv %s", fixture, tmp, in);
     expect(1, args, "cannot open for writing");

@@ -381,16 +381,27 @@ int main(int argc, char **argv)
     }
     if (!have_shape) have_shape = mx_predictor_shape_hint(pred, &shape);
     int32_t idx_rows = 0, idx_cols = 0;
+    char input_problem[1200] = ""; /* the first input that could not be looked at */
     for (int i = 0; i < o.n_inputs && !idx_rows && (!have_shape || shape.ndim == 1); i++) {
         /* An idx input gives the image size (and the shape, if nothing else does). */
         mx_predict_input_kind kind;
         uint32_t count;
-        if (mx_predict_input_detect(o.inputs[i], &kind) == MX_OK && kind == MX_PREDICT_INPUT_IDX &&
-            mx_predict_idx_geometry(o.inputs[i], &idx_rows, &idx_cols, &count) == MX_OK && !have_shape) {
+        mx_status ds = mx_predict_input_detect(o.inputs[i], &kind);
+        if (ds == MX_OK && kind == MX_PREDICT_INPUT_IDX) ds = mx_predict_idx_geometry(o.inputs[i], &idx_rows, &idx_cols, &count);
+        if (ds == MX_OK && idx_rows && !have_shape) {
             shape = MX_SHAPE(1, idx_rows, idx_cols);
             have_shape = true;
         }
+        if (ds != MX_OK && !input_problem[0]) snprintf(input_problem, sizeof(input_problem), "%s", mx_last_error());
         mx_error_clear();
+    }
+    if (!have_shape && input_problem[0]) {
+        /* What is wrong with the input comes first: it is what to fix. */
+        char msg[1400];
+        snprintf(msg, sizeof(msg), "%s; the model does not record its input shape either (give --data-shape C,H,W)",
+                 input_problem);
+        code = fail(1, msg);
+        goto done;
     }
     if (!have_shape) {
         code = fail(2, "the model does not record its input shape: give --data-shape C,H,W (or --config)");

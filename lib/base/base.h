@@ -136,4 +136,29 @@ int mx_edit_distance(const char *a, const char *b);
  * else NULL. */
 const char *mx_suggest(const char *word, const char *const *candidates, int n);
 
+/* A name -> id index over a table the caller owns (graph nodes, config
+ * sections), so that looking a name up is O(1) instead of a scan: open
+ * addressing with linear probing, under half full. The index stores ids
+ * only; name_of(ctx, id) gives an id's name (ctx must stay valid, the
+ * table behind it may move). The first id put under a name wins. */
+typedef const char *(*mx_name_of_fn)(const void *ctx, uint32_t id);
+typedef struct mx_name_index {
+    uint32_t *slots; /* UINT32_MAX: free */
+    uint32_t cap;    /* 0 or a power of two */
+    uint32_t count;
+    mx_name_of_fn name_of;
+    const void *ctx;
+} mx_name_index;
+#define MX_NAME_NONE UINT32_MAX
+void mx_name_index_init(mx_name_index *x, mx_name_of_fn name_of, const void *ctx);
+void mx_name_index_free(mx_name_index *x);
+/* Room for `n` ids in all (rehashing ids 0..n_existing-1 when it grows). */
+mx_status mx_name_index_reserve(mx_name_index *x, uint32_t n, uint32_t n_existing);
+/* Adds id (reserve first) unless its name is already there. */
+void mx_name_index_put(mx_name_index *x, uint32_t id);
+/* Removes id if it is the one indexed under its name. */
+void mx_name_index_drop(mx_name_index *x, uint32_t id);
+/* The id under `name`, or MX_NAME_NONE. */
+uint32_t mx_name_index_find(const mx_name_index *x, const char *name);
+
 #endif /* MX_BASE_H */

@@ -42,6 +42,8 @@ mx_status mx_checkpoint_load(mx_runtime *rt, const char *prefix, int epoch, mx_n
 
 /* The largest N with PREFIX-NNNN.params present, or -1 when none. */
 int mx_checkpoint_latest_epoch(const char *prefix);
+/* The largest N < below with PREFIX-NNNN.params present, or -1. */
+int mx_checkpoint_epoch_before(const char *prefix, int below);
 
 /* Creates PREFIX's directory if needed and checks a file can be written
  * there, so a bad model_prefix is reported before training starts. */

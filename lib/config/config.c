@@ -184,8 +184,16 @@ bool cfg_parse_tuple(const char *text, mx_tuple *out)
 
 /* ------------------------------------------------------------ document */
 
+static const char *section_title_of(const void *p, uint32_t i)
+{
+    return ((const mx_config_priv *)p)->sections[i].title;
+}
+
 static cfg_section *add_section(mx_config_priv *p, cfg_kind kind, const char *name, int line)
 {
+    if (!p->section_titles.name_of) mx_name_index_init(&p->section_titles, section_title_of, p);
+    if (mx_name_index_reserve(&p->section_titles, (uint32_t)p->n_sections + 1, (uint32_t)p->n_sections) != MX_OK)
+        return NULL;
     if (p->n_sections == p->cap_sections) {
         int cap = p->cap_sections ? 2 * p->cap_sections : 16;
         cfg_section *grown = mx_realloc(p->sections, (size_t)cap * sizeof(*grown));
@@ -208,6 +216,7 @@ static cfg_section *add_section(mx_config_priv *p, cfg_kind kind, const char *na
         return NULL;
     }
     p->n_sections++;
+    mx_name_index_put(&p->section_titles, (uint32_t)(p->n_sections - 1));
     return s;
 }
 
@@ -235,12 +244,13 @@ static cfg_entry *add_entry(cfg_section *s, const char *key, const char *value, 
 
 static cfg_section *find_section(mx_config_priv *p, cfg_kind kind, const char *name)
 {
-    for (int i = 0; i < p->n_sections; i++) {
-        cfg_section *s = &p->sections[i];
-        if (s->kind != kind) continue;
-        if (kind != CFG_LAYER || (s->name && name && !strcmp(s->name, name))) return s;
-    }
-    return NULL;
+    if (kind == CFG_LAYER && !name) return NULL;
+    /* By title, as add_section makes it ("layer NAME", "train"). */
+    char title[256];
+    if (kind == CFG_LAYER) snprintf(title, sizeof(title), "%s %s", kind_names[kind], name);
+    else snprintf(title, sizeof(title), "%s", kind_names[kind]);
+    uint32_t i = mx_name_index_find(&p->section_titles, title);
+    return i == MX_NAME_NONE || p->sections[i].kind != kind ? NULL : &p->sections[i];
 }
 
 static bool layer_name_char(int c)
@@ -593,6 +603,7 @@ static void free_priv(mx_config_priv *p)
     }
     for (int k = 0; k < CFG_KIND_COUNT; k++) mx_free(p->absent_where[k]);
     mx_free(p->sections);
+    mx_name_index_free(&p->section_titles);
     for (int i = 0; i < p->n_strings; i++) mx_free(p->strings[i]);
     mx_free(p->strings);
     mx_free(p->layers);

@@ -43,6 +43,7 @@ struct mx_config_priv {
     char *absent_where[CFG_KIND_COUNT]; /* "FILE: [fit]" for settings sections the file lacks */
     cfg_section *sections;
     int n_sections, cap_sections;
+    mx_name_index section_titles; /* over sections[] by title: one look-up per header */
     char **strings; /* owned strings (names) */
     int n_strings, cap_strings;
     mx_config_layer *layers;

@@ -84,13 +84,15 @@ typedef struct net_state {
     int *refs;       /* layer indices each layer reads, flattened */
     int *ref_start;  /* n_layers + 1 */
     int n_refs, cap_refs;
+    mx_name_index layer_names; /* over layers[]: inputs are looked up per layer */
 } net_state;
+
+static const char *layer_name_of(const void *st, uint32_t i) { return ((const net_state *)st)->layers[i]->name; }
 
 static int layer_index(const net_state *st, const char *name)
 {
-    for (int i = 0; i < st->n_layers; i++)
-        if (!strcmp(st->layers[i]->name, name)) return i;
-    return -1;
+    uint32_t i = mx_name_index_find(&st->layer_names, name);
+    return i == MX_NAME_NONE ? -1 : (int)i;
 }
 
 static int input_index(const net_state *st, const char *name)
@@ -742,6 +744,8 @@ mx_status cfg_compile_net(mx_config *cfg)
     }
     for (int i = 0; i < p->n_sections; i++)
         if (p->sections[i].kind == CFG_LAYER) st.layers[st.n_layers++] = &p->sections[i];
+    mx_name_index_init(&st.layer_names, layer_name_of, &st);
+    if ((rc = mx_name_index_reserve(&st.layer_names, (uint32_t)st.n_layers, (uint32_t)st.n_layers)) != MX_OK) goto done;
     if ((rc = compile_net_section(&st, net)) != MX_OK) goto done;
     if (!st.n_layers) {
         if (!p->n_sections) rc = cfg_error(p, 1, NULL, NULL, "empty config: no sections, no [layer NAME] sections");
@@ -760,6 +764,7 @@ mx_status cfg_compile_net(mx_config *cfg)
     cfg->n_layers = p->n_layers;
     rc = set_heads(&st, net);
 done:
+    mx_name_index_free(&st.layer_names);
     mx_free(st.layers);
     mx_free(st.ref_start);
     mx_free(st.refs);

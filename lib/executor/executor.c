@@ -359,12 +359,27 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         if (!ex->buffers || !ex->entry_arrays || !ex->entry_tensors || !ex->nodes || !ex->outputs || !ex->output_names)
             s = MX_ERR_NOMEM;
     }
-    for (int b = 0; b < ex->n_buffers && s == MX_OK; b++)
+    for (int b = 0; b < ex->n_buffers && s == MX_OK; b++) {
         s = mx_ndarray_create(rt, MX_SHAPE((int64_t)(ex->plan.buffer_bytes[b] / sizeof(float))), MX_FLOAT32, cfg->ctx,
                               &ex->buffers[b]);
-    if (s == MX_OK && ex->plan.workspace)
+        if (s != MX_OK) { /* name the first layer output the buffer holds */
+            const char *layer = "?";
+            for (int e = 0; e < n_entries && !strcmp(layer, "?"); e++)
+                if (ex->plan.storage[e] == b)
+                    for (int i = 0; i < eg->n_nodes; i++)
+                        if (eg->shapes.entry_offset[i] <= (uint32_t)e && (uint32_t)e < eg->shapes.entry_offset[i + 1]) {
+                            layer = mx_graph_node(eg->g, (uint32_t)i)->name;
+                            break;
+                        }
+            mx_error_prefix(s, "binding: internal buffer %d of %d (first for the output of '%s')", b + 1,
+                            ex->n_buffers, layer);
+        }
+    }
+    if (s == MX_OK && ex->plan.workspace) {
         s = mx_ndarray_create(rt, MX_SHAPE((int64_t)((ex->plan.workspace + 3) / 4)), MX_FLOAT32, cfg->ctx,
                               &ex->workspace);
+        if (s != MX_OK) mx_error_prefix(s, "binding: the operators' shared workspace");
+    }
     /* Heads first, so an entry that is an output gets the output array. */
     for (int h = 0; h < ex->n_outputs && s == MX_OK; h++) {
         char name[512];
@@ -372,8 +387,10 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         ex->output_names[h] = mx_strdup(name);
         uint32_t e = exec_entry_id(eg, mx_graph_head(eg->g, h));
         if (!ex->output_names[h]) s = MX_ERR_NOMEM;
-        else if (eg->kind[e] == ENTRY_OUTPUT && !ex->entry_arrays[e])
+        else if (eg->kind[e] == ENTRY_OUTPUT && !ex->entry_arrays[e]) {
             s = mx_ndarray_create(rt, eg->shapes.shapes[e], MX_FLOAT32, cfg->ctx, &ex->entry_arrays[e]);
+            if (s != MX_OK) mx_error_prefix(s, "binding: output '%s'", name);
+        }
     }
     for (int e = 0; e < n_entries && s == MX_OK; e++) {
         int32_t k = eg->arg_index[e];

@@ -278,10 +278,95 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
 
 /* ---------------------------------------------------------------- planner */
 
-typedef struct free_block {
-    int id;
+/* Free buffers by (colour, size): classes sorted by that key, each a stack
+ * of buffer ids, so that the best fit is a binary search instead of a scan
+ * of every free buffer (quadratic in a deep net). Only non-empty classes
+ * are kept; a net has few distinct sizes. */
+typedef struct size_class {
     int color;
-} free_block;
+    size_t bytes;
+    int *ids;
+    int n, cap;
+} size_class;
+
+typedef struct free_pool {
+    size_class *c;
+    int n, cap;
+} free_pool;
+
+static int class_cmp(const size_class *c, int color, size_t bytes)
+{
+    if (c->color != color) return c->color < color ? -1 : 1;
+    return c->bytes < bytes ? -1 : c->bytes > bytes;
+}
+
+/* The first class not below (color, bytes). */
+static int pool_lower_bound(const free_pool *p, int color, size_t bytes)
+{
+    int lo = 0, hi = p->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (class_cmp(&p->c[mid], color, bytes) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static mx_status pool_put(free_pool *p, int color, size_t bytes, int id)
+{
+    int k = pool_lower_bound(p, color, bytes);
+    if (k == p->n || class_cmp(&p->c[k], color, bytes) != 0) {
+        if (p->n == p->cap) {
+            int cap = p->cap ? 2 * p->cap : 16;
+            size_class *grown = mx_realloc(p->c, (size_t)cap * sizeof(*grown));
+            if (!grown) return MX_ERR_NOMEM;
+            p->c = grown;
+            p->cap = cap;
+        }
+        memmove(&p->c[k + 1], &p->c[k], (size_t)(p->n - k) * sizeof(*p->c));
+        p->c[k] = (size_class){.color = color, .bytes = bytes};
+        p->n++;
+    }
+    size_class *c = &p->c[k];
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 4;
+        int *grown = mx_realloc(c->ids, (size_t)cap * sizeof(int));
+        if (!grown) return MX_ERR_NOMEM;
+        c->ids = grown;
+        c->cap = cap;
+    }
+    c->ids[c->n++] = id;
+    return MX_OK;
+}
+
+/* Takes a buffer of class k (dropping the class when it empties). */
+static int pool_take(free_pool *p, int k)
+{
+    size_class *c = &p->c[k];
+    int id = c->ids[--c->n];
+    if (c->n == 0) {
+        free(c->ids);
+        memmove(&p->c[k], &p->c[k + 1], (size_t)(p->n - k - 1) * sizeof(*p->c));
+        p->n--;
+    }
+    return id;
+}
+
+/* The class to reuse for `bytes`: the smallest that fits, else the largest
+ * that does not, both within MATCH_RANGE; -1 when none. */
+static int pool_best(const free_pool *p, int color, size_t bytes)
+{
+    int k = pool_lower_bound(p, color, bytes);
+    if (k < p->n && p->c[k].color == color && p->c[k].bytes <= bytes * MATCH_RANGE) return k;
+    if (k > 0 && p->c[k - 1].color == color && p->c[k - 1].bytes * MATCH_RANGE >= bytes) return k - 1;
+    return -1;
+}
+
+static void pool_free(free_pool *p)
+{
+    for (int k = 0; k < p->n; k++) free(p->c[k].ids);
+    free(p->c);
+}
 
 void memory_plan_free(memory_plan *p)
 {
@@ -329,16 +414,15 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     int *refs = mx_calloc((size_t)n_entries + 1, sizeof(int));
     int *users = mx_calloc((size_t)n_entries + 1, sizeof(int));  /* live entries per buffer */
     int *buffer_color = mx_malloc(sizeof(int) * ((size_t)n_entries + 1));
-    free_block *pool = mx_malloc(sizeof(free_block) * ((size_t)n_entries + 1));
-    int n_free = 0;
-    if (!p->storage || !p->inplace || !p->buffer_bytes || !refs || !users || !buffer_color || !pool) {
+    free_pool pool = {0};
+    if (!p->storage || !p->inplace || !p->buffer_bytes || !refs || !users || !buffer_color) {
         free(refs);
         free(users);
         free(buffer_color);
-        free(pool);
         memory_plan_free(p);
         return MX_ERR_NOMEM;
     }
+    mx_status st = MX_OK;
     for (int e = 0; e < n_entries; e++) p->storage[e] = -1;
     mx_entry reads[3 * MX_OP_MAX_IO];
     for (int i = 0; i < eg->n_nodes; i++) {
@@ -374,22 +458,9 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
             }
             if (sid < 0 && enable_coshare) {
                 /* Best fit among free buffers of this colour. */
-                int best = -1;
-                for (int f = 0; f < n_free; f++) {
-                    if (pool[f].color != eg->color[i]) continue;
-                    size_t have = p->buffer_bytes[pool[f].id];
-                    if (have > bytes * MATCH_RANGE || have * MATCH_RANGE < bytes) continue;
-                    if (best < 0) best = f;
-                    else {
-                        size_t b = p->buffer_bytes[pool[best].id];
-                        /* Prefer the smallest that fits, else the largest that doesn't. */
-                        bool fits = have >= bytes, best_fits = b >= bytes;
-                        if ((fits && (!best_fits || have < b)) || (!fits && !best_fits && have > b)) best = f;
-                    }
-                }
+                int best = pool_best(&pool, eg->color[i], bytes);
                 if (best >= 0) {
-                    sid = pool[best].id;
-                    pool[best] = pool[--n_free];
+                    sid = pool_take(&pool, best);
                     if (p->buffer_bytes[sid] < bytes) p->buffer_bytes[sid] = bytes;
                 }
             }
@@ -412,14 +483,16 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
                 if (eg->kind[e] != ENTRY_INTERNAL || p->storage[e] < 0 || refs[e] != 0) continue;
                 int sid = p->storage[e];
                 if (output_pass && users[sid] == 0) continue;
-                if (--users[sid] == 0) pool[n_free++] = (free_block){sid, buffer_color[sid]};
+                if (--users[sid] == 0 && st == MX_OK) st = pool_put(&pool, buffer_color[sid], p->buffer_bytes[sid], sid);
                 refs[e] = -1; /* released once */
             }
         }
+        if (st != MX_OK) break;
     }
     free(refs);
     free(users);
     free(buffer_color);
-    free(pool);
-    return MX_OK;
+    pool_free(&pool);
+    if (st != MX_OK) memory_plan_free(p);
+    return st;
 }

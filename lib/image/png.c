@@ -138,6 +138,17 @@ mx_status mx_image_png_decode(const uint8_t *data, size_t size, const mx_image_d
         return MX_ERROR(MX_ERR_UNSUPPORTED, "PNG of %lux%lu pixels exceeds the limit of %llu pixels",
                         (unsigned long)w, (unsigned long)h, (unsigned long long)opts->max_pixels);
     }
+    /* Deflate expands at most 1032:1, so a file too small to hold its
+     * pixel data (a 74-byte "PNG" declaring 16000x16000) is truncated:
+     * say so before allocating hundreds of MiB for pixels that never come. */
+    uint64_t raw = (uint64_t)h * (((uint64_t)w * (uint64_t)depth * png_get_channels(png, info) + 7) / 8);
+    if (raw / 1032 > size) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return MX_ERROR(MX_ERR_FORMAT,
+                        "corrupt or truncated PNG: its header declares %lux%lu pixels (%llu bytes of pixel data) but "
+                        "the file has %zu bytes, too few to hold them compressed",
+                        (unsigned long)w, (unsigned long)h, (unsigned long long)raw, size);
+    }
     int channels = opts->color == MX_IMAGE_GRAY    ? 1
                    : opts->color == MX_IMAGE_COLOR ? 3
                                                    : unchanged_channels(ct, trns);

@@ -302,3 +302,11 @@ void mx_data_iter_set_log(mx_data_iter *it, mx_io_log_fn fn, void *user)
 {
     if (it && it->kind->set_log) it->kind->set_log(it->state, fn, user);
 }
+
+bool mx_data_iter_skip_stats(mx_data_iter *it, mx_data_skip_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!it || !it->kind->skip_stats) return false;
+    it->kind->skip_stats(it->state, out);
+    return true;
+}

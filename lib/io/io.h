@@ -39,6 +39,16 @@ typedef struct mx_data_image_norm {
     const char *mean_img; /* a mean image file ("" none), borrowed from the parameters */
 } mx_data_image_norm;
 
+/* What an iterator left out of its data so far (corrupt stretches and
+ * records): the same records are left out of every epoch. */
+typedef struct mx_data_skip_stats {
+    int64_t records;          /* records it knows of (in its part) */
+    int64_t skipped_records;  /* of those, left out */
+    uint64_t bytes;           /* bytes of its part */
+    uint64_t skipped_bytes;   /* corrupt stretches between records, left out */
+    char why[1024];           /* the latest reason, "" if none */
+} mx_data_skip_stats;
+
 /* One kind of iterator: adding one is a file and a line in io.c. */
 typedef struct mx_data_iter_kind {
     const char *name;                  /* "mnist", "csv", "imagerecord" */
@@ -59,6 +69,8 @@ typedef struct mx_data_iter_kind {
     /* Optional: sets (fn = NULL clears) where the kind's warnings go (a
      * skipped corrupt record, say). NULL for kinds that never warn. */
     void (*set_log)(void *state, mx_io_log_fn fn, void *user);
+    /* Optional: what it skipped so far (NULL for kinds that never skip). */
+    void (*skip_stats)(void *state, mx_data_skip_stats *out);
     /* Checks across parameters that need no file (part_index < num_parts,
      * a data_shape's channels, parameters this build lacks), run before
      * create; problems are reported through mx_params_blame(in, ...) so a
@@ -128,5 +140,8 @@ int64_t mx_data_iter_num_batches(const mx_data_iter *it);
  * before the call). Lines already queued (found at creation) arrive at the
  * next next()/reset(). A no-op for kinds without warnings. */
 void mx_data_iter_set_log(mx_data_iter *it, mx_io_log_fn fn, void *user);
+/* What the iterator skipped so far; false (and *out zeroed) for kinds that
+ * never skip data. */
+bool mx_data_iter_skip_stats(mx_data_iter *it, mx_data_skip_stats *out);
 
 #endif /* MX_IO_H */

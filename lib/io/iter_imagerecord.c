@@ -366,6 +366,17 @@ void mx_imagerecord_get_stats(void *state, mx_imagerecord_stats *out)
     pthread_mutex_unlock(&st->log_mu);
 }
 
+static void ir_skip_stats(void *state, mx_data_skip_stats *out)
+{
+    mx_imagerecord_stats s;
+    mx_imagerecord_get_stats(state, &s);
+    out->records = s.records;
+    out->skipped_records = s.skipped_records;
+    out->bytes = s.bytes;
+    out->skipped_bytes = s.skipped_bytes;
+    snprintf(out->why, sizeof(out->why), "%s", s.last_warning);
+}
+
 /* ---------------------------------------------------------------- RecordIO on the mapping */
 
 static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
@@ -453,6 +464,23 @@ static uint64_t find_head(const uint8_t *map, uint64_t size, uint64_t p)
         } else {
             p += 4;
         }
+    }
+    return size;
+}
+
+/* After corruption: the first offset at or after p, at any byte (inserted
+ * garbage shifts records off the 4-byte grid), where a record starts that
+ * walk_record accepts and that ends at the end of the data or at another
+ * magic word (a magic word alone is weak evidence: the writer escapes it
+ * only at aligned payload offsets); size if none. */
+static uint64_t resync_head(const uint8_t *map, uint64_t size, uint64_t p)
+{
+    for (; p < size && size - p >= 8; p++) {
+        if (map[p] != 0x0A || rd32(map + p) != MX_RECORDIO_MAGIC || mx_recordio_cflag(rd32(map + p + 4)) > 1)
+            continue;
+        walk w;
+        if (!walk_record(map, size, p, &w)) continue;
+        if (w.end == size || (size - w.end >= 4 && rd32(map + w.end) == MX_RECORDIO_MAGIC)) return p;
     }
     return size;
 }
@@ -792,6 +820,7 @@ static mx_status scan_part(ir_state *st)
     if (begin == end) return MX_OK;
     if (end != st->size) end = find_head(st->map, st->size, end);
     if (begin != 0) begin = find_head(st->map, st->size, begin);
+    st->stats.bytes = end - begin;
     int64_t cap = 0;
     uint64_t pos = begin;
     while (pos < end) {
@@ -801,7 +830,19 @@ static mx_status scan_part(ir_state *st)
             pos = w.end;
             continue;
         }
-        uint64_t head = find_head(st->map, st->size, w.resync_from);
+        uint64_t head = resync_head(st->map, st->size, pos + 1);
+        /* Garbage that frames a record (a magic word, a small length) would
+         * swallow the real heads after it: when the error comes right after
+         * the last record and a head lies inside that record, it was no
+         * record. */
+        if (st->n > 0 && st->off[st->n - 1] + st->ext[st->n - 1] == pos) {
+            uint64_t inner = resync_head(st->map, st->size, st->off[st->n - 1] + 1);
+            if (inner < pos) {
+                st->n--;
+                pos = st->off[st->n];
+                head = inner;
+            }
+        }
         uint64_t stop = head < end ? head : end;
         st->stats.skipped_ranges++;
         st->stats.skipped_bytes += stop - pos;
@@ -833,13 +874,50 @@ static mx_status index_part(ir_state *st)
         st->ext = mx_malloc(count * sizeof(uint64_t));
         if (!st->off || !st->ext) s = MX_ERR_NOMEM;
     }
+    /* An .idx that no longer matches its .rec (rewritten, garbage inserted,
+     * the index of another file) would make every misplaced offset a
+     * skipped record: check each offset holds a record head whose record
+     * ends by the next offset. When any does not, one part reads the .rec
+     * by scanning instead (every intact record, corrupt stretches skipped
+     * and counted); with several parts that would change which records
+     * each part holds, so the pair is refused. */
+    size_t bad = 0;
+    char first_bad[600] = "";
     for (size_t i = 0; s == MX_OK && i < count; i++) {
         uint64_t o = offs[first + i];
         uint64_t next = first + i + 1 < total ? offs[first + i + 1] : st->size;
         if (next > st->size) next = st->size;
         st->off[i] = o;
         st->ext[i] = o < next ? next - o : 0;
+        st->stats.bytes += st->ext[i];
+        walk w;
+        const char *why = NULL;
+        if (o >= st->size) why = "beyond the end of the file";
+        else if (st->ext[i] == 0) why = "listed twice";
+        else if (!walk_record(st->map, st->size, o, &w)) why = w.why;
+        else if (w.end > next) why = "its record runs past the next offset";
+        if (why && bad++ == 0) snprintf(first_bad, sizeof(first_bad), "offset %llu: %s", (unsigned long long)o, why);
     }
+    if (s == MX_OK && bad && st->p.num_parts == 1) {
+        warn(st,
+             "imagerecord: path_imgidx '%s' does not match path_imgrec '%s': %zu of %zu offsets are not record heads "
+             "(first: %s); reading the .rec by scanning instead",
+             st->p.path_imgidx, st->p.path_imgrec, bad, count, first_bad);
+        mx_free(offs);
+        mx_free(st->off);
+        mx_free(st->ext);
+        st->off = st->ext = NULL;
+        st->n = 0;
+        st->stats.bytes = 0;
+        return scan_part(st);
+    }
+    if (s == MX_OK && bad)
+        s = MX_ERROR(MX_ERR_FORMAT,
+                     "imagerecord: path_imgidx '%s' does not match path_imgrec '%s': %zu of %zu offsets%s are not "
+                     "record heads (first: %s); rebuild the .idx with im2rec or set "
+                     "path_imgidx = \"\" to read the .rec by scanning",
+                     st->p.path_imgidx, st->p.path_imgrec, bad, count, st->p.num_parts > 1 ? " in this part" : "",
+                     first_bad);
     if (s == MX_OK) st->n = (int64_t)count;
     mx_free(offs);
     return s;
@@ -1311,6 +1389,7 @@ const mx_data_iter_kind mx_iter_imagerecord = {
     .label_shape = ir_label_shape,
     .num_samples = ir_num_samples,
     .set_log = mx_imagerecord_set_log,
+    .skip_stats = ir_skip_stats,
     .check = ir_check,
     .shapes = ir_shapes,
     .image_norm = ir_image_norm,

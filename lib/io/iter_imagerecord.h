@@ -41,6 +41,7 @@
 
 typedef struct mx_imagerecord_stats {
     int64_t records;          /* records in this part (scan, or .idx lines) */
+    uint64_t bytes;           /* bytes of this part */
     int64_t skipped_ranges;   /* corrupt byte ranges skipped while scanning (no .idx) */
     uint64_t skipped_bytes;   /* their total size */
     int64_t skipped_records;  /* records skipped when read (each counted once, when found:

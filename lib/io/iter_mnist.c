@@ -148,7 +148,18 @@ static void idx_close(idx_file *f)
  * dimension words. Errors name the file: MX_ERR_IO (cannot open),
  * MX_ERR_FORMAT (short header, wrong magic, absurd dimensions, a raw file
  * whose length disagrees with the header). */
+static mx_status idx_open_header(idx_file *f, const char *path, const char *what, const char *items, uint32_t magic);
+
+/* Opens and checks an idx file; on failure the file is closed again (its
+ * gzip handle holds an fd and a 256 KiB buffer). */
 static mx_status idx_open(idx_file *f, const char *path, const char *what, const char *items, uint32_t magic)
+{
+    mx_status s = idx_open_header(f, path, what, items, magic);
+    if (s != MX_OK) idx_close(f);
+    return s;
+}
+
+static mx_status idx_open_header(idx_file *f, const char *path, const char *what, const char *items, uint32_t magic)
 {
     memset(f, 0, sizeof(*f));
     f->path = path;

@@ -223,6 +223,10 @@ mx_status mx_ndarray_create(mx_runtime *rt, mx_shape shape, mx_dtype dtype, mx_c
     if (!st->var) goto nomem;
     mx_status s = mx_storage_alloc(pool, bytes, &st->data, NULL);
     if (s != MX_OK) {
+        /* Say what: callers add whose array it is. */
+        char shape_text[160];
+        mx_error_prefix(s, "an array of shape %s %s", mx_shape_str(&shape, shape_text, sizeof(shape_text)),
+                        mx_dtype_name(dtype));
         mx_engine_delete_var(rt->engine, st->var);
         free(st);
         free(a);

@@ -345,19 +345,21 @@ mx_status mx_op_lookup(const char *name, const mx_op_def **out)
 {
     *out = mx_op_find(name);
     if (*out) return MX_OK;
-    /* Every name and alias, counted first: the table outgrew any fixed size. */
+    /* Every name and alias, however many operators there are. */
     int n = 0;
     for (int i = 0; i < REGISTRY_SIZE; i++) {
         n++;
         for (const char *const *a = registry[i]->aliases; a && *a; a++) n++;
     }
-    const char *names[n]; /* a few KB of stack */
+    const char **names = mx_malloc(sizeof(*names) * (size_t)(n + 1));
+    if (!names) return mx_last_status();
     n = 0;
     for (int i = 0; i < REGISTRY_SIZE; i++) {
         names[n++] = registry[i]->name;
         for (const char *const *a = registry[i]->aliases; a && *a; a++) names[n++] = *a;
     }
     const char *near = mx_suggest(name, names, n);
+    mx_free(names);
     if (near) return MX_ERROR(MX_ERR_INVALID, "unknown operator '%s' (did you mean '%s'?)", name, near);
     return MX_ERROR(MX_ERR_INVALID, "unknown operator '%s'", name);
 }

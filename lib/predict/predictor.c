@@ -19,6 +19,10 @@ struct mx_predictor {
     char *prefix;
     int epoch;
     mx_ndarray_list file_args, file_aux; /* CPU, as loaded */
+    /* Look-ups by name into those lists and the label variables, made once:
+     * a scan per argument is quadratic in a deep net. */
+    mx_name_index args_index, aux_index;
+    bool *label;
     uint32_t data_id;
     /* For layers that draw even at inference (Dropout with mode=always);
      * a fixed seed keeps predictions reproducible run to run. */
@@ -35,23 +39,30 @@ struct mx_predictor {
     size_t batch_bytes;
 };
 
-static int find_name(const mx_ndarray_list *l, const char *name)
+static int find_name(const mx_name_index *index, const char *name)
 {
-    for (int i = 0; i < l->count; i++)
-        if (!strcmp(l->names[i], name)) return i;
-    return -1;
+    uint32_t i = mx_name_index_find(index, name);
+    return i == MX_NAME_NONE ? -1 : (int)i;
 }
 
-/* Variables that feed the label slot of a loss layer. */
-static bool is_label(const mx_graph *g, uint32_t id)
+static const char *list_name_of(const void *l, uint32_t i) { return ((const mx_ndarray_list *)l)->names[i]; }
+
+/* The name indexes and the label mask (variables that feed the label slot
+ * of a loss layer). */
+static mx_status make_lookups(mx_predictor *p)
 {
-    for (int i = 0; i < mx_graph_num_nodes(g); i++) {
-        const mx_node *n = mx_graph_node(g, (uint32_t)i);
+    mx_name_index_init(&p->args_index, list_name_of, &p->file_args);
+    mx_name_index_init(&p->aux_index, list_name_of, &p->file_aux);
+    MX_TRY(mx_name_index_reserve(&p->args_index, (uint32_t)p->file_args.count, (uint32_t)p->file_args.count));
+    MX_TRY(mx_name_index_reserve(&p->aux_index, (uint32_t)p->file_aux.count, (uint32_t)p->file_aux.count));
+    int n_nodes = mx_graph_num_nodes(p->g);
+    if (!(p->label = mx_calloc((size_t)n_nodes + 1, sizeof(bool)))) return mx_last_status();
+    for (int i = 0; i < n_nodes; i++) {
+        const mx_node *n = mx_graph_node(p->g, (uint32_t)i);
         if (n->kind != MX_NODE_OP || !(n->op->flags & MX_OP_LOSS)) continue;
-        for (int j = 1; j < n->n_inputs; j++)
-            if (n->inputs[j].node == id) return true;
+        for (int j = 1; j < n->n_inputs; j++) p->label[n->inputs[j].node] = true;
     }
-    return false;
+    return MX_OK;
 }
 
 static void unbind(mx_predictor *p)
@@ -75,6 +86,9 @@ void mx_predictor_free(mx_predictor *p)
     if (!p) return;
     unbind(p);
     mx_rng_free(p->rng);
+    mx_name_index_free(&p->args_index);
+    mx_name_index_free(&p->aux_index);
+    free(p->label);
     mx_ndarray_list_free(&p->file_args);
     mx_ndarray_list_free(&p->file_aux);
     mx_graph_free(p->g);
@@ -93,7 +107,7 @@ static mx_status find_data(mx_predictor *p)
     p->data_id = MX_NO_NODE;
     for (int i = 0; i < n; i++) {
         const char *name = mx_graph_node(g, ids[i])->name;
-        if (find_name(&p->file_args, name) >= 0 || is_label(g, ids[i])) continue;
+        if (find_name(&p->args_index, name) >= 0 || p->label[ids[i]]) continue;
         if (!strcmp(name, "data")) p->data_id = ids[i];
         if (n_cand < 8) cand[n_cand] = ids[i];
         n_cand++;
@@ -143,6 +157,7 @@ mx_status mx_predictor_load(const char *prefix, int epoch, mx_predictor **out)
     mx_engine_config ec = mx_engine_config_default();
     if (s == MX_OK) s = mx_runtime_create(&ec, &p->rt);
     if (s == MX_OK) s = mx_checkpoint_load(p->rt, prefix, epoch, &p->file_args, &p->file_aux);
+    if (s == MX_OK) s = make_lookups(p);
     if (s == MX_OK) s = find_data(p);
     if (s != MX_OK) {
         mx_predictor_free(p);
@@ -243,7 +258,7 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         uint32_t id = arg_ids[i];
         const char *name = mx_graph_node(g, id)->name;
         const mx_shape *shape = mx_graph_entry_shape(&sh, (mx_entry){id, 0});
-        int k = find_name(&p->file_args, name);
+        int k = find_name(&p->args_index, name);
         if (id == p->data_id) {
             s = mx_ndarray_create(p->rt, *shape, MX_FLOAT32, o->ctx, &p->args[i]);
             p->data = p->args[i];
@@ -254,7 +269,7 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
                              mx_shape_str(shape, b, sizeof(b)));
             else
                 s = to_ctx(p->rt, p->file_args.arrays[k], o->ctx, &p->args[i]);
-        } else if (is_label(g, id)) {
+        } else if (p->label[id]) {
             s = mx_ndarray_create(p->rt, *shape, MX_FLOAT32, o->ctx, &p->args[i]);
             if (s == MX_OK) s = mx_nd_fill(p->args[i], 0.0);
         } else {
@@ -263,7 +278,7 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
     }
     for (int i = 0; i < p->n_aux && s == MX_OK; i++) {
         const char *name = mx_graph_node(g, aux_ids[i])->name;
-        int k = find_name(&p->file_aux, name);
+        int k = find_name(&p->aux_index, name);
         if (k < 0) s = MX_ERROR(MX_ERR_FORMAT, "%s: has no aux:%s, which the symbol needs", path, name);
         else s = to_ctx(p->rt, p->file_aux.arrays[k], o->ctx, &p->aux[i]);
     }

@@ -6,6 +6,7 @@
 #include "recordio/recordio.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,67 @@ static mx_status source_read(source *s, uint64_t off, uint8_t *dst, size_t n, si
     return MX_OK;
 }
 
+/* Whether a whole record starts at p and ends at `limit` or where another
+ * magic word follows: after corruption a magic word alone is weak evidence
+ * (the writer escapes it only at aligned payload offsets), a record that
+ * chains to the next one is not. Reads ahead, so only for seekable data. */
+static mx_status source_record_chains(source *s, uint64_t p, uint64_t limit, bool *ok)
+{
+    *ok = false;
+    uint64_t at = p;
+    for (uint32_t parts = 0;; parts++) {
+        uint8_t h[8];
+        size_t n = 0;
+        MX_TRY(source_read(s, at, h, 8, &n));
+        if (n < 8 || rd32(h) != MX_RECORDIO_MAGIC) return MX_OK;
+        uint32_t cflag = mx_recordio_cflag(rd32(h + 4));
+        if (cflag > 3 || (parts == 0) != (cflag <= 1)) return MX_OK;
+        uint64_t padded = pad4(mx_recordio_length(rd32(h + 4)));
+        if (at + 8 > limit || padded > limit - at - 8) return MX_OK;
+        at += 8 + padded;
+        if (cflag == 0 || cflag == 3) break;
+    }
+    if (at >= limit) {
+        *ok = true;
+        return MX_OK;
+    }
+    uint8_t w[4];
+    size_t n = 0;
+    MX_TRY(source_read(s, at, w, 4, &n));
+    *ok = n == 0 || (n == 4 && rd32(w) == MX_RECORDIO_MAGIC);
+    return MX_OK;
+}
+
+/* Resynchronisation after corrupt data from p (bounded by `limit`): the
+ * first offset, at any byte (inserted garbage shifts the records off the
+ * 4-byte grid), where a magic word with a cflag 0/1 header starts and,
+ * when `chain_limit` is not 0, a whole record chains to the next one
+ * (source_record_chains within chain_limit); else the end of the data /
+ * limit. */
+static mx_status source_resync_head(source *s, uint64_t p, uint64_t limit, uint64_t chain_limit, uint64_t *head)
+{
+    for (;; p++) {
+        if (p >= limit) {
+            *head = limit;
+            return MX_OK;
+        }
+        uint8_t w[8];
+        size_t n = 0;
+        MX_TRY(source_read(s, p, w, 8, &n));
+        if (n < 8) { /* no room for a record header: the end */
+            *head = p + n;
+            return MX_OK;
+        }
+        if (rd32(w) != MX_RECORDIO_MAGIC || mx_recordio_cflag(rd32(w + 4)) > 1) continue;
+        bool ok = true;
+        if (chain_limit) MX_TRY(source_record_chains(s, p, chain_limit, &ok));
+        if (ok) {
+            *head = p;
+            return MX_OK;
+        }
+    }
+}
+
 /* Spec 1.4 scan from p (bounded by `limit`): the first magic word whose
  * next word has cflag 0/1, or the end of the data / limit. */
 static mx_status source_find_head(source *s, uint64_t p, uint64_t limit, uint64_t *head)
@@ -274,6 +336,9 @@ struct mx_recordio_reader {
     mx_status err_status;
     char err_msg[1024];
     uint64_t skip_begin, resync_from; /* for READER_DATA_ERROR */
+    /* The last record delivered, [last_start, last_end); last_end is
+     * UINT64_MAX when there is none since the last seek or resync. */
+    uint64_t last_start, last_end;
     mx_recordio_skip *skips;
     size_t skip_count, skip_cap;
 };
@@ -292,6 +357,7 @@ mx_status mx_recordio_reader_create(mx_stream *stream, int own_stream, mx_record
     }
     r->stream = stream;
     r->range_end = UINT64_MAX;
+    r->last_end = UINT64_MAX;
     r->buf_cap = 4096;
     r->buf = mx_malloc(r->buf_cap);
     if (!r->buf) {
@@ -477,6 +543,8 @@ mx_status mx_recordio_reader_next(mx_recordio_reader *r, mx_recordio_record *rec
         len += 4;
     }
     r->pos = at;
+    r->last_start = start;
+    r->last_end = at;
     rec->data = r->buf;
     rec->size = len;
     rec->offset = start;
@@ -493,7 +561,19 @@ mx_status mx_recordio_reader_resync(mx_recordio_reader *r, mx_recordio_skip *ski
     uint64_t limit = r->range_end;
     if (r->size_known && r->size < limit) limit = r->size;
     uint64_t head = 0;
-    mx_status st = source_find_head(&r->src, r->resync_from, limit, &head);
+    /* In a file (size known: it can be read back and ahead), from the byte
+     * after the bad record's start, not resync_from: garbage of fewer than
+     * 4 bytes puts the next head inside the word that failed; and each
+     * candidate is checked to chain. A stream that cannot seek goes on
+     * from resync_from, byte by byte. */
+    uint64_t from = r->resync_from;
+    if (r->size_known && r->skip_begin + 1 < from) from = r->skip_begin + 1;
+    /* Garbage that happens to frame a record (a magic word, a small
+     * length) is delivered as one and swallows the real heads after it;
+     * when the error comes right after the last record, look again from
+     * just past that record's start (a file only: it reads back). */
+    if (r->size_known && r->last_end == r->skip_begin && r->last_start + 1 < from) from = r->last_start + 1;
+    mx_status st = source_resync_head(&r->src, from, limit, r->size_known ? r->size : 0, &head);
     if (st != MX_OK) return reader_failed(r, st);
     if (r->skip_count == r->skip_cap) {
         size_t cap = r->skip_cap ? r->skip_cap * 2 : 8, bytes;
@@ -504,10 +584,11 @@ mx_status mx_recordio_reader_resync(mx_recordio_reader *r, mx_recordio_skip *ski
         r->skips = p;
         r->skip_cap = cap;
     }
-    mx_recordio_skip s = {r->skip_begin, head};
+    mx_recordio_skip s = {r->skip_begin, head < r->skip_begin ? r->skip_begin : head};
     r->skips[r->skip_count++] = s;
     if (skip) *skip = s;
     r->pos = head;
+    r->last_end = UINT64_MAX;
     r->state = READER_OK;
     return MX_OK;
 }
@@ -530,6 +611,7 @@ mx_status mx_recordio_reader_seek(mx_recordio_reader *r, uint64_t offset)
                         (unsigned long long)offset, (unsigned long long)r->size);
     r->pos = offset;
     r->state = READER_OK;
+    r->last_end = UINT64_MAX;
     return MX_OK;
 }
 

@@ -8,11 +8,35 @@
 
 static mx_status set_attrs(mx_node *n, const mx_attr *attrs, int count);
 
+static const char *node_name(const void *g, uint32_t id) { return ((const mx_graph *)g)->nodes[id].name; }
+
+/* a + b + c in a new string (names of any length: a fixed buffer would cut
+ * a long one and give the node a wrong, maybe clashing, name). NULL when
+ * out of memory. */
+static char *join3(const char *a, const char *b, const char *c)
+{
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = mx_malloc(la + lb + lc + 1);
+    if (!s) return NULL;
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc + 1);
+    return s;
+}
+
+/* Whether var is "layer_slot". */
+static bool is_joined(const char *var, const char *layer, const char *slot)
+{
+    size_t n = strlen(layer);
+    return !strncmp(var, layer, n) && var[n] == '_' && !strcmp(var + n + 1, slot);
+}
+
 mx_status mx_graph_create(mx_graph **out)
 {
     *out = mx_calloc(1, sizeof(**out));
     if (!*out) return MX_ERR_NOMEM;
     (*out)->mxnet_version = 10901;
+    mx_name_index_init(&(*out)->index, node_name, *out);
     return MX_OK;
 }
 
@@ -34,6 +58,7 @@ void mx_graph_free(mx_graph *g)
     for (int i = 0; i < g->n_nodes; i++) node_clear(&g->nodes[i]);
     free(g->nodes);
     free(g->heads);
+    mx_name_index_free(&g->index);
     free(g);
 }
 
@@ -46,7 +71,7 @@ mx_status mx_graph_clone(const mx_graph *g, mx_graph **out)
     c->heads = mx_malloc(sizeof(mx_entry) * (size_t)(g->n_heads ? g->n_heads : 1));
     if (!c->nodes || !c->heads) goto nomem;
     c->cap_nodes = g->n_nodes ? g->n_nodes : 1;
-    memcpy(c->heads, g->heads, sizeof(mx_entry) * (size_t)g->n_heads);
+    if (g->n_heads) memcpy(c->heads, g->heads, sizeof(mx_entry) * (size_t)g->n_heads); /* a graph without heads has none */
     c->n_heads = g->n_heads;
     for (int i = 0; i < g->n_nodes; i++) {
         const mx_node *src = &g->nodes[i];
@@ -71,6 +96,7 @@ mx_status mx_graph_clone(const mx_graph *g, mx_graph **out)
         }
         if (set_attrs(dst, src->attrs, src->n_attrs) != MX_OK) goto nomem;
     }
+    if (mx_name_index_reserve(&c->index, (uint32_t)c->n_nodes, (uint32_t)c->n_nodes) != MX_OK) goto nomem;
     return MX_OK;
 nomem:
     mx_graph_free(c);
@@ -83,14 +109,13 @@ const mx_node *mx_graph_node(const mx_graph *g, uint32_t id) { return id < (uint
 
 uint32_t mx_graph_find(const mx_graph *g, const char *name)
 {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (!strcmp(g->nodes[i].name, name)) return (uint32_t)i;
-    return MX_NO_NODE;
+    return mx_name_index_find(&g->index, name); /* MX_NAME_NONE is MX_NO_NODE */
 }
 
 /* A new zeroed node at the end; its pointer is valid until the next add. */
 static mx_status push_node(mx_graph *g, const char *name, mx_node **out)
 {
+    MX_TRY(mx_name_index_reserve(&g->index, (uint32_t)g->n_nodes + 1, (uint32_t)g->n_nodes));
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
         mx_node *grown = mx_realloc(g->nodes, (size_t)cap * sizeof(*grown));
@@ -104,6 +129,7 @@ static mx_status push_node(mx_graph *g, const char *name, mx_node **out)
     if (!n->name) return MX_ERR_NOMEM;
     n->forward_node = MX_NO_NODE;
     g->n_nodes++;
+    mx_name_index_put(&g->index, (uint32_t)(g->n_nodes - 1));
     *out = n;
     return MX_OK;
 }
@@ -111,6 +137,7 @@ static mx_status push_node(mx_graph *g, const char *name, mx_node **out)
 /* Drops the last node (after a failure while filling it). */
 static void pop_node(mx_graph *g)
 {
+    mx_name_index_drop(&g->index, (uint32_t)(g->n_nodes - 1));
     node_clear(&g->nodes[g->n_nodes - 1]);
     g->n_nodes--;
 }
@@ -292,8 +319,11 @@ mx_status mx_graph_add_op(mx_graph *g, const char *op_name, const char *name, co
     memcpy(all_inputs, inputs, (size_t)n_inputs * sizeof(*inputs));
     mx_status s = MX_OK;
     for (int i = n_inputs; i < n_expected && s == MX_OK; i++) {
-        char vname[512];
-        snprintf(vname, sizeof(vname), "%s_%s", name, in_names[i]);
+        char *vname = join3(name, "_", in_names[i]);
+        if (!vname) {
+            s = MX_ERR_NOMEM;
+            break;
+        }
         uint32_t id = mx_graph_find(g, vname);
         if (id != MX_NO_NODE) {
             if (g->nodes[id].kind != MX_NODE_VARIABLE)
@@ -304,6 +334,7 @@ mx_status mx_graph_add_op(mx_graph *g, const char *op_name, const char *name, co
             const char *init = i >= n_expected - n_aux ? aux_init_attr(in_names[i]) : NULL;
             if (s == MX_OK && init && !mx_graph_get_attr(g, id, "__init__")) s = mx_graph_set_attr(g, id, "__init__", init);
         }
+        free(vname);
         all_inputs[i] = (mx_entry){id, 0};
     }
     mx_node *n = NULL;
@@ -481,9 +512,7 @@ mx_status mx_graph_infer_shapes(const mx_graph *g, const char *const *names, con
             bool blamed = false;
             for (int j = 0; j < n->n_inputs && !blamed; j++) {
                 const mx_node *src = &g->nodes[n->inputs[j].node];
-                char own[600];
-                snprintf(own, sizeof(own), "%s_%s", n->name, names_in[j]);
-                if (before[j].ndim == 0 && src->kind == MX_NODE_VARIABLE && strcmp(src->name, own) != 0) {
+                if (before[j].ndim == 0 && src->kind == MX_NODE_VARIABLE && !is_joined(src->name, n->name, names_in[j])) {
                     s = MX_ERROR(MX_ERR_INVALID, "layer '%s' (%s): the shape of input '%s' (variable '%s') is unknown",
                                  n->name, n->op->name, names_in[j], src->name);
                     blamed = true;
@@ -547,12 +576,16 @@ static mx_status grad_total(mx_graph *g, const char *base, uint32_t index, grad_
         return MX_OK;
     }
     if (l->count > MX_OP_MAX_IO) return MX_ERROR(MX_ERR_UNSUPPORTED, "'%s' feeds more than %d layers", base, MX_OP_MAX_IO);
-    char name[512], count[16];
-    snprintf(name, sizeof(name), "_grad_sum_%s_%u", base, index);
+    char suffix[16], count[16];
+    snprintf(suffix, sizeof(suffix), "_%u", index);
     snprintf(count, sizeof(count), "%d", l->count);
+    char *name = join3("_grad_sum_", base, suffix);
+    if (!name) return MX_ERR_NOMEM;
     const char *k[] = {"num_args"}, *v[] = {count};
     uint32_t id;
-    MX_TRY(mx_graph_add_op(g, "ElementWiseSum", name, k, v, 1, l->items, l->count, NULL, 0, &id));
+    mx_status s = mx_graph_add_op(g, "ElementWiseSum", name, k, v, 1, l->items, l->count, NULL, 0, &id);
+    free(name);
+    MX_TRY(s);
     *out = (mx_entry){id, 0};
     return MX_OK;
 }
@@ -591,11 +624,14 @@ mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entr
         mx_entry e = g->heads[h];
         const mx_node *n = &g->nodes[e.node];
         if (n->kind == MX_NODE_OP && (n->op->flags & MX_OP_LOSS)) continue;
-        char out_name[512], var[600];
-        mx_graph_output_name(g, h, out_name, sizeof(out_name));
-        snprintf(var, sizeof(var), "%s_head_grad", out_name);
+        const char *outs[MX_OP_MAX_IO];
+        if (n->kind != MX_NODE_VARIABLE) mx_node_output_names(n, outs);
+        char *out_name = n->kind == MX_NODE_VARIABLE ? join3(n->name, "", "") : join3(n->name, "_", outs[e.index]);
+        char *var = out_name ? join3(out_name, "_head_grad", "") : NULL;
         uint32_t id;
-        s = mx_graph_add_variable(g, var, NULL, 0, &id);
+        s = var ? mx_graph_add_variable(g, var, NULL, 0, &id) : MX_ERR_NOMEM;
+        free(out_name);
+        free(var);
         if (s == MX_OK) {
             g->nodes[id].forward_node = e.node;
             g->nodes[id].forward_index = e.index;
@@ -613,10 +649,10 @@ mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entr
         if (s != MX_OK) break;
         for (int j = 0; j < n_in; j++) ins[n_out + j] = g->nodes[i].inputs[j];
         for (int k = 0; k < n_out; k++) ins[n_out + n_in + k] = (mx_entry){(uint32_t)i, (uint32_t)k};
-        char name[512];
-        snprintf(name, sizeof(name), "_backward_%s", g->nodes[i].name);
+        char *name = join3("_backward_", g->nodes[i].name, "");
         mx_node *b;
-        s = push_node(g, name, &b);
+        s = name ? push_node(g, name, &b) : MX_ERR_NOMEM;
+        free(name);
         if (s != MX_OK) break;
         const mx_node *f = &g->nodes[i]; /* re-read: push_node may move nodes */
         b->kind = MX_NODE_BACKWARD;

@@ -12,6 +12,9 @@ struct mx_graph {
     mx_entry *heads;
     int n_heads;
     int mxnet_version; /* written to / read from JSON attrs */
+    /* Name -> first node of that name, so that adding a node stays O(1)
+     * and a 100,000-layer graph builds in linear time. */
+    mx_name_index index;
 };
 
 /* is_aux[node] for every node (malloc'ed; NULL on allocation failure). */

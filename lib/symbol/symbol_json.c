@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- writer */
 
@@ -219,7 +220,9 @@ mx_status mx_graph_save_json(const mx_graph *g, const char *path)
     if (!f) {
         s = MX_ERROR(MX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     } else {
-        bool ok = fwrite(json, 1, len, f) == len;
+        /* Synced before the rename, as .params files are: after a crash the
+         * name holds the old file or the whole new one. */
+        bool ok = fwrite(json, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
         ok = (fclose(f) == 0) && ok;
         if (!ok) s = MX_ERROR(MX_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
         else if (rename(tmp, path) != 0) s = MX_ERROR(MX_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));

@@ -79,13 +79,19 @@ static mx_status bind_device(const train_group_config *c, train_group *g, int k,
     mx_status s = MX_OK;
     for (int i = 0; i < g->n_args && s == MX_OK; i++) {
         const mx_shape *shape = mx_graph_entry_shape(&sh, (mx_entry){arg_ids[i], 0});
+        const char *name = mx_graph_node(c->g, arg_ids[i])->name;
         s = mx_ndarray_create(c->rt, *shape, MX_FLOAT32, d->ctx, &d->args[i]);
-        if (s == MX_OK && c->reqs && c->reqs[i] != MX_GRAD_NULL)
+        if (s != MX_OK) mx_error_prefix(s, "input '%s'", name);
+        if (s == MX_OK && c->reqs && c->reqs[i] != MX_GRAD_NULL) {
             s = mx_ndarray_create(c->rt, *shape, MX_FLOAT32, d->ctx, &d->grads[i]);
+            if (s != MX_OK) mx_error_prefix(s, "the gradient of '%s'", name);
+        }
     }
-    for (int i = 0; i < g->n_aux && s == MX_OK; i++)
+    for (int i = 0; i < g->n_aux && s == MX_OK; i++) {
         s = mx_ndarray_create(c->rt, *mx_graph_entry_shape(&sh, (mx_entry){aux_ids[i], 0}), MX_FLOAT32, d->ctx,
                               &d->aux[i]);
+        if (s != MX_OK) mx_error_prefix(s, "auxiliary state '%s'", mx_graph_node(c->g, aux_ids[i])->name);
+    }
     mx_graph_shapes_free(&sh);
     MX_TRY(s);
     mx_bind_config bc = {.ctx = d->ctx, .args = d->args, .arg_grads = d->grads, .grad_reqs = c->reqs,

@@ -79,6 +79,22 @@ static void name_list(const char *const *names, int n, char *buf, size_t size)
     }
 }
 
+/* is_label[node]: the variable feeds a loss layer's label slot (marked
+ * once: a scan of the layers per argument is quadratic in a deep net).
+ * NULL when out of memory. */
+static bool *label_mask(const mx_train_settings *s)
+{
+    const mx_graph *g = s->cfg->graph;
+    bool *is_label = mx_calloc((size_t)mx_graph_num_nodes(g) + 1, sizeof(bool));
+    for (int l = 0; l < s->cfg->n_layers && is_label; l++) {
+        const mx_node *ln = mx_graph_node(g, s->cfg->layers[l].node);
+        if ((ln->op->flags & MX_OP_LOSS) && ln->n_inputs >= 2) is_label[ln->inputs[1].node] = true;
+    }
+    return is_label;
+}
+
+static const char *list_name_of(const void *l, uint32_t i) { return ((const mx_ndarray_list *)l)->names[i]; }
+
 /* What fit.finetune_from loads and fit.fixed_params freezes. */
 static mx_status report_finetune(const mx_train_settings *s, const mx_train_options *opt)
 {
@@ -87,19 +103,15 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
     uint32_t *ids = mx_malloc(cap * sizeof(uint32_t));
     const char **params = mx_malloc(cap * sizeof(char *)), **frozen = mx_malloc(cap * sizeof(char *));
     const char **from_file = mx_malloc(cap * sizeof(char *)), **fresh = mx_malloc(cap * sizeof(char *));
-    mx_status st = ids && params && frozen && from_file && fresh ? MX_OK : mx_last_status();
+    bool *is_label = label_mask(s);
+    mx_status st = ids && params && frozen && from_file && fresh && is_label ? MX_OK : mx_last_status();
     int n_params = 0, n_frozen = 0, n_file = 0, n_fresh = 0;
     if (st == MX_OK) {
         int n = mx_graph_list_arguments(g, ids);
         for (int i = 0; i < n; i++) {
             const mx_node *node = mx_graph_node(g, ids[i]);
-            bool is_input = false;
+            bool is_input = is_label[ids[i]];
             for (int k = 0; k < s->cfg->n_inputs; k++) is_input = is_input || !strcmp(node->name, s->cfg->inputs[k]);
-            /* Labels feed a loss layer's label slot only. */
-            for (int l = 0; l < s->cfg->n_layers && !is_input; l++) {
-                const mx_node *ln = mx_graph_node(g, s->cfg->layers[l].node);
-                if ((ln->op->flags & MX_OP_LOSS) && ln->n_inputs >= 2 && ln->inputs[1].node == ids[i]) is_input = true;
-            }
             if (is_input) continue;
             params[n_params++] = node->name;
             if (mx_train_settings_fixed(s, node->name)) frozen[n_frozen++] = node->name;
@@ -113,13 +125,19 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
         mx_ndarray_list args = {0}, aux = {0};
         st = mx_runtime_create(NULL, &rt);
         if (st == MX_OK) st = mx_checkpoint_load_file(rt, s->fit.finetune_from, &args, &aux, NULL);
+        mx_name_index in_args, in_aux;
+        mx_name_index_init(&in_args, list_name_of, &args);
+        mx_name_index_init(&in_aux, list_name_of, &aux);
+        if (st == MX_OK) st = mx_name_index_reserve(&in_args, (uint32_t)args.count, (uint32_t)args.count);
+        if (st == MX_OK) st = mx_name_index_reserve(&in_aux, (uint32_t)aux.count, (uint32_t)aux.count);
         for (int i = 0; i < n_params && st == MX_OK; i++) {
-            bool found = false;
-            for (int k = 0; k < args.count && !found; k++) found = !strcmp(args.names[k], params[i]);
-            for (int k = 0; k < aux.count && !found; k++) found = !strcmp(aux.names[k], params[i]);
+            bool found = mx_name_index_find(&in_args, params[i]) != MX_NAME_NONE ||
+                         mx_name_index_find(&in_aux, params[i]) != MX_NAME_NONE;
             if (found) from_file[n_file++] = params[i];
             else fresh[n_fresh++] = params[i];
         }
+        mx_name_index_free(&in_args);
+        mx_name_index_free(&in_aux);
         mx_ndarray_list_free(&args);
         mx_ndarray_list_free(&aux);
         mx_runtime_free(rt);
@@ -140,6 +158,7 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
     free(frozen);
     free(from_file);
     free(fresh);
+    free(is_label);
     return st;
 }
 
@@ -151,7 +170,12 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     mx_comm *comm = opt->comm;
     const mx_graph *g = s->cfg->graph;
     uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
-    if (!ids) return;
+    bool *is_label = label_mask(s);
+    if (!ids || !is_label) {
+        free(ids);
+        free(is_label);
+        return;
+    }
     int n = mx_graph_list_arguments(g, ids);
     int64_t params = 0, buckets = 0;
     size_t total = 0, open_bytes = 0;
@@ -159,11 +183,7 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
         const mx_node *node = mx_graph_node(g, ids[i]);
         bool skip = mx_train_settings_fixed(s, node->name);
         for (int k = 0; k < s->cfg->n_inputs; k++) skip = skip || !strcmp(node->name, s->cfg->inputs[k]);
-        for (int l = 0; l < s->cfg->n_layers && !skip; l++) {
-            const mx_node *ln = mx_graph_node(g, s->cfg->layers[l].node);
-            if ((ln->op->flags & MX_OP_LOSS) && ln->n_inputs >= 2 && ln->inputs[1].node == ids[i]) skip = true;
-        }
-        if (skip) continue;
+        if (skip || is_label[ids[i]]) continue;
         size_t bytes = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
         if (open_bytes && open_bytes + bytes > MX_KVSTORE_FUSION_BYTES) buckets++, open_bytes = 0;
         open_bytes += bytes;
@@ -172,6 +192,7 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     }
     if (open_bytes) buckets++;
     free(ids);
+    free(is_label);
     char a[32], b[32];
     logf_(opt, "under mpirun: %d ranks on %d hosts, kvstore %s", mx_comm_size(comm), mx_comm_num_hosts(comm),
           s->fit.kvstore);

@@ -46,6 +46,8 @@ static const mx_param_desc fit_table[] = {
      "FILE.json: Chrome-trace timeline of the engine and MPI (under mpirun FILE.rankR.json) (\"\": none)"},
     {"profile_batches", MX_PARAM_STRING, "", NOR, NULL, F(profile_batches),
      "batches in the timeline: A-B (inclusive, from 0 over the run), N (the first N) or \"\" (all)"},
+    {"max_skip_fraction", MX_PARAM_FLOAT, "0.01", 0, 1, NULL, F(max_skip_fraction),
+     "the most of the data (records or bytes) an iterator may skip as corrupt before training stops with an error"},
 };
 #undef F
 #undef NOR

@@ -13,7 +13,8 @@
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
  *   grad_accum [1], check_numerics [0], work_load_list [""],
- *   stall_timeout [60] (under mpirun), profile [""], profile_batches [""].
+ *   stall_timeout [60] (under mpirun), profile [""], profile_batches [""],
+ *   max_skip_fraction [0.01].
  *
  * fit.profile = FILE.json writes a Chrome-trace timeline of every engine
  * operation and MPI collective (lib/profile) of the batches named by
@@ -52,6 +53,7 @@ typedef struct mx_fit_params {
     double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
     char profile[MX_PARAM_STRING_MAX];      /* timeline file ("" none) */
     char profile_batches[MX_PARAM_STRING_MAX]; /* "A-B", "N" or "" (all) */
+    double max_skip_fraction;               /* corrupt data an iterator may skip before it is an error */
 } mx_fit_params;
 
 /* The [fit] table (for --help output and the tests that walk every key). */

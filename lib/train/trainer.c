@@ -255,6 +255,8 @@ static const char *layer_of(const trainer *t, uint32_t id)
     return "?";
 }
 
+static const char *list_name_of(const void *l, uint32_t i) { return ((const mx_ndarray_list *)l)->names[i]; }
+
 /* Copies the arrays of a .params file's lists into the learnable arguments
  * and aux states of the same names. Missing names are an error when
  * require_all (a checkpoint of this network), else counted and named in
@@ -268,14 +270,23 @@ static mx_status copy_weights(trainer *t, const char *path, const mx_ndarray_lis
     for (int pass = 0; pass < 2; pass++) {
         const mx_ndarray_list *l = pass ? aux : args;
         int n = pass ? t->n_aux : t->n_args;
-        for (int i = 0; i < n; i++) {
+        /* By name through an index: a scan of the file per parameter is
+         * quadratic in a deep net's 100,000 parameters. */
+        mx_name_index in_file;
+        mx_name_index_init(&in_file, list_name_of, l);
+        MX_TRY(mx_name_index_reserve(&in_file, (uint32_t)l->count, (uint32_t)l->count));
+        mx_status s = MX_OK;
+        for (int i = 0; i < n && s == MX_OK; i++) {
             if (!pass && t->role[i] != ARG_PARAM && t->role[i] != ARG_FROZEN) continue;
             const char *name = pass ? t->aux_names[i] : t->arg_names[i];
             mx_ndarray *dst = pass ? t->aux[i] : t->args[i];
-            int k = 0;
-            while (k < l->count && strcmp(l->names[k], name)) k++;
+            uint32_t found = mx_name_index_find(&in_file, name);
+            int k = found == MX_NAME_NONE ? l->count : (int)found;
             if (k == l->count) {
-                if (require_all) return MX_ERROR(MX_ERR_FORMAT, "%s: has no %s:%s", path, pass ? "aux" : "arg", name);
+                if (require_all) {
+                    s = MX_ERROR(MX_ERR_FORMAT, "%s: has no %s:%s", path, pass ? "aux" : "arg", name);
+                    break;
+                }
                 size_t used = strlen(missing);
                 if (used + 1 < missing_size)
                     snprintf(missing + used, missing_size - used, "%s%s", *n_missing ? ", " : "", name);
@@ -284,14 +295,17 @@ static mx_status copy_weights(trainer *t, const char *path, const mx_ndarray_lis
             }
             if (!mx_shape_equal(mx_ndarray_shape(l->arrays[k]), mx_ndarray_shape(dst))) {
                 char a[160], b[160];
-                return MX_ERROR(MX_ERR_INVALID, "%s: %s of layer '%s' has shape %s in the file, the network needs %s",
-                                path, name, layer_of(t, pass ? t->aux_ids[i] : t->arg_ids[i]),
-                                mx_shape_str(mx_ndarray_shape(l->arrays[k]), a, sizeof(a)),
-                                mx_shape_str(mx_ndarray_shape(dst), b, sizeof(b)));
+                s = MX_ERROR(MX_ERR_INVALID, "%s: %s of layer '%s' has shape %s in the file, the network needs %s", path,
+                             name, layer_of(t, pass ? t->aux_ids[i] : t->arg_ids[i]),
+                             mx_shape_str(mx_ndarray_shape(l->arrays[k]), a, sizeof(a)),
+                             mx_shape_str(mx_ndarray_shape(dst), b, sizeof(b)));
+                break;
             }
-            MX_TRY(mx_nd_copy(dst, l->arrays[k]));
-            (*copied)++;
+            s = mx_nd_copy(dst, l->arrays[k]);
+            if (s == MX_OK) (*copied)++;
         }
+        mx_name_index_free(&in_file);
+        MX_TRY(s);
     }
     return MX_OK;
 }
@@ -1230,6 +1244,32 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
     return MX_OK;
 }
 
+/* Data an iterator left out as corrupt (records, or stretches of a file
+ * between records): a summary line after every epoch that misses some,
+ * and an error once the share passes fit.max_skip_fraction, so heavy loss
+ * cannot pass as a finished run. */
+static mx_status check_skipped_data(trainer *t, mx_data_iter *it, const char *section, int epoch)
+{
+    mx_data_skip_stats s;
+    if (!it || !mx_data_iter_skip_stats(it, &s) || (!s.skipped_records && !s.skipped_bytes)) return MX_OK;
+    double by_records = s.records > 0 ? (double)s.skipped_records / (double)s.records : 0;
+    double by_bytes = s.bytes > 0 ? (double)s.skipped_bytes / (double)s.bytes : 0;
+    double share = by_records > by_bytes ? by_records : by_bytes;
+    logf_(t,
+          "Epoch[%d] [%s] data skipped as corrupt: %lld of %lld records and %llu of %llu bytes between records "
+          "(%.2f%% of the data; latest: %s)",
+          epoch, section, (long long)s.skipped_records, (long long)s.records, (unsigned long long)s.skipped_bytes,
+          (unsigned long long)s.bytes, 100 * share, s.why[0] ? s.why : "-");
+    if (share > t->s->fit.max_skip_fraction)
+        return MX_ERROR(MX_ERR_FORMAT,
+                        "%s: [%s] %.2f%% of the data was skipped as corrupt (%lld of %lld records, %llu of %llu "
+                        "bytes), more than fit.max_skip_fraction = %g: %s",
+                        t->cfg->path, section, 100 * share, (long long)s.skipped_records, (long long)s.records,
+                        (unsigned long long)s.skipped_bytes, (unsigned long long)s.bytes, t->s->fit.max_skip_fraction,
+                        s.why[0] ? s.why : "see the warnings above");
+    return MX_OK;
+}
+
 static mx_status time_layers(trainer *t)
 {
     mx_layer_time *lt;
@@ -1248,6 +1288,24 @@ static mx_status time_layers(trainer *t)
     return MX_OK;
 }
 
+/* The newest epoch whose checkpoint is complete: PREFIX-NNNN.params and
+ * PREFIX-NNNN.states (each is written to a temporary name and renamed, so
+ * one that exists is whole, but a stop between the two renames leaves the
+ * weights without the optimizer state). Newer incomplete ones are named
+ * and passed over; -1 when there is none. */
+static int newest_complete_checkpoint(trainer *t, const char *prefix)
+{
+    for (int e = mx_checkpoint_latest_epoch(prefix); e >= 0; e = mx_checkpoint_epoch_before(prefix, e)) {
+        char params[PATH_BUF], states[PATH_BUF];
+        mx_checkpoint_params_path(prefix, e, params, sizeof(params));
+        snprintf(states, sizeof(states), "%s-%04d.states", prefix, e);
+        if (access(states, F_OK) == 0) return e;
+        logf_(t, "skipped the incomplete checkpoint %s: %s is missing (the save of epoch %d was interrupted)", params,
+              states, e);
+    }
+    return -1;
+}
+
 /* Where training starts: a checkpoint (--resume, fit.load_epoch), else
  * fresh weights, fine-tuned from a file when asked. */
 static mx_status starting_point(trainer *t, int *begin)
@@ -1257,7 +1315,7 @@ static mx_status starting_point(trainer *t, int *begin)
     if (!t->opt->resume && fit->load_epoch < 0) return fit->finetune_from[0] ? finetune(t) : MX_OK;
     if (!has_prefix(t)) return MX_ERROR(MX_ERR_INVALID, "%s: resuming needs fit.model_prefix", t->cfg->path);
     const char *prefix = fit->model_prefix;
-    int latest = fit->load_epoch >= 0 ? (int)fit->load_epoch : mx_checkpoint_latest_epoch(prefix);
+    int latest = fit->load_epoch >= 0 ? (int)fit->load_epoch : newest_complete_checkpoint(t, prefix);
     bool found = false;
     int64_t e = 0, b = 0;
     if (t->opt->resume && fit->load_epoch < 0) MX_TRY(load_interrupted(t, latest, &found, &e, &b));
@@ -1350,9 +1408,11 @@ static mx_status fit(const mx_train_settings *settings, const mx_train_options *
                 s = save_interrupted(t, epoch, stopped_at, result->checkpoint, sizeof(result->checkpoint));
             break;
         }
+        if (s == MX_OK) s = check_skipped_data(t, t->train_it, "train", epoch);
         /* (A parameter server's workers hold different copies by design.) */
         if (s == MX_OK && opt->comm && !mx_kvstore_has_server(t->kv)) s = check_weights_agree(t, epoch);
         if (s == MX_OK) s = run_validation(t, epoch);
+        if (s == MX_OK) s = check_skipped_data(t, t->val_it, "val", epoch);
         if (s == MX_OK && writes_files(t) && (epoch + 1) % fit->save_period == 0) {
             s = save_checkpoint(t, epoch + 1);
             if (s == MX_OK) saved = epoch + 1;
