@@ -80,7 +80,7 @@ replay)
     for d in "$FUZZ_DIR/corpus/$name" "$FUZZ_DIR/reproducers/$name"; do
       [ -d "$d" ] && inputs+=("$d")
     done
-    scratch=$(mktemp -d)
+    scratch=$(mktemp -d); mkdir -p "build-fuzz/artifacts/$name"
     log=$scratch/log
     # -runs=0: execute every kept input once, then stop.
     if [ ${#inputs[@]} -gt 0 ] &&
@@ -90,10 +90,10 @@ replay)
       failed+=("$name")
     # A brief run from the kept corpus; new inputs go to the scratch dir.
     elif ! "$dir/fuzz_$name" "${COMMON[@]}" $(dict_args "$name") -max_total_time="$secs" \
-           -artifact_prefix="$scratch/" "$scratch" "${inputs[@]}" >"$log" 2>&1; then
+           -artifact_prefix="build-fuzz/artifacts/$name/" "$scratch" "${inputs[@]}" >"$log" 2>&1; then
       echo "== fuzz_$name: the brief run found a crash" >&2
       tail -40 "$log" >&2
-      ls "$scratch"/crash-* "$scratch"/leak-* "$scratch"/timeout-* "$scratch"/oom-* 2>/dev/null >&2
+      echo "fuzz: the input is in build-fuzz/artifacts/$name/" >&2
       failed+=("$name")
     else
       echo "fuzz_$name: replayed ${#inputs[@]} dirs, $(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$') executions"

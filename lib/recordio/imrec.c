@@ -163,19 +163,21 @@ static int parse_py_int(const char *b, const char *e, int64_t *out)
 /* Python float(): decimal numbers, inf/infinity/nan (no hex, no '_'). */
 static int parse_py_float(const char *b, const char *e, double *out)
 {
-    char tmp[128];
+    /* Any length, as Python: "%f" alone writes up to 317 characters. */
+    char small[128], *tmp = small;
     size_t n = (size_t)(e - b);
-    if (n == 0 || n >= sizeof(tmp)) return 0;
+    if (n == 0) return 0;
+    if (n >= sizeof(small) && !(tmp = mx_malloc(n + 1))) return 0;
     memcpy(tmp, b, n);
     tmp[n] = '\0';
-    if (strlen(tmp) != n || strpbrk(tmp, "xX(")) return 0;
     char *end = NULL;
-    errno = 0;
-    double v = strtod(tmp, &end);
-    if (end != tmp + n) return 0;
-    (void)errno; /* overflow gives +-inf, underflow 0 or a subnormal, as Python */
-    *out = v;
-    return 1;
+    double v = 0;
+    if (strlen(tmp) == n && !strpbrk(tmp, "xX(")) v = strtod(tmp, &end);
+    /* overflow gives +-inf, underflow 0 or a subnormal, as Python */
+    int ok = end == tmp + n;
+    if (tmp != small) mx_free(tmp);
+    if (ok) *out = v;
+    return ok;
 }
 
 mx_status mx_lst_parse_line(const char *line, size_t len, const char *name, uint64_t lineno,
