@@ -4,7 +4,8 @@
 #   fuzz.sh run DIR SECONDS     fuzz each harness in DIR for SECONDS (make fuzz)
 #   fuzz.sh replay DIR [SECS]   replay the kept corpora and every reproducer, then
 #                               fuzz each harness briefly (make fuzz-replay, CI)
-# FUZZ_ONLY="config json" restricts run/replay to those harnesses.
+# FUZZ_ONLY="config json" restricts run/replay to those harnesses; FUZZ_ARGS
+# adds libFuzzer options to run (e.g. -max_len=4096).
 # A crash, leak, sanitizer report or broken round trip fails the command;
 # `run` leaves the input in build-fuzz/artifacts/NAME/ (copy it into
 # tests/fuzz/reproducers/NAME/ once fixed, so CI replays it for ever).
@@ -60,7 +61,7 @@ run)
     mkdir -p "$work" "$art" "$FUZZ_DIR/corpus/$name"
     echo "== fuzz_$name for ${secs}s"
     # New inputs go to the scratch corpus (first directory), not into git.
-    if ! "$dir/fuzz_$name" "${COMMON[@]}" $(dict_args "$name") -max_total_time="$secs" \
+    if ! "$dir/fuzz_$name" "${COMMON[@]}" $(dict_args "$name") ${FUZZ_ARGS:-} -max_total_time="$secs" \
          -artifact_prefix="$art" "$work" "$FUZZ_DIR/corpus/$name" 2>"build-fuzz/fuzz_$name.log"; then
       tail -40 "build-fuzz/fuzz_$name.log" >&2
       failed+=("$name")
