@@ -186,7 +186,7 @@ FUZZ_MAKE    := $(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CUDA=0 CC
 # and coverage, and no harness runs a convolution: they are built plain.
 ifeq ($(SAN),fuzz)
 $(BUILD)/obj/lib/ops/conv_direct.o $(BUILD)/obj/lib/ops/winograd.o: \
-  CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
+  private CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
 endif
 
 $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(LIB)

@@ -400,6 +400,27 @@ START_TEST(json_reader_handles_escapes_and_depth)
 }
 END_TEST
 
+/* A name with control characters (reachable from JSON as \u0001) writes
+ * JSON that reads back: found by fuzz_symbol_json. */
+START_TEST(control_characters_in_names_round_trip)
+{
+    const char *in = "{\"nodes\": [{\"op\": \"null\", \"name\": \"a\\u0001b\\u001f\", \"inputs\": []}], "
+                     "\"arg_nodes\": [0], \"heads\": [[0, 0, 0]]}";
+    mx_graph *g = NULL, *back = NULL;
+    OK(mx_graph_from_json(in, strlen(in), &g));
+    ck_assert_str_eq(mx_graph_node(g, 0)->name, "a\001b\037");
+    char *json = NULL;
+    size_t len = 0;
+    OK(mx_graph_to_json(g, &json, &len));
+    ck_assert_ptr_nonnull(strstr(json, "\"a\\u0001b\\u001f\""));
+    OK(mx_graph_from_json(json, len, &back));
+    ck_assert_str_eq(mx_graph_node(back, 0)->name, "a\001b\037");
+    mx_graph_free(back);
+    mx_graph_free(g);
+    mx_free(json);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("symbol");
@@ -415,6 +436,7 @@ int main(void)
     tcase_add_test(tc, malformed_json_is_rejected_not_crashed_on);
     tcase_add_test(tc, legacy_attr_key_and_missing_aux_are_upgraded);
     tcase_add_test(tc, json_reader_handles_escapes_and_depth);
+    tcase_add_test(tc, control_characters_in_names_round_trip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
