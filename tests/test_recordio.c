@@ -1031,6 +1031,20 @@ START_TEST(test_corrupt_structure_cases)
     OK(mx_stream_close(s));
     mx_recordio_reader_free(r);
 
+    /* A magic followed by a head's magic (corrupt data): the search steps
+     * one word, so the head at 4 is found from 0 as from 4, and partitions
+     * of such data cannot overlap (found by fuzz_recordio). */
+    bytes mm = {0};
+    put(&mm, MAGIC, 4);
+    put(&mm, MAGIC, 4);
+    put_le32(&mm, 1u << 29 | 4);
+    put(&mm, "AAAA", 4);
+    OK(mx_stream_open_memory(mm.p, mm.n, &s));
+    OK(mx_recordio_find_head(s, 0, &head));
+    ck_assert_uint_eq(head, 4);
+    OK(mx_stream_close(s));
+    free(mm.p);
+
     /* (b) cflag 1 followed by a new record (cflag 0): the unfinished record
      * is skipped, the new one delivered */
     bytes b = {0};
