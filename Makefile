@@ -5,6 +5,10 @@
 #   make interop    the MXNet interop checks, the whole model zoo
 #   make sanitize   the same tests built with AddressSanitizer + UBSan
 #   make tsan       the engine, NDArray, executor and comm tests under ThreadSanitizer
+#   make fuzz       build the libFuzzer harnesses (tests/fuzz/, clang) and run
+#                   each for FUZZ_SECONDS (default 60)
+#   make fuzz-replay  replay the kept fuzz corpora and reproducers, then run
+#                   each harness briefly (part of make sanitize)
 #   make train      install, build, train the default net (Fashion-MNIST)
 #   make clean
 # CUDA sources (lib/*/*.cu) are compiled whenever nvcc is found; CUDA=0
@@ -55,6 +59,12 @@ ifeq ($(SAN),1)
   CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   LDFLAGS += -fsanitize=address,undefined
 endif
+# libFuzzer harnesses (make fuzz): clang only; the library gets coverage
+# instrumentation, the harness binaries link libFuzzer's main.
+ifeq ($(SAN),fuzz)
+  CFLAGS  += -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=address,undefined
+endif
 ifeq ($(SAN),thread)
   CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
   LDFLAGS += -fsanitize=thread
@@ -68,6 +78,11 @@ endif
 Q := $(if $(filter 1,$(V)),,@)
 
 LIB_SRCS  := $(sort $(wildcard lib/*/*.c))
+ifeq ($(SAN),fuzz)
+  # The fuzz build (CI compiles it in make sanitize) leaves out the modules
+  # no harness links, which only cost build time.
+  LIB_SRCS := $(filter-out $(foreach m,checkpoint comm executor kvstore metric optimizer predict train viz,lib/$(m)/%),$(LIB_SRCS))
+endif
 CU_SRCS   := $(if $(filter 1,$(CUDA)),$(sort $(wildcard lib/*/*.cu)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
 LIB       := $(BUILD)/libmx.a
@@ -85,7 +100,7 @@ TEST_SUPPORT_OBJS := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 FLAGS_FILE := $(BUILD)/.flags
 FLAGS_NOW  := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) CUDA=$(CUDA) $(NVCCFLAGS)
 
-.PHONY: all deps test sanitize tsan interop train clean check-tests FORCE
+.PHONY: all deps test sanitize tsan interop train clean check-tests FORCE fuzz fuzz-replay fuzz-build fuzz-toolchain
 all: $(LIB) $(CMD_BINS)
 
 # Rebuild everything when the compiler flags change.
@@ -107,6 +122,12 @@ $(BUILD)/obj/tests/%.o: tests/%.c tests/support/check_fast.h $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -include tests/support/check_fast.h -c $< -o $@
+
+# The fuzz harnesses do not use Check.
+$(BUILD)/obj/tests/fuzz/%.o: tests/fuzz/%.c $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
@@ -163,6 +184,7 @@ sanitize: deps
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan-openmpi.supp \
 	  $(MAKE) --no-print-directory BUILD=build-san SAN=1 CUDA=0 OPT=-O1 check-tests
+	$(Q)$(MAKE) --no-print-directory fuzz-replay
 
 # Races in the engine show up here; OpenBLAS's own threads are not
 # instrumented, so BLAS runs single-threaded under TSan. Open MPI's own
@@ -172,12 +194,47 @@ tsan: deps
 	  $(MAKE) --no-print-directory BUILD=build-tsan SAN=thread CUDA=0 OPT=-O1 \
 	  RUN_TESTS="build-tsan/tests/test_engine build-tsan/tests/test_ndarray build-tsan/tests/test_executor build-tsan/tests/test_optimizer build-tsan/tests/test_kvstore build-tsan/tests/test_io_imagerecord build-tsan/tests/test_comm" check-tests
 
+# ---- fuzzing (docs/fuzzing.md) ----
+# One harness per tests/fuzz/fuzz_NAME.c; corpora in tests/fuzz/corpus/NAME,
+# past crashes in tests/fuzz/reproducers/NAME, dictionaries NAME.dict.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SRCS    := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_MAKE    := $(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CUDA=0 CC=$(FUZZ_CC) OPT=-O1
+
+# The hand-unrolled convolution kernels take minutes to compile with ASan
+# and coverage, and no harness runs a convolution: they are built plain.
+ifeq ($(SAN),fuzz)
+$(BUILD)/obj/lib/ops/conv_direct.o $(BUILD)/obj/lib/ops/winograd.o: \
+  private CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
+endif
+
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer $< $(LIB) $(LDLIBS) -o $@
+
+fuzz-build: $(FUZZ_BINS)
+
+# clang with libFuzzer is a declared dependency (scripts/install-deps.sh).
+fuzz-toolchain: deps
+	$(Q)scripts/fuzz.sh toolchain $(FUZZ_CC)
+
+fuzz: fuzz-toolchain
+	$(Q)$(FUZZ_MAKE) fuzz-build
+	$(Q)scripts/fuzz.sh run build-fuzz/fuzz $(FUZZ_SECONDS)
+
+fuzz-replay: fuzz-toolchain
+	$(Q)$(FUZZ_MAKE) fuzz-build
+	$(Q)scripts/fuzz.sh replay build-fuzz/fuzz
+
 train: deps all
 	@if [ ! -x $(BUILD)/bin/mxtrain ]; then \
 	  echo "make train: mxtrain is not part of this build yet (it lands with the training issue)" >&2; exit 2; fi
 	$(BUILD)/bin/mxtrain configs/lenet.conf
 
 clean:
-	rm -rf build build-san build-tsan
+	rm -rf build build-san build-tsan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -12,6 +12,7 @@ packages=(
   libinih-dev              # INI net configs
   libopenmpi-dev openmpi-bin  # distributed KVStore
   check libsubunit-dev     # unit tests
+  clang libclang-rt-dev    # libFuzzer + sanitizers for make fuzz / fuzz-replay
   graphviz                 # mxviz rendering
   gnuplot-nox              # scripts/plot-metrics.sh training curves
   dataset-fashion-mnist    # default training data

@@ -1106,6 +1106,20 @@ START_TEST(test_corrupt_structure_cases)
     OK(mx_stream_close(s));
     mx_recordio_reader_free(r);
 
+    /* A magic followed by a head's magic (corrupt data): the search steps
+     * one word, so the head at 4 is found from 0 as from 4, and partitions
+     * of such data cannot overlap (found by fuzz_recordio). */
+    bytes mm = {0};
+    put(&mm, MAGIC, 4);
+    put(&mm, MAGIC, 4);
+    put_le32(&mm, 1u << 29 | 4);
+    put(&mm, "AAAA", 4);
+    OK(mx_stream_open_memory(mm.p, mm.n, &s));
+    OK(mx_recordio_find_head(s, 0, &head));
+    ck_assert_uint_eq(head, 4);
+    OK(mx_stream_close(s));
+    free(mm.p);
+
     /* (b) cflag 1 followed by a new record (cflag 0): the unfinished record
      * is skipped, the new one delivered */
     bytes b = {0};
@@ -1668,6 +1682,20 @@ START_TEST(test_lst_format_parse)
     t.path = "ok.jpg";
     t.num_labels = 0;
     ck_assert_int_eq(mx_lst_format(&t, &s, &n), MX_ERR_INVALID);
+
+    /* "%f" of 1e300 is 308 characters: the line still reads back (found by
+     * fuzz_lst_format; a 128-byte field buffer refused it). */
+    double big[2] = {1e300, -1.7976931348623157e308};
+    mx_lst_entry h = {.index = 5, .labels = big, .num_labels = 2, .path = "h.jpg"};
+    OK(mx_lst_format(&h, &s, &n));
+    ck_assert_uint_gt(n, 600);
+    mx_lst_entry hb = {0};
+    OK(mx_lst_parse_line(s, n - 1, "t.lst", 1, &hb));
+    ck_assert_uint_eq(hb.num_labels, 2);
+    ck_assert_double_eq(hb.labels[0], 1e300);
+    ck_assert_double_eq(hb.labels[1], -1.7976931348623157e308);
+    mx_lst_entry_clear(&hb);
+    mx_free(s);
 }
 END_TEST
 

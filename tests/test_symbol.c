@@ -487,6 +487,27 @@ START_TEST(json_reader_handles_escapes_and_depth)
 }
 END_TEST
 
+/* A name with control characters (reachable from JSON as \u0001) writes
+ * JSON that reads back: found by fuzz_symbol_json. */
+START_TEST(control_characters_in_names_round_trip)
+{
+    const char *in = "{\"nodes\": [{\"op\": \"null\", \"name\": \"a\\u0001b\\u001f\", \"inputs\": []}], "
+                     "\"arg_nodes\": [0], \"heads\": [[0, 0, 0]]}";
+    mx_graph *g = NULL, *back = NULL;
+    ck_assert_int_eq(mx_graph_from_json(in, strlen(in), &g), MX_OK);
+    ck_assert_str_eq(mx_graph_node(g, 0)->name, "a\001b\037");
+    char *json = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(mx_graph_to_json(g, &json, &len), MX_OK);
+    ck_assert_ptr_nonnull(strstr(json, "\"a\\u0001b\\u001f\""));
+    ck_assert_int_eq(mx_graph_from_json(json, len, &back), MX_OK);
+    ck_assert_str_eq(mx_graph_node(back, 0)->name, "a\001b\037");
+    mx_graph_free(back);
+    mx_graph_free(g);
+    mx_free(json);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("symbol");
@@ -504,6 +525,7 @@ int main(void)
     tcase_add_test(tc, json_reader_handles_escapes_and_depth);
     tcase_add_test(tc, mxnet_0_8_file_upgrades_as_mxnet_does);
     tcase_add_test(tc, unknown_operators_are_reported_together);
+    tcase_add_test(tc, control_characters_in_names_round_trip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

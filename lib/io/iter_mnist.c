@@ -364,6 +364,7 @@ static mx_status mnist_load(mnist_state *st)
         s = idx_open(&lab, p->label, "label file", "labels", IDX_LABELS_MAGIC);
         if (s != MX_OK) {
             idx_close(&img);
+            idx_close(&lab); /* idx_open leaves the file open on a bad header */
             return s;
         }
     } else {

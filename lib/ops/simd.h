@@ -121,10 +121,10 @@ MX_SIMD_INLINE void mx4_store_part(float *p, mx4_f v, int64_t n)
     for (int64_t i = 0; i < n; i++) p[i] = b[i];
 }
 
-MX_SIMD_INLINE mx4_f mx4_even(mx4_f a, mx4_f b) { return __builtin_shuffle(a, b, (mx4_i){0, 2, 4, 6}); }
-MX_SIMD_INLINE mx4_f mx4_odd(mx4_f a, mx4_f b) { return __builtin_shuffle(a, b, (mx4_i){1, 3, 5, 7}); }
-MX_SIMD_INLINE mx4_f mx4_zip_lo(mx4_f a, mx4_f b) { return __builtin_shuffle(a, b, (mx4_i){0, 4, 1, 5}); }
-MX_SIMD_INLINE mx4_f mx4_zip_hi(mx4_f a, mx4_f b) { return __builtin_shuffle(a, b, (mx4_i){2, 6, 3, 7}); }
+MX_SIMD_INLINE mx4_f mx4_even(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 0, 2, 4, 6); }
+MX_SIMD_INLINE mx4_f mx4_odd(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 1, 3, 5, 7); }
+MX_SIMD_INLINE mx4_f mx4_zip_lo(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 0, 4, 1, 5); }
+MX_SIMD_INLINE mx4_f mx4_zip_hi(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 2, 6, 3, 7); }
 MX_SIMD_INLINE mx4_i mx4_iota(void) { return (mx4_i){0, 1, 2, 3}; }
 
 /* P##_max(a, b) = a > b ? a : b per lane, so a NaN in a is ignored
@@ -170,19 +170,19 @@ MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_max(mx8_f a, mx8_f b)
 
 MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_even(mx8_f a, mx8_f b)
 {
-    return __builtin_shuffle(a, b, (mx8_i){0, 2, 4, 6, 8, 10, 12, 14});
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
 }
 MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_odd(mx8_f a, mx8_f b)
 {
-    return __builtin_shuffle(a, b, (mx8_i){1, 3, 5, 7, 9, 11, 13, 15});
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_zip_lo(mx8_f a, mx8_f b)
 {
-    return __builtin_shuffle(a, b, (mx8_i){0, 8, 1, 9, 2, 10, 3, 11});
+    return __builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11);
 }
 MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_zip_hi(mx8_f a, mx8_f b)
 {
-    return __builtin_shuffle(a, b, (mx8_i){4, 12, 5, 13, 6, 14, 7, 15});
+    return __builtin_shufflevector(a, b, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
 typedef float mx16_f __attribute__((vector_size(64)));
@@ -216,19 +216,19 @@ MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_max(mx16_f a, mx16_f b)
 
 MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_even(mx16_f a, mx16_f b)
 {
-    return __builtin_shuffle(a, b, (mx16_i){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 }
 MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_odd(mx16_f a, mx16_f b)
 {
-    return __builtin_shuffle(a, b, (mx16_i){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31});
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_zip_lo(mx16_f a, mx16_f b)
 {
-    return __builtin_shuffle(a, b, (mx16_i){0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23});
+    return __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
 }
 MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_zip_hi(mx16_f a, mx16_f b)
 {
-    return __builtin_shuffle(a, b, (mx16_i){8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31});
+    return __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
 }
 #endif /* MX_SIMD_X86 */
 

@@ -32,7 +32,13 @@
 /* The variants' bodies are shared inline functions taking 64-byte vectors;
  * they are only ever inlined into functions compiled for each target. */
 #pragma GCC diagnostic ignored "-Wpsabi"
+/* Contract a*b+c into FMAs across statements (GCC's pragma; clang spells it
+ * its own way). */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#else
 #pragma GCC optimize("fp-contract=fast")
+#endif
 
 #define LANES 16          /* channels per vector; C and F are padded to it */
 #define BLOCK_TILES 36    /* tiles per block (3 x GEMM_ROWS): V and M of a block stay in L2 */
@@ -514,27 +520,38 @@ INLINE v8f vload8(const float *p)
  * instructions for (unpck, shufps, vperm2f128). */
 INLINE void transpose8(v8f *r)
 {
-    const v8i ulo = {0, 8, 1, 9, 4, 12, 5, 13}, uhi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i slo = {0, 1, 8, 9, 4, 5, 12, 13}, shi = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i plo = {0, 1, 2, 3, 8, 9, 10, 11}, phi = {4, 5, 6, 7, 12, 13, 14, 15};
+    /* __builtin_shufflevector (GCC 12 and clang) takes the lane indices as
+     * constants: the masks are macros, not vectors. */
+#define ULO 0, 8, 1, 9, 4, 12, 5, 13
+#define UHI 2, 10, 3, 11, 6, 14, 7, 15
+#define SLO 0, 1, 8, 9, 4, 5, 12, 13
+#define SHI 2, 3, 10, 11, 6, 7, 14, 15
+#define PLO 0, 1, 2, 3, 8, 9, 10, 11
+#define PHI 4, 5, 6, 7, 12, 13, 14, 15
     v8f t[8], q[8];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ulo);
-        t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], uhi);
+        t[2 * i] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], ULO);
+        t[2 * i + 1] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], UHI);
     }
 #pragma GCC unroll 2
     for (int i = 0; i < 2; i++) {
-        q[4 * i] = __builtin_shuffle(t[4 * i], t[4 * i + 2], slo);
-        q[4 * i + 1] = __builtin_shuffle(t[4 * i], t[4 * i + 2], shi);
-        q[4 * i + 2] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], slo);
-        q[4 * i + 3] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], shi);
+        q[4 * i] = __builtin_shufflevector(t[4 * i], t[4 * i + 2], SLO);
+        q[4 * i + 1] = __builtin_shufflevector(t[4 * i], t[4 * i + 2], SHI);
+        q[4 * i + 2] = __builtin_shufflevector(t[4 * i + 1], t[4 * i + 3], SLO);
+        q[4 * i + 3] = __builtin_shufflevector(t[4 * i + 1], t[4 * i + 3], SHI);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        r[i] = __builtin_shuffle(q[i], q[i + 4], plo);
-        r[i + 4] = __builtin_shuffle(q[i], q[i + 4], phi);
+        r[i] = __builtin_shufflevector(q[i], q[i + 4], PLO);
+        r[i + 4] = __builtin_shufflevector(q[i], q[i + 4], PHI);
     }
+#undef ULO
+#undef UHI
+#undef SLO
+#undef SHI
+#undef PLO
+#undef PHI
 }
 
 /* ------------------------------------------------------ kernel bodies */

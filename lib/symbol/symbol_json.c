@@ -48,7 +48,9 @@ static void putf(sbuf *b, const char *fmt, long long v)
     put(b, tmp, (size_t)n);
 }
 
-/* dmlc escapes only \r \n \\ \t and the quote. */
+/* dmlc escapes only \r \n \\ \t and the quote, and writes other control
+ * characters raw, which is not JSON (our reader, and Python's, refuse it):
+ * those are written as \u00XX, so a graph always reads back. */
 static void put_string(sbuf *b, const char *s)
 {
     puts_(b, "\"");
@@ -59,7 +61,14 @@ static void put_string(sbuf *b, const char *s)
         case '\\': puts_(b, "\\\\"); break;
         case '\t': puts_(b, "\\t"); break;
         case '"': puts_(b, "\\\""); break;
-        default: put(b, s, 1);
+        default:
+            if ((unsigned char)*s < 0x20) {
+                char u[8];
+                snprintf(u, sizeof(u), "\\u%04x", (unsigned)(unsigned char)*s);
+                puts_(b, u);
+            } else {
+                put(b, s, 1);
+            }
         }
     }
     puts_(b, "\"");
