@@ -92,12 +92,12 @@ static void un_run(const mx_op_ctx *ctx, un_kernel fn, const un_job *j, int64_t 
 /* What backward reads besides out_grad. */
 enum { UG_IN, UG_OUT, UG_CONST, UG_ZERO };
 
-static const unsigned un_deps[] = {
-    [UG_IN] = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
-    [UG_OUT] = MX_BWD_OUT_GRAD | MX_BWD_OUT_DATA,
-    [UG_CONST] = MX_BWD_OUT_GRAD,
-    [UG_ZERO] = MX_BWD_OUT_GRAD,
-};
+/* A constant expression (an array element is not one for clang, which
+ * builds the fuzzers). */
+#define UN_DEPS(kind)                                                                                                  \
+    ((kind) == UG_IN    ? (MX_BWD_OUT_GRAD | MX_BWD_IN_DATA)                                                           \
+     : (kind) == UG_OUT ? (MX_BWD_OUT_GRAD | MX_BWD_OUT_DATA)                                                          \
+                        : MX_BWD_OUT_GRAD)
 
 static const mx_inplace un_inplace[] = {{0, 0}, {-1, -1}};
 
@@ -112,7 +112,7 @@ static const mx_inplace un_inplace[] = {{0, 0}, {-1, -1}};
         .list_inputs = un_list_inputs,                                                                              \
         .list_outputs = un_list_outputs,                                                                            \
         .infer_shape = id##_infer_shape,                                                                            \
-        .backward_deps = un_deps[gkind],                                                                            \
+        .backward_deps = UN_DEPS(gkind),                                                                               \
         .forward_inplace = un_inplace,                                                                              \
         .backward_inplace = un_inplace,                                                                             \
         .forward = id##_forward,                                                                                    \
