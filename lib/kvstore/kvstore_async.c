@@ -110,7 +110,7 @@ static void server_track_name(void *user, char *buf, size_t size)
 /* Applies one request and answers it. With a profiler (the comm's, which
  * stays alive until the server thread has stopped: kvstore.h), the request
  * is one event on the server thread's track, from the server taking it to
- * its answer: category I/O, as the kvstore's operations of the workers (the
+ * just before its answer: category I/O, as the kvstore's operations of the workers (the
  * update it starts is the optimizer's own compute event). */
 static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *updater)
 {
@@ -150,9 +150,8 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
     }
     char message[1024] = "";
     if (s != MX_OK) snprintf(message, sizeof(message), "%s", mx_last_error());
-    /* A failed answer fails the comm, which the caller sees as well. */
-    (void)mx_comm_reply(kv->comm, r->source, r->id, s, message, answer, s == MX_OK ? answer_bytes : 0);
-    free(answer);
+    /* Before the answer, so that a worker whose wait ends with it finds the
+     * event recorded (and may stop the profiler). */
     if (t0 && s == MX_OK) {
         char name[96];
         snprintf(name, sizeof(name), "server %s of key %d %s rank %d", h.op == OP_PUSH ? "push" : "pull", (int)h.key,
@@ -161,6 +160,9 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
                                .bytes = (int64_t)nbytes};
         mx_profiler_record(prof, &ev, server_track_name, NULL);
     }
+    /* A failed answer fails the comm, which the caller sees as well. */
+    (void)mx_comm_reply(kv->comm, r->source, r->id, s, message, answer, s == MX_OK ? answer_bytes : 0);
+    free(answer);
 }
 
 static void *server_main(void *arg)
