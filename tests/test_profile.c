@@ -6,7 +6,8 @@
  * events never overlap, in time order, the optimizer's updates with their
  * bytes); and under mpirun (2 ranks,
  * dist_sync) a file per rank tagged with its rank, holding the MPI
- * thread's collectives with their bytes, and the overlap line.
+ * thread's collectives with their bytes, and the overlap line; under
+ * dist_async, the pushes, pulls, calls and the server's requests.
  */
 #include "json/json.h"
 #include "profile/profile.h"
@@ -286,6 +287,73 @@ START_TEST(mpirun_ranks_and_overlap)
 }
 END_TEST
 
+/* Counts a trace's complete events whose name starts with `prefix`; each
+ * must have category `cat` and bytes > 0 (the events of dist_async's
+ * pushes, pulls, calls and server). */
+static int count_named(const mx_json *ev, const char *prefix, const char *cat)
+{
+    int n = 0;
+    for (int i = 0; i < ev->count; i++) {
+        const mx_json *e = ev->items[i];
+        const char *name = mx_json_get(e, "name")->string;
+        if (strcmp(mx_json_get(e, "ph")->string, "X") || strncmp(name, prefix, strlen(prefix))) continue;
+        n++;
+        ck_assert_msg(!strcmp(mx_json_get(e, "cat")->string, cat), "'%s': category %s, want %s", name,
+                      mx_json_get(e, "cat")->string, cat);
+        ck_assert_msg(mx_json_get(mx_json_get(e, "args"), "bytes")->number > 0, "'%s': no bytes", name);
+    }
+    return n;
+}
+
+/* Two ranks, dist_async: each rank's pushes and pulls of the 4 keys as
+ * I/O ops and lib/comm's calls to the server as communication, every
+ * profiled batch; rank 0's file also holds the server's requests (from
+ * both ranks: at least its own, recorded before their answers) and the
+ * updates they start. */
+START_TEST(mpirun_dist_async_calls_and_server)
+{
+    char conf[400], cmd[2000], out_path[400], path[400];
+    snprintf(conf, sizeof(conf), "%s/mlp.conf", tmp);
+    write_run(conf);
+    snprintf(out_path, sizeof(out_path), "%s/out.txt", tmp);
+    snprintf(cmd, sizeof(cmd),
+             "timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2 %s %s "
+             "fit.kvstore=dist_async fit.num_epoch=1 fit.profile=%s/p.json fit.profile_batches=1-3 >%s 2>&1",
+             bin, conf, tmp, out_path);
+    int st = system(cmd);
+    char *out = tool_slurp(out_path, NULL);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", tail(out));
+    ck_assert_msg(strstr(out, "Profile: communication hidden behind computation: "), "%s", tail(out));
+    free(out);
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof(path), "%s/p.rank%d.json", tmp, r);
+        size_t len;
+        char *text = tool_slurp(path, &len);
+        mx_json *doc;
+        ck_assert_msg(mx_json_parse(text, len, &doc) == MX_OK, "%s: %s", path, mx_last_error());
+        const mx_json *ev = mx_json_get(doc, "traceEvents");
+        ck_assert_ptr_nonnull(ev);
+        /* 3 batches of 4 keys; the window opens after a wait_all, so
+         * every call is recorded whole. */
+        ck_assert_int_eq(count_named(ev, "kvstore dist_async push of key ", "io"), 12);
+        ck_assert_int_eq(count_named(ev, "kvstore dist_async pull of key ", "io"), 12);
+        ck_assert_int_eq(count_named(ev, "call push of key ", "comm"), 12);
+        ck_assert_int_eq(count_named(ev, "call pull of key ", "comm"), 12);
+        int served = count_named(ev, "server push of key ", "io");
+        if (r == 0) {
+            ck_assert_msg(served >= 12, "%s: %d pushes applied", path, served);
+            ck_assert_int_ge(count_named(ev, "server pull of key ", "io"), 12);
+            ck_assert_int_gt(count_named(ev, "sgd update of key ", "compute"), 0);
+        } else { /* the optimizer runs on the server only */
+            ck_assert_int_eq(served, 0);
+            ck_assert_int_eq(count_named(ev, "sgd update of key ", "compute"), 0);
+        }
+        mx_json_free(doc);
+        free(text);
+    }
+}
+END_TEST
+
 int main(void)
 {
     /* Under ASan the ranks' Open MPI leaks are suppressed by library name
@@ -303,6 +371,7 @@ int main(void)
     tcase_add_test(tc, overlap_of_known_events);
     tcase_add_test(tc, training_run_writes_the_batches_asked_for);
     tcase_add_test(tc, mpirun_ranks_and_overlap);
+    tcase_add_test(tc, mpirun_dist_async_calls_and_server);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -148,6 +148,7 @@ typedef struct p2p_msg {
     uint64_t id;
     MPI_Request mpi;
     double t0;              /* sent at */
+    int64_t t_start_ns;     /* sent at, for the timeline (0: not profiled) */
     /* calls */
     char *name;
     mx_comm_reply_fn done;
@@ -494,6 +495,26 @@ static void profile_request(mx_comm *c, const comm_req *q)
 
 void mx_comm_set_profiler(mx_comm *c, mx_profiler *p) { atomic_store(&c->profiler, p); }
 
+mx_profiler *mx_comm_profiler(mx_comm *c) { return atomic_load_explicit(&c->profiler, memory_order_acquire); }
+
+/* A call, from the start of its send to its answer, before the caller's
+ * done (as profile_request). Calls overlap one another and the collectives,
+ * so they get a track of their own, shared (Chrome draws overlapping
+ * events of one track stacked). The bytes are both ways, headers aside. */
+static void profile_call(mx_comm *c, const p2p_msg *m, size_t answer_bytes)
+{
+    mx_profiler *p = atomic_load_explicit(&c->profiler, memory_order_acquire);
+    if (!p || !m->t_start_ns || !mx_profiler_active(p)) return;
+    char what[MESSAGE_MAX / 2], track[64];
+    snprintf(what, sizeof(what), "call %s to rank %d", m->name ? m->name : "", m->peer);
+    snprintf(track, sizeof(track), "MPI calls (rank %d)", c->rank);
+    mx_profile_event ev = {.name = what, .cat = MX_PROFILE_COMM, .start_ns = m->t_start_ns,
+                           .end_ns = mx_profile_now_ns(),
+                           .bytes = (int64_t)(m->bytes - sizeof(wire_header) + answer_bytes)};
+    mx_profile_track *t = mx_profiler_shared_track(p, track);
+    if (t) mx_profiler_record_on(p, t, &ev);
+}
+
 static void complete(mx_comm *c, comm_req *q, mx_status status, const char *message)
 {
     c->active = NULL;
@@ -541,6 +562,7 @@ static void call_end(mx_comm *c, p2p_msg *m, mx_status status, const char *messa
 {
     c->p2p_last = mx_time_seconds();
     m->answered = true;
+    if (status == MX_OK) profile_call(c, m, bytes);
     m->done(m->user, status, message ? message : "", data, bytes);
     if (!m->in_send) p2p_msg_free(m);
 }
@@ -627,6 +649,8 @@ static void p2p_diagnose(mx_comm *c, int rank, char *out, size_t size)
 static void p2p_start(mx_comm *c, p2p_msg *m)
 {
     m->t0 = mx_time_seconds();
+    mx_profiler *p = m->done ? atomic_load_explicit(&c->profiler, memory_order_acquire) : NULL;
+    if (p && mx_profiler_active(p)) m->t_start_ns = mx_profile_now_ns();
     int rc = MPI_Isend(m->buf, (int)m->bytes, MPI_BYTE, m->peer, m->tag, c->p2p, &m->mpi);
     if (rc != MPI_SUCCESS) {
         char msg[MESSAGE_MAX];

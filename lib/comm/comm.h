@@ -298,10 +298,18 @@ mx_status mx_comm_check_same(mx_comm *comm, const void *bytes, size_t len, const
  * on the communication thread's track ("MPI thread (rank R)"), category
  * MX_PROFILE_COMM, from the start of its first piece to its completion,
  * named as in messages ("allreduce of keys 0..3 (bucket 5, 4 keys) on world
- * (1234 float32)") with its bytes. Recorded before the request's done
- * callback, so a caller may detach p once its own requests completed and
+ * (1234 float32)") with its bytes; and every call (mx_comm_call_submit)
+ * that gets its answer, from the start of its send to the answer, on the
+ * track "MPI calls (rank R)" (calls overlap), named "call push of key 3 to
+ * rank 0" with the bytes both ways. Recorded before the done callback, so
+ * a caller may detach p once its own requests and calls completed and
  * nothing else is queued. */
 void mx_comm_set_profiler(mx_comm *comm, mx_profiler *p);
+
+/* The profiler set above (NULL: none), for a service that records its own
+ * work (kvstore dist_async's server); it must stop recording before the
+ * profiler is freed. */
+mx_profiler *mx_comm_profiler(mx_comm *comm);
 
 /* Names for messages: "allreduce", "world", "float32", ... */
 const char *mx_comm_op_name(mx_comm_op op);

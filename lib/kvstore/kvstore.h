@@ -58,6 +58,14 @@
  * every push made so far is applied; a server that does not answer within
  * the comm's stall timeout fails the comm (the job ends), and a worker that
  * stops is found by the next collective.
+ * On the timeline (fit.profile: the engine's and the comm's profiler):
+ * each worker's push and pull is an I/O op "kvstore dist_async push of key
+ * 3" with its bytes, and lib/comm's call inside it a communication event
+ * "call push of key 3 to rank 0"; the server's handling of each request is
+ * an I/O event "server push of key 3 from rank 1" on the track "kvstore
+ * dist_async server (rank 0)", and the update it starts the optimizer's
+ * "sgd update of key 3". The server records into the comm's profiler until
+ * mx_kvstore_free has stopped it: free the store before the profiler.
  */
 #ifndef MX_KVSTORE_H
 #define MX_KVSTORE_H

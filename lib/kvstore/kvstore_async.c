@@ -101,9 +101,21 @@ static mx_status serve_push(async_entry *e, int key, const void *grad, size_t by
     return mx_nd_copy(e->stored, e->grad);
 }
 
-/* Applies one request and answers it. */
+static void server_track_name(void *user, char *buf, size_t size)
+{
+    (void)user;
+    snprintf(buf, size, "kvstore dist_async server (rank %d)", SERVER_RANK);
+}
+
+/* Applies one request and answers it. With a profiler (the comm's, which
+ * stays alive until the server thread has stopped: kvstore.h), the request
+ * is one event on the server thread's track, from the server taking it to
+ * just before its answer: category I/O, as the kvstore's operations of the workers (the
+ * update it starts is the optimizer's own compute event). */
 static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *updater)
 {
+    mx_profiler *prof = mx_comm_profiler(kv->comm);
+    int64_t t0 = prof && mx_profiler_active(prof) ? mx_profile_now_ns() : 0;
     ps_head h = {0};
     mx_status s = MX_OK;
     void *answer = NULL;
@@ -138,6 +150,16 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
     }
     char message[1024] = "";
     if (s != MX_OK) snprintf(message, sizeof(message), "%s", mx_last_error());
+    /* Before the answer, so that a worker whose wait ends with it finds the
+     * event recorded (and may stop the profiler). */
+    if (t0 && s == MX_OK) {
+        char name[96];
+        snprintf(name, sizeof(name), "server %s of key %d %s rank %d", h.op == OP_PUSH ? "push" : "pull", (int)h.key,
+                 h.op == OP_PUSH ? "from" : "for", r->source);
+        mx_profile_event ev = {.name = name, .cat = MX_PROFILE_IO, .start_ns = t0, .end_ns = mx_profile_now_ns(),
+                               .bytes = (int64_t)nbytes};
+        mx_profiler_record(prof, &ev, server_track_name, NULL);
+    }
     /* A failed answer fails the comm, which the caller sees as well. */
     (void)mx_comm_reply(kv->comm, r->source, r->id, s, message, answer, s == MX_OK ? answer_bytes : 0);
     free(answer);
@@ -350,6 +372,7 @@ typedef struct call_op {
     int op, key;
     mx_ndarray *array;   /* push: the gradient sum; pull: the cache */
     char name[64];
+    char label[96];      /* for the timeline: "kvstore dist_async push of key 3" */
     mx_engine_async *done;
 } call_op;
 
@@ -425,6 +448,7 @@ static mx_status push_call(kv_async *kv, int op_kind, int key, mx_ndarray *array
     op->key = key;
     op->array = mx_ndarray_retain(array);
     snprintf(op->name, sizeof(op->name), "%s of key %d", op_kind == OP_PUSH ? "push" : "pull", key);
+    snprintf(op->label, sizeof(op->label), "kvstore dist_async %s", op->name);
     mx_engine_var *cache = mx_ndarray_var(e->cache);
     mx_engine_var *reads[2] = {cache, mx_ndarray_var(array)};
     pthread_mutex_lock(&kv->mu);
@@ -433,7 +457,8 @@ static mx_status push_call(kv_async *kv, int op_kind, int key, mx_ndarray *array
     /* payload_free (call_op_free) counts it done, also when the push fails. */
     mx_engine_op desc = {.async_fn = call_start, .payload = op, .payload_free = call_op_free, .reads = reads,
                          .n_reads = 2, .writes = &cache, .n_writes = 1, .ctx = mx_cpu(), .lane = MX_LANE_IO,
-                         .priority = priority, .name = op_kind == OP_PUSH ? "kvstore push" : "kvstore pull"};
+                         .priority = priority, .name = op_kind == OP_PUSH ? "kvstore push" : "kvstore pull",
+                         .profile_name = op->label, .profile_bytes = (int64_t)mx_ndarray_nbytes(array)};
     return mx_engine_push_async(mx_runtime_engine(kv->rt), &desc);
 }
 

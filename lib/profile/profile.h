@@ -21,8 +21,9 @@
  *
  * Overlap. The summary measures how much of the communication (events of
  * category "comm": the collectives of the MPI thread, from start to
- * completion) ran while at least one computation (categories "compute" and
- * "copy") ran on any track: overlap_ns / comm_ns.
+ * completion, and its calls, from send to answer) ran while at least one
+ * computation (categories "compute" and "copy") ran on any track:
+ * overlap_ns / comm_ns.
  */
 #ifndef MX_PROFILE_H
 #define MX_PROFILE_H
@@ -38,8 +39,9 @@ typedef struct mx_profile_track mx_profile_track;
 typedef enum mx_profile_cat {
     MX_PROFILE_COMPUTE = 0, /* kernels (the engine's compute lane) */
     MX_PROFILE_COPY = 1,    /* the copy lane */
-    MX_PROFILE_IO = 2,      /* the I/O lane: data, the kvstore's collectives as engine operations */
-    MX_PROFILE_COMM = 3,    /* MPI collectives on the communication thread */
+    MX_PROFILE_IO = 2,      /* the I/O lane: data, the kvstore's collectives and calls as engine
+                               operations; dist_async's server handling a request */
+    MX_PROFILE_COMM = 3,    /* MPI collectives on the communication thread, and its calls */
     MX_PROFILE_CAT_COUNT
 } mx_profile_cat;
 

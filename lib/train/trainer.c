@@ -644,12 +644,14 @@ static void teardown(trainer *t)
     if (t->prof) {
         mx_engine_set_profiler(mx_runtime_engine(t->rt), NULL);
         if (t->opt->comm) mx_comm_set_profiler(t->opt->comm, NULL);
-        mx_profiler_free(t->prof);
-        t->prof = NULL;
     }
     train_group_free(&t->group);
     mx_executor_free(t->val_ex);
+    /* dist_async's server thread may still hold the profiler (kvstore.h):
+     * it is freed once the store has stopped it. */
     mx_kvstore_free(t->kv);
+    mx_profiler_free(t->prof);
+    t->prof = NULL;
     mx_optimizer_free(t->optimizer);
     for (int i = 0; i < t->n_metrics; i++) mx_metric_free(t->metrics[i]);
     free(t->metrics);
