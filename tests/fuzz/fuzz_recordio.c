@@ -68,7 +68,9 @@ static digest read_all(mx_stream *stream, size_t size)
         mx_status s = mx_recordio_reader_next(r, &rec, &got);
         if (s == MX_OK) {
             if (!got) break;
-            FUZZ_CHECK(rec.offset % 4 == 0 && rec.offset + 8 <= size, "record at %llu", (unsigned long long)rec.offset);
+            /* After corruption the reader resynchronises at any byte, so a
+             * record may start at an unaligned offset. */
+            FUZZ_CHECK(rec.offset + 8 <= size, "record at %llu", (unsigned long long)rec.offset);
             FUZZ_CHECK(rec.size < size, "record of %zu bytes in %zu", rec.size, size);
             d.records++;
             d.hash = mix(d.hash, rec.offset);
@@ -101,7 +103,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mx_stream *plain = NULL;
     FUZZ_OK(mx_stream_create(&nosize_ops, ns, &plain));
     digest b = read_all(plain, size);
-    FUZZ_CHECK(a.records == b.records && a.skips == b.skips && a.hash == b.hash,
+    /* On an intact file both readers deliver the same records. After
+     * corruption they may not: with the size known, a candidate head must
+     * chain to the next record or the end; a stream that cannot seek back
+     * only checks the header (lib/recordio/recordio.c). */
+    FUZZ_CHECK(a.skips != 0 || (a.records == b.records && a.skips == b.skips && a.hash == b.hash),
                "sized stream: %llu records %llu skips; unsized: %llu records %llu skips",
                (unsigned long long)a.records, (unsigned long long)a.skips, (unsigned long long)b.records,
                (unsigned long long)b.skips);
