@@ -115,6 +115,29 @@ START_TEST(grouped_and_depthwise)
 }
 END_TEST
 
+/* Depthwise layers with channel multiplier 1 (MobileNet's) take the direct
+ * kernels of lib/ops/conv_depthwise.c in both directions: rows wider than
+ * one vector with a partial last one, more output rows than a block of 8,
+ * stride 2, odd sizes, asymmetric kernels and dilation, 1-D; at every SIMD
+ * width this CPU has (the portable one is the fallback elsewhere). */
+START_TEST(depthwise_direct_path)
+{
+    const char *widths[] = {"portable", "avx2", "avx512"};
+    for (int w = 0; w < 3; w++) {
+        setenv("MX_SIMD", widths[w], 1);
+        run((conv_case){.data = MX_SHAPE(2, 3, 10, 19), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "3",
+                        .num_group = "3", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(3, 2, 11, 9), .kernel = "(3,3)", .stride = "(2,2)", .pad = "(1,1)",
+                        .num_filter = "2", .num_group = "2", .no_bias = "True", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(1, 2, 9, 12), .kernel = "(5,3)", .stride = "(2,3)", .dilate = "(1,2)",
+                        .pad = "(2,2)", .num_filter = "2", .num_group = "2", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(2, 3, 21), .kernel = "3", .pad = "(1,)", .num_filter = "3", .num_group = "3",
+                        .max_points = 24});
+    }
+    unsetenv("MX_SIMD");
+}
+END_TEST
+
 START_TEST(pointwise_and_lowering_paths)
 {
     /* 1x1 stride 1: SGEMM straight on the data for one image or when no
@@ -385,6 +408,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, conv2d_against_reference);
     tcase_add_test(tc, grouped_and_depthwise);
+    tcase_add_test(tc, depthwise_direct_path);
     tcase_add_test(tc, pointwise_and_lowering_paths);
     tcase_add_test(tc, threaded_lowering);
     tcase_add_test(tc, winograd_path);
