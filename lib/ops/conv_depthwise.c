@@ -82,10 +82,16 @@ static void fill_phases(const mx_conv_geom *g, const dw_layout *l, const float *
                 memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
                 continue;
             }
-            for (int64_t j = 0; j < l->q; j++) {
-                int64_t col = b + l->s * j - g->pad_w;
-                row[j] = col >= 0 && col < g->in_w ? xr[col] : 0.0f;
-            }
+            /* columns j in [lo, hi) read x: b + s*j - pad_w in [0, W) */
+            int64_t lo = g->pad_w > b ? (g->pad_w - b + l->s - 1) / l->s : 0;
+            int64_t hi = g->in_w + g->pad_w - b > 0 ? (g->in_w + g->pad_w - b + l->s - 1) / l->s : 0;
+            if (lo > l->q) lo = l->q;
+            if (hi > l->q) hi = l->q;
+            if (hi < lo) hi = lo;
+            memset(row, 0, (size_t)lo * sizeof(float));
+            const float *xs = xr + b + l->s * lo - g->pad_w;
+            for (int64_t j = lo; j < hi; j++) row[j] = xs[l->s * (j - lo)];
+            memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
         }
 }
 
