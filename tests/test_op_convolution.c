@@ -133,6 +133,9 @@ START_TEST(depthwise_direct_path)
                         .pad = "(2,2)", .num_filter = "2", .num_group = "2", .max_points = 24});
         run((conv_case){.data = MX_SHAPE(2, 3, 21), .kernel = "3", .pad = "(1,)", .num_filter = "3", .num_group = "3",
                         .max_points = 24});
+        /* padding wider than the kernel's reach: outputs and dy rows that see only zeros */
+        run((conv_case){.data = MX_SHAPE(1, 2, 5, 6), .kernel = "(3,3)", .stride = "(2,1)", .pad = "(3,4)",
+                        .num_filter = "2", .num_group = "2", .max_points = 24});
     }
     unsetenv("MX_SIMD");
 }
