@@ -178,7 +178,6 @@ def main():
              "- %d rounds, both sides in alternating order; %d batches per run at batch 1, 3 at larger batches. "
              "Best batch of all rounds (median of the rounds' medians in parentheses). Images/sec: higher is "
              "better; ratio = mxpredict / MXNet at the best figures (> 1: mxpredict faster)." % (a.rounds, 8),
-             "",
              "- CPU ms/img: the process's CPU time (all threads, user + system) during the timed batches, per "
              "image: mxpredict's `network CPU time` line, MXNet's `time.process_time()` around its timed "
              "batches (OpenMP's spin-waiting counts on both sides), minimum over the rounds. Other jobs barely "
