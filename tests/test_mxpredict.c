@@ -855,6 +855,8 @@ START_TEST(no_overlap_and_batch_padding_keep_the_rows)
     ck_assert_msg(strstr(err, "network ") && !strstr(err, "not overlapped"), "%s", err);
     ck_assert_msg(strstr(err, "15 batches"), "%s", err);
     ck_assert_msg(strstr(err, "network per batch of 7: best "), "%s", err);
+    /* the network's CPU time over its 101 samples */
+    ck_assert_msg(strstr(err, "network CPU time (all threads): ") && strstr(err, " ms per sample\n"), "%s", err);
     ck_assert_str_eq(a, b);
     int lines = 0;
     for (const char *p = a; *p; p++) lines += *p == '\n';

@@ -193,6 +193,49 @@ START_TEST(training_forward_updates_moving_statistics)
 }
 END_TEST
 
+/* Forward splits channels across the kernel pool on large inputs: the
+ * outputs and moving statistics are bit for bit those of one thread, in
+ * training and in inference. */
+START_TEST(threaded_forward_matches_serial)
+{
+    const mx_op_def *op = mx_op_find("BatchNorm");
+    _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
+    ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
+    enum { N = 2, C = 5, S = 64 * 64 }; /* 40960 elements: above the parallel threshold */
+    static float x[N * C * S], y[2][N * C * S];
+    float gamma[C], beta[C], mm[2][C], mv[2][C], mean[2][C], invstd[2][C];
+    uint64_t rng = 11;
+    for (int i = 0; i < N * C * S; i++) x[i] = (float)opcheck_uniform(&rng, -2, 3);
+    for (int c = 0; c < C; c++) {
+        gamma[c] = (float)opcheck_uniform(&rng, 0.5, 2);
+        beta[c] = (float)opcheck_uniform(&rng, -1, 1);
+    }
+    mx_threadpool *pool;
+    ck_assert_int_eq(mx_threadpool_create(3, &pool), MX_OK);
+    for (int train = 0; train < 2; train++) {
+        for (int k = 0; k < 2; k++) {
+            for (int c = 0; c < C; c++) {
+                mm[k][c] = 0.1f * (float)c;
+                mv[k][c] = 1.0f + 0.5f * (float)c;
+            }
+            mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
+                               {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm[k], .shape = MX_SHAPE(C)},
+                               {.data = mv[k], .shape = MX_SHAPE(C)}};
+            mx_tensor out[3] = {{.data = y[k], .shape = MX_SHAPE(N, C, S)}, {.data = mean[k], .shape = MX_SHAPE(C)},
+                                {.data = invstd[k], .shape = MX_SHAPE(C)}};
+            mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+            mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = k ? pool : NULL};
+            mx_op_ctx ctx = {.exec = &exec, .is_train = train};
+            ck_assert_int_eq(op->forward(&ctx, params, in, req, out, &in[3]), MX_OK);
+        }
+        ck_assert(!memcmp(y[0], y[1], sizeof(y[0])));
+        ck_assert(!memcmp(mm[0], mm[1], sizeof(mm[0])) && !memcmp(mv[0], mv[1], sizeof(mv[0])));
+        ck_assert(!memcmp(mean[0], mean[1], sizeof(mean[0])) && !memcmp(invstd[0], invstd[1], sizeof(invstd[0])));
+    }
+    mx_threadpool_free(pool);
+}
+END_TEST
+
 START_TEST(fix_gamma_writes_zero_gamma_gradient)
 {
     const mx_op_def *op = mx_op_find("BatchNorm");
@@ -276,6 +319,7 @@ int main(void)
     tcase_add_test(tc, moving_statistics_paths);
     tcase_add_test(tc, output_mean_var_shows_three_outputs);
     tcase_add_test(tc, training_forward_updates_moving_statistics);
+    tcase_add_test(tc, threaded_forward_matches_serial);
     tcase_add_test(tc, fix_gamma_writes_zero_gamma_gradient);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
     tcase_add_test(tc, param_defaults_are_mxnet_style);

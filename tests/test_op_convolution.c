@@ -115,6 +115,32 @@ START_TEST(grouped_and_depthwise)
 }
 END_TEST
 
+/* Depthwise layers with channel multiplier 1 (MobileNet's) take the direct
+ * kernels of lib/ops/conv_depthwise.c in both directions: rows wider than
+ * one vector with a partial last one, more output rows than a block of 8,
+ * stride 2, odd sizes, asymmetric kernels and dilation, 1-D; in the
+ * portable width (the fallback elsewhere) and the CPU's widest. */
+START_TEST(depthwise_direct_path)
+{
+    for (int pass = 0; pass < 2; pass++) { /* the portable width, then the widest this CPU runs */
+        if (pass == 0) setenv("MX_SIMD", "portable", 1);
+        else unsetenv("MX_SIMD");
+        run((conv_case){.data = MX_SHAPE(2, 3, 10, 19), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "3",
+                        .num_group = "3", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(3, 2, 11, 9), .kernel = "(3,3)", .stride = "(2,2)", .pad = "(1,1)",
+                        .num_filter = "2", .num_group = "2", .no_bias = "True", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(1, 2, 9, 12), .kernel = "(5,3)", .stride = "(2,3)", .dilate = "(1,2)",
+                        .pad = "(2,2)", .num_filter = "2", .num_group = "2", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(2, 3, 21), .kernel = "3", .pad = "(1,)", .num_filter = "3", .num_group = "3",
+                        .max_points = 24});
+        /* padding wider than the kernel's reach: outputs and dy rows that see only zeros */
+        run((conv_case){.data = MX_SHAPE(1, 2, 5, 6), .kernel = "(3,3)", .stride = "(2,1)", .pad = "(3,4)",
+                        .num_filter = "2", .num_group = "2", .max_points = 24});
+    }
+    unsetenv("MX_SIMD");
+}
+END_TEST
+
 START_TEST(pointwise_and_lowering_paths)
 {
     /* 1x1 stride 1: SGEMM straight on the data for one image or when no
@@ -385,6 +411,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, conv2d_against_reference);
     tcase_add_test(tc, grouped_and_depthwise);
+    tcase_add_test(tc, depthwise_direct_path);
     tcase_add_test(tc, pointwise_and_lowering_paths);
     tcase_add_test(tc, threaded_lowering);
     tcase_add_test(tc, winograd_path);

@@ -149,6 +149,9 @@ START_TEST(grouped_and_depthwise)
                       .num_group = "2"});
     run((deconv_case){.data = MX_SHAPE(2, 3, 4, 4), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "3",
                       .num_group = "3"});
+    /* strided depthwise: the direct depthwise kernels of the matching convolution */
+    run((deconv_case){.data = MX_SHAPE(2, 3, 5, 4), .kernel = "(3,3)", .stride = "(2,2)", .pad = "(1,1)",
+                      .num_filter = "3", .num_group = "3"});
     run((deconv_case){.data = MX_SHAPE(3, 4, 3, 3), .kernel = "(2,2)", .stride = "(2,2)", .num_filter = "8",
                       .num_group = "4", .no_bias = "True"});
 }

@@ -515,6 +515,9 @@ int main(int argc, char **argv)
                             "the best)\n",
                     batch_size, st.batch_best_seconds * 1e3, st.batch_median_seconds * 1e3,
                     st.batch_best_seconds > 0 ? (double)batch_size / st.batch_best_seconds : 0.0);
+        if (o.no_overlap && st.samples > 0)
+            fprintf(stderr, "mxpredict: network CPU time (all threads): %.3f s, %.3f ms per sample\n",
+                    st.wait_cpu_seconds, st.wait_cpu_seconds * 1e3 / (double)st.samples);
     }
     code = st.failed > 0 ? 1 : 0;
 

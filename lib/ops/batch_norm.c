@@ -174,20 +174,30 @@ static double dot_centered(const float *x, const float *dy, int64_t n, double me
     return s;
 }
 
-static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
-                            mx_tensor *out, mx_tensor *aux)
-{
-    const bn_params *bp = p;
+/* Channels are independent in forward (statistics, moving states and the
+ * output of channel c touch only channel c), so the pool splits them; each
+ * channel's sums run in the same order whatever the split. */
+typedef struct bn_fwd_job {
+    const bn_params *bp;
+    const mx_req *req;
     int64_t outer, C, inner;
-    bn_dims(bp, &in[0].shape, &outer, &C, &inner);
-    const bool train = ctx->is_train && !bp->use_global_stats;
+    bool train;
+    const float *x, *gamma, *beta;
+    float *mm, *mv, *y, *save_mean, *save_invstd;
+} bn_fwd_job;
+
+static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const bn_fwd_job *j = arg;
+    const bn_params *bp = j->bp;
+    const int64_t outer = j->outer, C = j->C, inner = j->inner;
     const double m = (double)(outer * inner);
-    const float *x = in[0].data, *gamma = in[1].data, *beta = in[2].data;
-    float *mm = aux[0].data, *mv = aux[1].data;
-    float *y = out[0].data, *save_mean = out[1].data, *save_invstd = out[2].data;
-    for (int64_t c = 0; c < C; c++) {
+    const float *x = j->x;
+    float *mm = j->mm, *mv = j->mv, *y = j->y;
+    for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
-        if (train) {
+        if (j->train) {
             double s = 0;
             for (int64_t o = 0; o < outer; o++) s += sum_f32(x + (o * C + c) * inner, inner);
             mean = m > 0 ? s / m : 0;
@@ -201,20 +211,36 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
             mean = mm[c];
             invstd = 1 / sqrt((double)mv[c] + bp->eps);
         }
-        mx_req_assign_f32(req[1], &save_mean[c], (float)mean);
-        mx_req_assign_f32(req[2], &save_invstd[c], (float)invstd);
-        if (req[0] == MX_REQ_NULL) continue;
-        const double w = bp->fix_gamma ? 1.0 : gamma[c];
-        const float scale = (float)(w * invstd), shift = (float)(beta[c] - mean * w * invstd);
+        mx_req_assign_f32(j->req[1], &j->save_mean[c], (float)mean);
+        mx_req_assign_f32(j->req[2], &j->save_invstd[c], (float)invstd);
+        if (j->req[0] == MX_REQ_NULL) continue;
+        const double w = bp->fix_gamma ? 1.0 : j->gamma[c];
+        const float scale = (float)(w * invstd), shift = (float)(j->beta[c] - mean * w * invstd);
         for (int64_t o = 0; o < outer; o++) {
             const float *xs = x + (o * C + c) * inner;
             float *ys = y + (o * C + c) * inner;
-            if (req[0] == MX_REQ_ADD)
+            if (j->req[0] == MX_REQ_ADD)
                 for (int64_t i = 0; i < inner; i++) ys[i] += xs[i] * scale + shift;
             else
                 for (int64_t i = 0; i < inner; i++) ys[i] = xs[i] * scale + shift;
         }
     }
+}
+
+/* Elements below which forward stays on the calling thread (a hand-over
+ * costs microseconds). */
+#define BN_PARALLEL_MIN 32768
+
+static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                            mx_tensor *out, mx_tensor *aux)
+{
+    const bn_params *bp = p;
+    bn_fwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .x = in[0].data,
+                    .gamma = in[1].data, .beta = in[2].data, .mm = aux[0].data, .mv = aux[1].data,
+                    .y = out[0].data, .save_mean = out[1].data, .save_invstd = out[2].data};
+    bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
+    mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
+    mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_forward_channels, &j);
     return MX_OK;
 }
 

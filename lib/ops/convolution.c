@@ -4,11 +4,13 @@
  * weight (num_filter, C/num_group, KH, KW), bias (num_filter) unless
  * no_bias; out (N, num_filter, OH, OW) with
  *   OH = (H + 2*pad - (dilate*(KH-1) + 1)) / stride + 1   (likewise OW).
- * The work is im2col + SGEMM (im2col.c) in both directions; the column
+ * The work is im2col + SGEMM (im2col.c) in both directions (depthwise
+ * layers: conv_depthwise.c, no column buffer); the column
  * buffer comes from the workspace, whose size `workspace` (MB) caps as in
  * MXNet. cudnn_tune and cudnn_off are accepted for compatibility and do
  * not change the CPU path.
  */
+#include "ops/conv_depthwise.h"
 #include "ops/im2col.h"
 #include "ops/op.h"
 
@@ -186,6 +188,7 @@ static mx_status conv_infer_shape(const void *vp, mx_shape *in, int n_in, mx_sha
  * (MB) allows, at least one. */
 static size_t conv_ws_bytes(const conv_params *p, const mx_conv_geom *g)
 {
+    if (mx_depthwise_supported(g)) return 0; /* the direct kernels use per-thread plane buffers */
     return mx_conv_workspace_bytes(g, mx_conv_chunk(g, (size_t)p->workspace << 20));
 }
 

@@ -17,6 +17,7 @@
 #include "ops/im2col.h"
 
 #include "blas/blas.h"
+#include "ops/conv_depthwise.h"
 #include "ops/conv_direct.h"
 #include "ops/winograd.h"
 
@@ -708,6 +709,7 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
                           const float *bias, float *y, mx_req req, void *ws, size_t ws_bytes)
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
+    if (mx_depthwise_supported(g)) return mx_depthwise_forward(pool, g, x, w, bias, y, req);
     conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
@@ -752,6 +754,7 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
     const int64_t dw_size = g->out_c * (g->in_c / g->groups) * g->k_h * g->k_w;
     if (need_dw && req_dw != MX_REQ_ADD && g->batch == 0) memset(dw, 0, (size_t)dw_size * sizeof(float));
     if ((!need_dx && !need_dw) || g->batch == 0) return MX_OK;
+    if (mx_depthwise_supported(g)) return mx_depthwise_backward(pool, g, x, w, dy, dx, req_dx, dw, req_dw);
     conv_call c = {.g = g, .x = x, .w = w, .dy = dy, .dx = dx, .req = req_dx, .need_dx = need_dx,
                    .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw};
     atomic_init(&c.failed, 0);

@@ -224,6 +224,9 @@ typedef struct mx_predict_stats {
                                 network's whole time with no_overlap) */
     double batch_best_seconds;   /* the same per batch (the first 65536 batches): */
     double batch_median_seconds; /* the fastest and the median */
+    double wait_cpu_seconds;     /* CPU time of the whole process (all threads) during
+                                    wait_seconds: the network's CPU cost with no_overlap,
+                                    a figure that other jobs on the machine barely change */
 } mx_predict_stats;
 
 typedef struct mx_predict_run_opts {

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct host_batch {
     float *data;   /* batch_size * sample floats */
@@ -92,6 +93,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* CPU seconds used so far by all threads of this process. */
+static double process_cpu_seconds(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0.0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 mx_status mx_predict_run(mx_predictor *p, mx_predict_writer *w, const mx_predict_run_opts *o, mx_predict_stats *stats)
 {
     memset(stats, 0, sizeof(*stats));
@@ -120,10 +129,11 @@ mx_status mx_predict_run(mx_predictor *p, mx_predict_writer *w, const mx_predict
     }
     double push_seconds = 0;
     if (s == MX_OK && hb[cur].n > 0) {
-        double t = mx_time_seconds();
+        double t = mx_time_seconds(), c = process_cpu_seconds();
         s = mx_predictor_push(p, hb[cur].data);
         push_seconds = mx_time_seconds() - t;
         stats->wait_seconds += push_seconds;
+        stats->wait_cpu_seconds += process_cpu_seconds() - c;
     }
     while (s == MX_OK && hb[cur].n > 0) {
         /* The next batch is read while this one runs (unless no_overlap). */
@@ -134,9 +144,11 @@ mx_status mx_predict_run(mx_predictor *p, mx_predict_writer *w, const mx_predict
             stats->read_seconds += mx_time_seconds() - t;
         }
         t = mx_time_seconds();
+        double c = process_cpu_seconds();
         if (s == MX_OK) s = mx_predictor_pull(p, out);
         double pulled = mx_time_seconds() - t;
         stats->wait_seconds += pulled;
+        stats->wait_cpu_seconds += process_cpu_seconds() - c;
         if (s == MX_OK && n_times < cap_times) times[n_times++] = push_seconds + pulled;
         for (int i = 0; i < hb[cur].n && s == MX_OK; i++)
             s = mx_predict_writer_row(w, hb[cur].ids[i], out + (size_t)i * (size_t)out_size);
@@ -153,9 +165,11 @@ mx_status mx_predict_run(mx_predictor *p, mx_predict_writer *w, const mx_predict
         }
         if (s == MX_OK && hb[cur].n > 0) {
             t = mx_time_seconds();
+            c = process_cpu_seconds();
             s = mx_predictor_push(p, hb[cur].data);
             push_seconds = mx_time_seconds() - t;
             stats->wait_seconds += push_seconds;
+            stats->wait_cpu_seconds += process_cpu_seconds() - c;
         }
     }
     if (s == MX_OK) s = mx_predict_writer_end(w);

@@ -1,0 +1,302 @@
+/*
+ * conv_depthwise.c - direct depthwise convolution (see conv_depthwise.h).
+ *
+ * One correlation kernel serves forward and backward-data:
+ *   out[o, p..p+W) = bias + sum over taps (kh, kw) of wt[kh, kw] *
+ *                    src phase ((c0 + kw*dw) mod s), row r0 + o*sh + kh*dh,
+ *                    columns p + (c0 + kw*dw) / s ...
+ * Forward reads the input's stride_w phase planes (r0 = c0 = 0); backward-
+ * data reads dy spread out to stride 1 ("zero-inserted", shifted by the
+ * kernel's reach) with the filter flipped and r0, c0 = pad: the transpose
+ * of the forward as a plain stride-1 correlation, so no read-modify-write
+ * of overlapping vectors (store-forwarding stalls) and one kernel to tune.
+ * The zero insertion wastes (stride_h*stride_w - 1)/(stride_h*stride_w) of
+ * backward-data's work on strided layers (one or two per MobileNet stage).
+ *
+ * Eight output rows are computed at once (rows past the end recompute the
+ * last row and are not stored): eight independent FMA chains hide the FMA
+ * latency, and each weight is broadcast once per eight vectors.
+ */
+#include "ops/conv_depthwise.h"
+#include "ops/simd.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+/* Vector slack past a plane row's last used column: loads of a partial
+ * vector read (and ignore) up to 15 floats more. */
+#define DW_SLACK 16
+#define DW_ROWS 8
+/* One plane's buffers must fit this (16M-float inputs are not MobileNets). */
+#define DW_MAX_SCRATCH ((size_t)64 << 20)
+
+/* The layout of one plane's buffers. */
+typedef struct dw_layout {
+    int64_t s;           /* forward phases (stride_w) */
+    int64_t ph, q;       /* forward: rows and row length of each phase plane */
+    int64_t zh, zq;      /* backward-data: rows and row length of the spread dy */
+} dw_layout;
+
+static dw_layout layout(const mx_conv_geom *g)
+{
+    dw_layout l;
+    l.s = g->stride_w;
+    l.ph = g->in_h + 2 * g->pad_h;
+    l.q = g->out_w + (g->k_w - 1) * g->dil_w / l.s + DW_SLACK;
+    l.zh = g->in_h + g->pad_h + (g->k_h - 1) * g->dil_h;
+    l.zq = g->in_w + g->pad_w + (g->k_w - 1) * g->dil_w + DW_SLACK;
+    return l;
+}
+
+static size_t fwd_floats(const dw_layout *l) { return (size_t)(l->s * l->ph * l->q); }
+static size_t bwd_floats(const mx_conv_geom *g, const dw_layout *l)
+{
+    /* phases (dw) + spread dy (dx) + flipped filter + tap sums */
+    return fwd_floats(l) + (size_t)(l->zh * l->zq) + 2 * (size_t)(g->k_h * g->k_w);
+}
+
+bool mx_depthwise_supported(const mx_conv_geom *g)
+{
+    if (g->groups <= 1 || g->groups != g->in_c || g->out_c != g->in_c) return false;
+    dw_layout l = layout(g);
+    return bwd_floats(g, &l) * sizeof(float) <= DW_MAX_SCRATCH;
+}
+
+/* The zero-padded plane x (H, W) as l->s column phases. */
+static void fill_phases(const mx_conv_geom *g, const dw_layout *l, const float *x, float *ph)
+{
+    for (int64_t b = 0; b < l->s; b++)
+        for (int64_t r = 0; r < l->ph; r++) {
+            float *row = ph + (b * l->ph + r) * l->q;
+            int64_t ir = r - g->pad_h;
+            if (ir < 0 || ir >= g->in_h) {
+                memset(row, 0, (size_t)l->q * sizeof(float));
+                continue;
+            }
+            const float *xr = x + ir * g->in_w;
+            if (l->s == 1) {
+                int64_t lo = g->pad_w < l->q ? g->pad_w : l->q;
+                int64_t hi = g->pad_w + g->in_w < l->q ? g->pad_w + g->in_w : l->q;
+                memset(row, 0, (size_t)lo * sizeof(float));
+                memcpy(row + lo, xr, (size_t)(hi - lo) * sizeof(float));
+                memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
+                continue;
+            }
+            /* columns j in [lo, hi) read x: b + s*j - pad_w in [0, W) */
+            int64_t lo = g->pad_w > b ? (g->pad_w - b + l->s - 1) / l->s : 0;
+            int64_t hi = g->in_w + g->pad_w - b > 0 ? (g->in_w + g->pad_w - b + l->s - 1) / l->s : 0;
+            if (lo > l->q) lo = l->q;
+            if (hi > l->q) hi = l->q;
+            if (hi < lo) hi = lo;
+            memset(row, 0, (size_t)lo * sizeof(float));
+            const float *xs = xr + b + l->s * lo - g->pad_w;
+            for (int64_t j = lo; j < hi; j++) row[j] = xs[l->s * (j - lo)];
+            memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
+        }
+}
+
+/* dy (OH, OW) spread to stride 1: z[oh*sh + (KH-1)*dh, ow*sw + (KW-1)*dw]. */
+static void spread_dy(const mx_conv_geom *g, const dw_layout *l, const float *dy, float *z)
+{
+    memset(z, 0, (size_t)(l->zh * l->zq) * sizeof(float));
+    const int64_t top = (g->k_h - 1) * g->dil_h, left = (g->k_w - 1) * g->dil_w, width = l->zq - DW_SLACK;
+    for (int64_t oh = 0; oh < g->out_h; oh++) {
+        int64_t r = top + oh * g->stride_h;
+        if (r >= l->zh) break; /* reaches only padding rows of dx */
+        float *zr = z + r * l->zq;
+        const float *dr = dy + oh * g->out_w;
+        if (g->stride_w == 1) {
+            int64_t n = left + g->out_w <= width ? g->out_w : width - left;
+            memcpy(zr + left, dr, (size_t)n * sizeof(float));
+        } else {
+            for (int64_t ow = 0; ow < g->out_w && left + ow * g->stride_w < width; ow++)
+                zr[left + ow * g->stride_w] = dr[ow];
+        }
+    }
+}
+
+typedef struct dw_corr {
+    const float *src;
+    int64_t q, plane, s;  /* row length, floats per phase plane, phases */
+    int64_t sh, dh, dw;   /* output row step, tap dilations */
+    int64_t r0, c0;       /* offsets of output (0, 0)'s first tap */
+    const float *wt;      /* KH x KW */
+    int64_t oh, ow;       /* output size */
+} dw_corr;
+
+#define DW_KERNELS(P, W, TARGET)                                                                                    \
+    TARGET MX_SIMD_INLINE void dw_corr_body_##P(const dw_corr *c, int64_t KH, int64_t KW, float bias, bool add,    \
+                                                float *y)                                                           \
+    {                                                                                                               \
+        for (int64_t o0 = 0; o0 < c->oh; o0 += DW_ROWS) {                                                          \
+            int64_t roff[DW_ROWS];                                                                                  \
+            for (int i = 0; i < DW_ROWS; i++)                                                                       \
+                roff[i] = (c->r0 + (o0 + i < c->oh ? o0 + i : c->oh - 1) * c->sh) * c->q;                           \
+            for (int64_t p = 0; p < c->ow; p += W) {                                                                \
+                P##_f acc[DW_ROWS];                                                                                 \
+                _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++) acc[i] = P##_splat(bias);                 \
+                for (int64_t kh = 0; kh < KH; kh++)                                                                 \
+                    for (int64_t kw = 0; kw < KW; kw++) {                                                           \
+                        const int64_t col = c->c0 + kw * c->dw;                                                     \
+                        const float *base = c->src + (col % c->s) * c->plane + kh * c->dh * c->q + p + col / c->s;  \
+                        const P##_f wv = P##_splat(c->wt[kh * KW + kw]);                                            \
+                        _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++) acc[i] =                         \
+                            P##_fma(P##_load(base + roff[i]), wv, acc[i]);                                          \
+                    }                                                                                               \
+                const int64_t n = c->ow - p < W ? c->ow - p : W;                                                    \
+                _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++)                                           \
+                {                                                                                                   \
+                    if (o0 + i >= c->oh) break;                                                                     \
+                    float *yp = y + (o0 + i) * c->ow + p;                                                           \
+                    P##_f v = acc[i];                                                                               \
+                    if (add) v += P##_load_part(yp, n);                                                             \
+                    if (n == W) P##_store(yp, v);                                                                   \
+                    else P##_store_part(yp, v, n);                                                                  \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    }                                                                                                               \
+    TARGET static void dw_corr_##P(const dw_corr *c, int64_t KH, int64_t KW, float bias, bool add, float *y)       \
+    {                                                                                                               \
+        /* 3x3 with constant trip counts: the tap loops unroll. */                                                  \
+        if (KH == 3 && KW == 3) dw_corr_body_##P(c, 3, 3, bias, add, y);                                            \
+        else dw_corr_body_##P(c, KH, KW, bias, add, y);                                                             \
+    }                                                                                                               \
+    /* sums[kh*KW + kw] += sum over (oh, ow) of dy[oh, ow] * the forward's tap (kh, kw) of (oh, ow). */            \
+    TARGET static void dw_wgrad_##P(const dw_corr *c, int64_t KH, int64_t KW, const float *dy, float *sums)        \
+    {                                                                                                               \
+        for (int64_t kh = 0; kh < KH; kh++)                                                                         \
+            for (int64_t kw = 0; kw < KW; kw++) {                                                                   \
+                const int64_t col = kw * c->dw;                                                                     \
+                const float *base = c->src + (col % c->s) * c->plane + kh * c->dh * c->q + col / c->s;              \
+                P##_f acc[4] = {P##_splat(0.0f), P##_splat(0.0f), P##_splat(0.0f), P##_splat(0.0f)};                \
+                for (int64_t o0 = 0; o0 < c->oh; o0 += 4)                                                           \
+                    for (int64_t p = 0; p < c->ow; p += W) {                                                        \
+                        const int64_t n = c->ow - p < W ? c->ow - p : W;                                            \
+                        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                         \
+                        {                                                                                           \
+                            /* rows past the end: dy lanes of 0 (and a valid row of x) */                           \
+                            const int64_t o = o0 + i < c->oh ? o0 + i : c->oh - 1;                                  \
+                            const P##_f d = P##_load_part(dy + o * c->ow + p, o0 + i < c->oh ? n : 0);              \
+                            acc[i] = P##_fma(d, P##_load(base + o * c->sh * c->q + p), acc[i]);                     \
+                        }                                                                                           \
+                    }                                                                                               \
+                const P##_f t = (acc[0] + acc[1]) + (acc[2] + acc[3]);                                              \
+                float lanes[W], s = 0.0f;                                                                           \
+                memcpy(lanes, &t, sizeof(t));                                                                       \
+                for (int i = 0; i < W; i++) s += lanes[i];                                                          \
+                sums[kh * KW + kw] += s;                                                                            \
+            }                                                                                                       \
+    }
+
+MX_SIMD_INSTANTIATE(DW_KERNELS)
+
+typedef struct dw_job {
+    const mx_conv_geom *g;
+    dw_layout l;
+    int level;
+    const float *x, *w, *bias, *dy;
+    float *y, *dx, *dw;
+    bool add_y, need_dx, add_dx, need_dw, add_dw;
+    atomic_int failed;
+} dw_job;
+
+static int64_t plane_in(const mx_conv_geom *g) { return g->in_h * g->in_w; }
+static int64_t plane_out(const mx_conv_geom *g) { return g->out_h * g->out_w; }
+
+static dw_corr forward_corr(const mx_conv_geom *g, const dw_layout *l, const float *ph, const float *wt)
+{
+    return (dw_corr){.src = ph, .q = l->q, .plane = l->ph * l->q, .s = l->s, .sh = g->stride_h, .dh = g->dil_h,
+                     .dw = g->dil_w, .wt = wt, .oh = g->out_h, .ow = g->out_w};
+}
+
+/* Units are (image, channel) planes. */
+static void forward_units(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    dw_job *j = arg;
+    const mx_conv_geom *g = j->g;
+    float *ph = mx_thread_scratch(0, fwd_floats(&j->l) * sizeof(float));
+    if (!ph) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    const int64_t kk = g->k_h * g->k_w;
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t c = u % g->in_c;
+        fill_phases(g, &j->l, j->x + u * plane_in(g), ph);
+        dw_corr k = forward_corr(g, &j->l, ph, j->w + c * kk);
+        MX_SIMD_DISPATCH(j->level, dw_corr, &k, g->k_h, g->k_w, j->bias ? j->bias[c] : 0.0f, j->add_y,
+                         j->y + u * plane_out(g));
+    }
+}
+
+/* Units are channels: every image's dx plane, and dw summed over the images in order. */
+static void backward_units(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    dw_job *j = arg;
+    const mx_conv_geom *g = j->g;
+    const dw_layout *l = &j->l;
+    float *ph = mx_thread_scratch(0, bwd_floats(g, l) * sizeof(float));
+    if (!ph) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    const int64_t kk = g->k_h * g->k_w;
+    float *z = ph + fwd_floats(l), *flip = z + l->zh * l->zq, *sums = flip + kk;
+    for (int64_t c = lo; c < hi; c++) {
+        if (j->need_dx) /* w is not given when only dw is wanted (Deconvolution's weight gradient) */
+            for (int64_t t = 0; t < kk; t++) flip[t] = j->w[c * kk + kk - 1 - t];
+        memset(sums, 0, (size_t)kk * sizeof(float));
+        dw_corr bd = {.src = z, .q = l->zq, .plane = l->zh * l->zq, .s = 1, .sh = 1, .dh = g->dil_h, .dw = g->dil_w,
+                      .r0 = g->pad_h, .c0 = g->pad_w, .wt = flip, .oh = g->in_h, .ow = g->in_w};
+        for (int64_t n = 0; n < g->batch; n++) {
+            const int64_t u = n * g->in_c + c;
+            const float *dyu = j->dy + u * plane_out(g);
+            if (j->need_dw) {
+                fill_phases(g, l, j->x + u * plane_in(g), ph);
+                dw_corr k = forward_corr(g, l, ph, NULL);
+                MX_SIMD_DISPATCH(j->level, dw_wgrad, &k, g->k_h, g->k_w, dyu, sums);
+            }
+            if (j->need_dx) {
+                spread_dy(g, l, dyu, z);
+                MX_SIMD_DISPATCH(j->level, dw_corr, &bd, g->k_h, g->k_w, 0.0f, j->add_dx, j->dx + u * plane_in(g));
+            }
+        }
+        if (j->need_dw) {
+            float *dwc = j->dw + c * kk;
+            for (int64_t t = 0; t < kk; t++) dwc[t] = j->add_dw ? dwc[t] + sums[t] : sums[t];
+        }
+    }
+}
+
+static mx_status scratch_failed(void)
+{
+    return MX_ERROR(MX_ERR_NOMEM, "convolution: cannot allocate a thread's depthwise plane buffers");
+}
+
+mx_status mx_depthwise_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                               const float *bias, float *y, mx_req req)
+{
+    if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
+    dw_job j = {.g = g, .l = layout(g), .level = mx_simd_level(), .x = x, .w = w, .bias = bias, .y = y,
+                .add_y = req == MX_REQ_ADD};
+    atomic_init(&j.failed, 0);
+    int64_t units = g->batch * g->in_c;
+    mx_parallel_for(pool, units, mx_parallel_grain(pool, units, 4, 1), forward_units, &j);
+    return atomic_load(&j.failed) ? scratch_failed() : MX_OK;
+}
+
+mx_status mx_depthwise_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                                const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw)
+{
+    dw_job j = {.g = g, .l = layout(g), .level = mx_simd_level(), .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw,
+                .need_dx = dx && req_dx != MX_REQ_NULL, .add_dx = req_dx == MX_REQ_ADD,
+                .need_dw = dw && req_dw != MX_REQ_NULL, .add_dw = req_dw == MX_REQ_ADD};
+    atomic_init(&j.failed, 0);
+    if (!j.need_dx && !j.need_dw) return MX_OK;
+    /* zero images: dw = 0 (or kept), as the other paths do */
+    mx_parallel_for(pool, g->in_c, mx_parallel_grain(pool, g->in_c, 4, 1), backward_units, &j);
+    return atomic_load(&j.failed) ? scratch_failed() : MX_OK;
+}
