@@ -40,7 +40,7 @@ static void expect_error(mx_status got, mx_status want, const char *fragment)
 
 static mx_initializer *make(const char *name, int n, const char *const *kv)
 {
-    const char *k[8], *v[8];
+    const char *k[8] = {0}, *v[8] = {0};
     for (int i = 0; i < n; i++) k[i] = kv[2 * i], v[i] = kv[2 * i + 1];
     mx_initializer *init = NULL;
     ck_assert_msg(mx_initializer_create_kv(name, k, v, n, &init) == MX_OK, "%s", mx_last_error());

@@ -148,7 +148,7 @@ static mx_runtime *rt_new(void)
 static mx_status make_iter(mx_runtime *rt, const char *kind, const char *const *kv, int n, mx_data_iter **it)
 {
     char *copy[16];
-    const char *k[16], *v[16];
+    const char *k[16] = {0}, *v[16] = {0};
     ck_assert_int_le(n, 16);
     for (int i = 0; i < n; i++) {
         copy[i] = strdup(kv[i]);

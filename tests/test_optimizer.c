@@ -574,7 +574,7 @@ END_TEST
 
 static mx_lr_scheduler *sched_kv(const char *kind, int n, const char *const *kv)
 {
-    const char *k[16], *v[16];
+    const char *k[16] = {0}, *v[16] = {0};
     for (int i = 0; i < n; i++) k[i] = kv[2 * i], v[i] = kv[2 * i + 1];
     mx_lr_scheduler *s = NULL;
     ck_assert_msg(mx_lr_scheduler_create_kv(kind, k, v, n, &s) == MX_OK, "%s", mx_last_error());
