@@ -195,27 +195,7 @@ typedef struct ewbx_job {
     bool add, add_l, add_r;
 } ewbx_job;
 
-typedef void (*ewbx_kernel)(const ewbx_job *j, int64_t lo, int64_t hi);
-
-typedef struct ewbx_call {
-    ewbx_kernel fn;
-    const ewbx_job *job;
-} ewbx_call;
-
-static void ewbx_range(void *arg, int64_t lo, int64_t hi, int worker)
-{
-    (void)worker;
-    const ewbx_call *c = arg;
-    c->fn(c->job, lo, hi);
-}
-
-#define EWBX_PIECE 8192
-
-static void ewbx_run(const mx_op_ctx *ctx, ewbx_kernel fn, const ewbx_job *j, int64_t n)
-{
-    ewbx_call c = {fn, j};
-    mx_simd_parallel_for(mx_op_pool(ctx), n, EWBX_PIECE, ewbx_range, &c);
-}
+MX_SIMD_JOB_RUNNER(ewbx, ewbx_job, 8192)
 
 /* Per kind: forward y = f(l, r); backward dl = dy df/dl, dr = dy df/dr
  * (zeros for comparisons), both from the element's inputs before either

@@ -179,35 +179,7 @@ typedef struct ewsb_job {
     bool add;
 } ewsb_job;
 
-typedef void (*ewsb_kernel)(const ewsb_job *j, int64_t lo, int64_t hi);
-
-typedef struct ewsb_call {
-    ewsb_kernel fn;
-    const ewsb_job *job;
-} ewsb_call;
-
-static void ewsb_range(void *arg, int64_t lo, int64_t hi, int worker)
-{
-    (void)worker;
-    const ewsb_call *c = arg;
-    c->fn(c->job, lo, hi);
-}
-
-#define EWSB_PIECE 8192
-
-static void ewsb_run(const mx_op_ctx *ctx, ewsb_kernel fn, const ewsb_job *j, int64_t n)
-{
-    ewsb_call c = {fn, j};
-    mx_simd_parallel_for(mx_op_pool(ctx), n, EWSB_PIECE, ewsb_range, &c);
-}
-
-#define EWSB_MAP(dst, lo, hi, add, EXPR)                                                                           \
-    do {                                                                                                            \
-        if (add)                                                                                                    \
-            for (int64_t i = (lo); i < (hi); i++) (dst)[i] += (EXPR);                                               \
-        else                                                                                                        \
-            for (int64_t i = (lo); i < (hi); i++) (dst)[i] = (EXPR);                                                \
-    } while (0)
+MX_SIMD_JOB_RUNNER(ewsb, ewsb_job, 8192)
 
 /* id, MXNet name, aliases, binary_math kind, operands reversed (f(s, x)),
  * backward dependencies. */
@@ -244,7 +216,7 @@ static void ewsb_run(const mx_op_ctx *ctx, ewsb_kernel fn, const ewsb_job *j, in
     static void id##_fwd(const ewsb_job *j, int64_t lo, int64_t hi)                                                \
     {                                                                                                               \
         const float *x = j->x, s = j->s;                                                                            \
-        EWSB_MAP(j->dst, lo, hi, j->add, REV ? mx_bin_f(KIND, s, x[i]) : mx_bin_f(KIND, x[i], s));                  \
+        MX_SIMD_MAP(j->dst, lo, hi, j->add, REV ? mx_bin_f(KIND, s, x[i]) : mx_bin_f(KIND, x[i], s));                  \
     }                                                                                                               \
     static void id##_bwd(const ewsb_job *j, int64_t lo, int64_t hi)                                                \
     {                                                                                                               \
@@ -253,9 +225,9 @@ static void ewsb_run(const mx_op_ctx *ctx, ewsb_kernel fn, const ewsb_job *j, in
             if (!j->add)                                                                                            \
                 for (int64_t i = lo; i < hi; i++) j->dst[i] = 0.0f;                                                 \
         } else if (!(DEPS)) {                                                                                       \
-            EWSB_MAP(j->dst, lo, hi, j->add, dy[i] * mx_bin_da(KIND, 0.0f, s));                                     \
+            MX_SIMD_MAP(j->dst, lo, hi, j->add, dy[i] * mx_bin_da(KIND, 0.0f, s));                                     \
         } else {                                                                                                    \
-            EWSB_MAP(j->dst, lo, hi, j->add, dy[i] * (REV ? mx_bin_db(KIND, s, x[i]) : mx_bin_da(KIND, x[i], s)));  \
+            MX_SIMD_MAP(j->dst, lo, hi, j->add, dy[i] * (REV ? mx_bin_db(KIND, s, x[i]) : mx_bin_da(KIND, x[i], s)));  \
         }                                                                                                           \
     }                                                                                                               \
     static mx_status id##_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)             \
@@ -322,14 +294,14 @@ static const mx_param_desc sl1_param_table[] = {
 static void sl1_fwd(const ewsb_job *j, int64_t lo, int64_t hi)
 {
     const float *x = j->x, b2 = j->s * j->s, t = 1.0f / b2;
-    EWSB_MAP(j->dst, lo, hi, j->add,
+    MX_SIMD_MAP(j->dst, lo, hi, j->add,
              x[i] > t ? x[i] - 0.5f * t : x[i] < -t ? -x[i] - 0.5f * t : 0.5f * x[i] * x[i] * b2);
 }
 
 static void sl1_bwd(const ewsb_job *j, int64_t lo, int64_t hi)
 {
     const float *x = j->x, *dy = j->dy, b2 = j->s * j->s, t = 1.0f / b2;
-    EWSB_MAP(j->dst, lo, hi, j->add, dy[i] * (x[i] > t ? 1.0f : x[i] < -t ? -1.0f : x[i] * b2));
+    MX_SIMD_MAP(j->dst, lo, hi, j->add, dy[i] * (x[i] > t ? 1.0f : x[i] < -t ? -1.0f : x[i] * b2));
 }
 
 static mx_status sl1_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)

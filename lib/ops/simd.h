@@ -95,6 +95,37 @@ static inline void mx_simd_parallel_for(mx_threadpool *pool, int64_t n, int64_t 
     mx_parallel_for(pool, n, grain, fn, arg);
 }
 
+/* A job's typed kernel over [0, n) on the operator's pool (in pieces of at
+ * least PIECE elements): defines PREFIX_kernel, PREFIX_call, PREFIX_range
+ * and PREFIX_run(ctx, kernel, job, n). The element-wise operators share it;
+ * the file using it includes ops/op.h. */
+#define MX_SIMD_JOB_RUNNER(PREFIX, JOB, PIECE)                                                                        \
+    typedef void (*PREFIX##_kernel)(const JOB *j, int64_t lo, int64_t hi);                                           \
+    typedef struct PREFIX##_call {                                                                                   \
+        PREFIX##_kernel fn;                                                                                          \
+        const JOB *job;                                                                                              \
+    } PREFIX##_call;                                                                                                 \
+    static void PREFIX##_range(void *arg, int64_t lo, int64_t hi, int worker)                                       \
+    {                                                                                                                \
+        (void)worker;                                                                                                \
+        const PREFIX##_call *c = arg;                                                                                \
+        c->fn(c->job, lo, hi);                                                                                       \
+    }                                                                                                                \
+    static void PREFIX##_run(const mx_op_ctx *ctx, PREFIX##_kernel fn, const JOB *j, int64_t n)                     \
+    {                                                                                                                \
+        PREFIX##_call c = {fn, j};                                                                                   \
+        mx_simd_parallel_for(mx_op_pool(ctx), n, PIECE, PREFIX##_range, &c);                                         \
+    }
+
+/* dst[i] = EXPR or dst[i] += EXPR for i in [lo, hi); EXPR reads element i. */
+#define MX_SIMD_MAP(dst, lo, hi, add, EXPR)                                                                           \
+    do {                                                                                                             \
+        if (add)                                                                                                     \
+            for (int64_t i = (lo); i < (hi); i++) (dst)[i] += (EXPR);                                                \
+        else                                                                                                         \
+            for (int64_t i = (lo); i < (hi); i++) (dst)[i] = (EXPR);                                                 \
+    } while (0)
+
 /* ------------------------------------------------------ per-width basics */
 
 /* Types, fma and masked partial load / store (n in [0, W]; the rest of the

@@ -56,38 +56,9 @@ typedef struct un_job {
     float alpha, beta; /* hard_sigmoid */
 } un_job;
 
-typedef void (*un_kernel)(const un_job *j, int64_t lo, int64_t hi);
-
-typedef struct un_call {
-    un_kernel fn;
-    const un_job *job;
-} un_call;
-
-static void un_range(void *arg, int64_t lo, int64_t hi, int worker)
-{
-    (void)worker;
-    const un_call *c = arg;
-    c->fn(c->job, lo, hi);
-}
-
-/* Elements per piece on the kernel pool: libm calls cost ~10x a load and
- * a store, so they split sooner. */
-#define UN_PIECE 8192
-
-static void un_run(const mx_op_ctx *ctx, un_kernel fn, const un_job *j, int64_t n)
-{
-    un_call c = {fn, j};
-    mx_simd_parallel_for(mx_op_pool(ctx), n, UN_PIECE, un_range, &c);
-}
-
-/* dst[i] = EXPR or dst[i] += EXPR for i in [lo, hi); EXPR reads element i. */
-#define UN_MAP(dst, lo, hi, add, EXPR)                                                                             \
-    do {                                                                                                            \
-        if (add)                                                                                                    \
-            for (int64_t i = (lo); i < (hi); i++) (dst)[i] += (EXPR);                                               \
-        else                                                                                                        \
-            for (int64_t i = (lo); i < (hi); i++) (dst)[i] = (EXPR);                                                \
-    } while (0)
+/* Pieces of 8192 elements on the kernel pool: libm calls cost ~10x a load
+ * and a store, so they split sooner. */
+MX_SIMD_JOB_RUNNER(un, un_job, 8192)
 
 /* What backward reads besides out_grad. */
 enum { UG_IN, UG_OUT, UG_CONST, UG_ZERO };
@@ -357,16 +328,16 @@ static inline float un_lgamma(float a)
     static void id##_fwd(const un_job *j, int64_t lo, int64_t hi)                                                  \
     {                                                                                                               \
         const float *x = j->x;                                                                                      \
-        UN_MAP(j->dst, lo, hi, j->add, id##_f(x[i]));                                                               \
+        MX_SIMD_MAP(j->dst, lo, hi, j->add, id##_f(x[i]));                                                               \
     }                                                                                                               \
     static void id##_bwd(const un_job *j, int64_t lo, int64_t hi)                                                  \
     {                                                                                                               \
         const float *dy = j->dy, *x = j->x, *y = j->y;                                                              \
         float *dx = j->dst;                                                                                         \
         switch (gkind) {                                                                                            \
-        case UG_IN: UN_MAP(dx, lo, hi, j->add, dy[i] * id##_g(x[i], 0.0f)); break;                                  \
-        case UG_OUT: UN_MAP(dx, lo, hi, j->add, dy[i] * id##_g(0.0f, y[i])); break;                                 \
-        case UG_CONST: UN_MAP(dx, lo, hi, j->add, dy[i] * id##_g(0.0f, 0.0f)); break;                               \
+        case UG_IN: MX_SIMD_MAP(dx, lo, hi, j->add, dy[i] * id##_g(x[i], 0.0f)); break;                                  \
+        case UG_OUT: MX_SIMD_MAP(dx, lo, hi, j->add, dy[i] * id##_g(0.0f, y[i])); break;                                 \
+        case UG_CONST: MX_SIMD_MAP(dx, lo, hi, j->add, dy[i] * id##_g(0.0f, 0.0f)); break;                               \
         default:                                                                                                    \
             if (!j->add)                                                                                            \
                 for (int64_t i = lo; i < hi; i++) dx[i] = 0.0f;                                                     \
@@ -392,13 +363,13 @@ static const mx_param_desc hsig_param_table[] = {
 static void hsig_fwd(const un_job *j, int64_t lo, int64_t hi)
 {
     const float *x = j->x, al = j->alpha, be = j->beta;
-    UN_MAP(j->dst, lo, hi, j->add, fminf(fmaxf(al * x[i] + be, 0.0f), 1.0f));
+    MX_SIMD_MAP(j->dst, lo, hi, j->add, fminf(fmaxf(al * x[i] + be, 0.0f), 1.0f));
 }
 
 static void hsig_bwd(const un_job *j, int64_t lo, int64_t hi)
 {
     const float *x = j->x, *dy = j->dy, al = j->alpha, be = j->beta;
-    UN_MAP(j->dst, lo, hi, j->add, al * x[i] + be > 0.0f && al * x[i] + be < 1.0f ? dy[i] * al : 0.0f);
+    MX_SIMD_MAP(j->dst, lo, hi, j->add, al * x[i] + be > 0.0f && al * x[i] + be < 1.0f ? dy[i] * al : 0.0f);
 }
 
 static mx_status hard_sigmoid_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
