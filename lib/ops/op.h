@@ -54,6 +54,11 @@ typedef struct mx_op_ctx {
     void *workspace;         /* temp space of the requested size, or NULL */
     size_t workspace_bytes;
     mx_rng *rng;             /* when the op asked for MX_OP_NEEDS_RNG */
+    /* The node's instance state slot for device kernels (cuDNN descriptors,
+     * the chosen algorithm, cached per shape): NULL at first; a kernel may
+     * store what it creates, freed by its kernels' state_free when the
+     * executor goes. NULL slot: no caching (the kernel cleans up itself). */
+    void **state;
 } mx_op_ctx;
 
 /* The kernel thread pool to split work on (NULL: run on the calling thread). */
@@ -78,6 +83,32 @@ typedef struct mx_inplace {
 } mx_inplace;
 
 typedef struct mx_op_def mx_op_def;
+
+typedef mx_status (*mx_op_forward_fn)(const mx_op_ctx *ctx, const void *params, const mx_tensor *in,
+                                      const mx_req *req, mx_tensor *out, mx_tensor *aux);
+typedef mx_status (*mx_op_backward_fn)(const mx_op_ctx *ctx, const void *params, const mx_tensor *out_grad,
+                                       const mx_tensor *in, const mx_tensor *out, const mx_req *req,
+                                       mx_tensor *in_grad, mx_tensor *aux);
+
+/* The kernels of one device (MXNet's FCompute<gpu>): same contract as the
+ * CPU forward/backward of mx_op_def, on device memory, launched on the
+ * stream of ctx->exec (lib/ops/cuda/cuda_op.h). */
+typedef struct mx_op_kernels {
+    mx_op_forward_fn forward;
+    mx_op_backward_fn backward;
+    void (*state_free)(void *state); /* NULL: kernels keep no state */
+} mx_op_kernels;
+
+/* An operator's GPU kernels, defined in its X.cu as
+ * `MX_OP_GPU_KERNELS(x) = {fwd, bwd, state_free};` and named in its
+ * mx_op_def as `.gpu = MX_OP_GPU(x)` (NULL in builds without CUDA). */
+#ifdef MX_USE_CUDA
+#define MX_OP_GPU(x) (&mx_op_gpu_##x)
+#define MX_OP_GPU_DECLARE(x) extern const mx_op_kernels mx_op_gpu_##x
+#else
+#define MX_OP_GPU(x) NULL
+#define MX_OP_GPU_DECLARE(x) extern const mx_op_kernels mx_op_gpu_##x /* never defined, never used */
+#endif
 
 struct mx_op_def {
     const char *name;                 /* MXNet's name: "Convolution" */
@@ -123,13 +154,14 @@ struct mx_op_def {
      * NULL: draws in every pass. */
     bool (*uses_rng)(const void *params, bool is_train);
 
-    mx_status (*forward)(const mx_op_ctx *ctx, const void *params, const mx_tensor *in,
-                         const mx_req *req, mx_tensor *out, mx_tensor *aux);
+    /* The CPU kernels. */
+    mx_op_forward_fn forward;
     /* in_grad[i] is written per req[i]; aux may be read (and is not
      * updated). Tensors not declared in backward_deps may hold garbage. */
-    mx_status (*backward)(const mx_op_ctx *ctx, const void *params, const mx_tensor *out_grad,
-                          const mx_tensor *in, const mx_tensor *out, const mx_req *req,
-                          mx_tensor *in_grad, mx_tensor *aux);
+    mx_op_backward_fn backward;
+    /* The GPU kernels (MX_OP_GPU(x)), or NULL: binding the operator on a
+     * GPU is then an error naming it (mx_op_kernels_for). */
+    const mx_op_kernels *gpu;
 };
 
 /* ------------------------------------------------------------ registry */
@@ -142,6 +174,11 @@ mx_status mx_op_lookup(const char *name, const mx_op_def **out);
 /* Registry iteration: the i-th operator, NULL past the end. */
 const mx_op_def *mx_op_at(int i);
 int mx_op_count(void);
+
+/* The kernels that run `op` on `ctx`'s device (CPU: the op's own forward
+ * and backward) into *out, or MX_ERR_UNSUPPORTED: "operator 'X' has no
+ * kernel for gpu(0)" (or "... in this build without CUDA"). */
+mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *out);
 
 /* ------------------------------------------------------------ params */
 

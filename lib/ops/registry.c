@@ -329,6 +329,26 @@ static const mx_op_def *const registry[] = {
 
 int mx_op_count(void) { return REGISTRY_SIZE; }
 
+mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *out)
+{
+    if (ctx.dev_type == MX_DEV_CPU) {
+        *out = (mx_op_kernels){op->forward, op->backward, NULL};
+        return MX_OK;
+    }
+    char name[32];
+    mx_context_str(ctx, name, sizeof(name));
+    if (ctx.dev_type == MX_DEV_GPU && op->gpu) {
+        *out = *op->gpu;
+        return MX_OK;
+    }
+#ifdef MX_USE_CUDA
+    return MX_ERROR(MX_ERR_UNSUPPORTED, "operator '%s' has no kernel for %s", op->name, name);
+#else
+    return MX_ERROR(MX_ERR_UNSUPPORTED, "operator '%s' has no kernel for %s in this build without CUDA", op->name,
+                    name);
+#endif
+}
+
 const mx_op_def *mx_op_at(int i) { return i >= 0 && i < REGISTRY_SIZE ? registry[i] : NULL; }
 
 const mx_op_def *mx_op_find(const char *name)
