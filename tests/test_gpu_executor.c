@@ -17,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef MX_USE_CUDA
 /* Every operator the nets in configs/ use, plus the views. */
 static const char *const config_ops[] = {"Activation", "BatchNorm", "Concat", "Convolution", "Dropout",
                                          "ElementWiseSum", "Flatten", "FullyConnected", "LRN", "Pooling",
                                          "SoftmaxOutput", "Reshape", NULL};
+#endif
 
 START_TEST(test_kernels_for_cpu_are_the_ops_own)
 {
