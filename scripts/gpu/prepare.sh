@@ -24,6 +24,24 @@ for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort 
     *) strip --strip-unneeded -o "$stage/lib/$(basename "$lib")" "$(readlink -f "$lib")" ;;
     esac
 done
+# A Fashion-MNIST subset (3000 training, 1000 test images) for the
+# training comparison of run.sh: LeNet on gpu:0 against the CPU.
+mkdir -p "$stage/data"
+python3 - "$stage/data" <<'PY'
+import gzip, struct, sys
+src, dst = "/usr/share/datasets/fashion-mnist", sys.argv[1]
+for name, n in (("train", 3000), ("t10k", 1000)):
+    with gzip.open(f"{src}/{name}-images-idx3-ubyte.gz") as f:
+        magic, count, rows, cols = struct.unpack(">IIII", f.read(16))
+        pixels = f.read(n * rows * cols)
+    with gzip.open(f"{dst}/{name}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", magic, n, rows, cols) + pixels)
+    with gzip.open(f"{src}/{name}-labels-idx1-ubyte.gz") as f:
+        magic, count = struct.unpack(">II", f.read(8))
+        labels = f.read(n)
+    with gzip.open(f"{dst}/{name}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", magic, n) + labels)
+PY
 tar -C "$stage" -cJf .gpu-carry/carry.tar.xz .
 rm -rf "$stage"
 ls -la .gpu-carry/carry.tar.xz

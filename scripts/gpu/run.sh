@@ -2,7 +2,7 @@
 # run.sh - run ON THE LENT GPU MACHINE (see README.md here): unpacks what
 # prepare.sh packed, finds cuDNN and cuBLAS there, runs every GPU suite,
 # then compute-sanitizer (memcheck, racecheck) on them, and leaves the logs
-# under $OUT (env.txt, suite.log, sanitizer.log). The last lines printed
+# under $OUT (env.txt, suite.log, train.log, sanitizer.log). The last lines printed
 # are a table: suite, result, seconds.
 #   MX_GPU_SANITIZE=0  skips the sanitizer; MX_GPU_TIMEOUT (s, default 150)
 #   bounds each suite.
@@ -39,6 +39,24 @@ for t in "$top"/bin/test_gpu_*; do
     rm -f "$OUT/$name.tmp"
     table+=("$(printf '%-24s %-6s %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$secs")")
 done
+
+# LeNet (configs/lenet.conf) on a Fashion-MNIST subset, 2 epochs, on gpu:0
+# and on the CPU from the same seed: the metrics must agree closely.
+: > "$OUT/train.log"
+d=$top/data
+for ctx in gpu:0 cpu; do
+    start=$(date +%s%N)
+    timeout 200 "$top/bin/mxtrain" configs/lenet.conf fit.ctx=$ctx fit.num_epoch=2 fit.disp_batches=20 \
+        fit.model_prefix=/tmp/mxc-gpu/lenet-${ctx%%:*} train.image=$d/train-images-idx3-ubyte.gz \
+        train.label=$d/train-labels-idx1-ubyte.gz val.image=$d/t10k-images-idx3-ubyte.gz \
+        val.label=$d/t10k-labels-idx1-ubyte.gz > "$OUT/train.tmp" 2>&1
+    rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    { echo "=== mxtrain lenet fit.ctx=$ctx rc=$rc ${ms} ms"; cat "$OUT/train.tmp"; } >> "$OUT/train.log"
+    grep -iE "epoch\[1\].*(validation|train)|error|fail" "$OUT/train.tmp" | tail -4 | sed "s|^|$ctx: |"
+    table+=("$(printf '%-24s %-6s %4ss' "mxtrain lenet $ctx" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$(( ms / 1000 ))")")
+done
+rm -f "$OUT/train.tmp"
 
 if [ "${MX_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     : > "$OUT/sanitizer.log"
