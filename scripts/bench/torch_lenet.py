@@ -17,7 +17,11 @@ windows of --window steps; every window prints an mxtrain-style line
 the per-window speeds and the overall samples/sec of the timed steps.
 
 usage: torch_lenet.py [--batches N] [--warmup W] [--window K] [--batch B]
-                      [--threads T] [--data-dir DIR]
+                      [--threads T] [--data-dir DIR] [--device cpu|cuda]
+
+With --device cuda (scripts/gpu/run.sh) the tensors and model live on the
+GPU; the loss read at the end of every window waits for the GPU, so the
+windows time finished work.
 """
 import argparse
 import gzip
@@ -63,6 +67,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: data and model on that device")
     ap.add_argument("--data-dir", default=os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     a = ap.parse_args()
 
@@ -74,8 +79,10 @@ def main():
     x_all = torch.from_numpy((images[perm].astype(np.float32) / 256.0).reshape(-1, 1, 28, 28)).contiguous()
     y_all = torch.from_numpy(labels[perm].astype(np.int64))
     nb = len(x_all) // a.batch
+    dev = torch.device(a.device)
+    x_all, y_all = x_all.to(dev), y_all.to(dev)
 
-    net = LeNet()
+    net = LeNet().to(dev)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     net.train()
 
@@ -106,7 +113,7 @@ def main():
             t_window = now
     total = time.perf_counter() - t_start
     print(json.dumps({
-        "side": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "side": "torch", "device": a.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "onednn": torch.backends.mkldnn.is_available(), "batch": a.batch, "warmup": a.warmup,
         "batches": a.batches, "window": a.window, "window_speeds": speeds,
         "samples_per_sec": a.batches * a.batch / total, "final_loss": loss.item() if loss is not None else None,

@@ -57,6 +57,13 @@ for ctx in gpu:0 cpu; do
     table+=("$(printf '%-24s %-6s %4ss' "mxtrain lenet $ctx" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$(( ms / 1000 ))")")
 done
 rm -f "$OUT/train.tmp"
+# PyTorch's LeNet on the same GPU, same net, batch and optimizer (speed).
+if [ "${MX_GPU_TORCH:-1}" != 0 ]; then
+    timeout 120 python3 scripts/bench/torch_lenet.py --device cuda --threads 16 --data-dir "$d" --batches 400 \
+        --warmup 40 --window 100 >> "$OUT/train.log" 2>&1
+    echo "torch: $(tail -1 "$OUT/train.log" | grep -o '"samples_per_sec": [0-9.]*')"
+    grep -h "Speed" "$OUT/train.log" | grep -v "^Batch" | tail -3 | sed 's|^|mxtrain: |'
+fi
 
 if [ "${MX_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     : > "$OUT/sanitizer.log"
