@@ -3,15 +3,12 @@
  * every other dimension must agree. Forward copies each input's slab into
  * place, backward copies the output gradient's slabs back out.
  */
-#include "ops/op.h"
+#include "ops/concat.h"
 
 #include <stddef.h>
 #include <string.h>
 
-typedef struct concat_params {
-    int64_t num_args;
-    int64_t dim;
-} concat_params;
+MX_OP_GPU_DECLARE(concat);
 
 static const mx_param_desc concat_param_table[] = {
     {"num_args", MX_PARAM_INT, NULL, 1, MX_OP_MAX_IO, NULL, offsetof(concat_params, num_args),
@@ -166,4 +163,5 @@ const mx_op_def mx_op_concat = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = concat_forward,
     .backward = concat_backward,
+    .gpu = MX_OP_GPU(concat),
 };

@@ -4,15 +4,13 @@
  * backward hands every input the output gradient. Both run in vectors
  * (simd.h), large tensors split across the kernel pool.
  */
-#include "ops/op.h"
+#include "ops/elementwise_sum.h"
 #include "ops/simd.h"
 
 #include <stddef.h>
 #include <string.h>
 
-typedef struct esum_params {
-    int64_t num_args;
-} esum_params;
+MX_OP_GPU_DECLARE(elementwise_sum);
 
 static const mx_param_desc esum_param_table[] = {
     {"num_args", MX_PARAM_INT, NULL, 1, MX_OP_MAX_IO, NULL, offsetof(esum_params, num_args),
@@ -171,4 +169,5 @@ const mx_op_def mx_op_elementwise_sum = {
     .backward_inplace = esum_inplace,
     .forward = esum_forward,
     .backward = esum_backward,
+    .gpu = MX_OP_GPU(elementwise_sum),
 };

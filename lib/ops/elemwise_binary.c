@@ -162,8 +162,9 @@ static const char *const ewb_sub_aliases[] = {"_sparse_elemwise_sub", "_sub", "_
 static const char *const ewb_mul_aliases[] = {"_sparse_elemwise_mul", "_mul", "_Mul", NULL};
 static const char *const ewb_div_aliases[] = {"_sparse_elemwise_div", "_div", "_Div", NULL};
 
-#define EWB_DEF(var, opname, prefix, deps, docstr)                                                           \
-    const mx_op_def var = {                                                                                 \
+#define EWB_DEF(id, opname, prefix, deps, docstr)                                                            \
+    MX_OP_GPU_DECLARE(id);                                                                                  \
+    const mx_op_def mx_op_##id = {                                                                          \
         .name = opname,                                                                                     \
         .aliases = prefix##_aliases,                                                                        \
         .doc = docstr,                                                                                      \
@@ -178,13 +179,14 @@ static const char *const ewb_div_aliases[] = {"_sparse_elemwise_div", "_div", "_
         .backward_inplace = ewb_backward_inplace,                                                           \
         .forward = prefix##_forward,                                                                        \
         .backward = prefix##_backward,                                                                      \
+        .gpu = MX_OP_GPU(id),                                                                               \
     }
 
-EWB_DEF(mx_op_elemwise_add, "elemwise_add", ewb_add, MX_BWD_OUT_GRAD, "Adds two arrays of one shape.");
-EWB_DEF(mx_op_elemwise_sub, "elemwise_sub", ewb_sub, MX_BWD_OUT_GRAD, "Subtracts rhs from lhs (equal shapes).");
-EWB_DEF(mx_op_elemwise_mul, "elemwise_mul", ewb_mul, MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
+EWB_DEF(elemwise_add, "elemwise_add", ewb_add, MX_BWD_OUT_GRAD, "Adds two arrays of one shape.");
+EWB_DEF(elemwise_sub, "elemwise_sub", ewb_sub, MX_BWD_OUT_GRAD, "Subtracts rhs from lhs (equal shapes).");
+EWB_DEF(elemwise_mul, "elemwise_mul", ewb_mul, MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
         "Multiplies two arrays of one shape.");
-EWB_DEF(mx_op_elemwise_div, "elemwise_div", ewb_div, MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
+EWB_DEF(elemwise_div, "elemwise_div", ewb_div, MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
         "Divides lhs by rhs (equal shapes).");
 
 /* ------------------------------------------------------- issue 17 */
@@ -295,6 +297,7 @@ static mx_status ewbx_backward(const mx_op_ctx *ctx, ewbx_kernel fn, const mx_te
         (void)p, (void)out, (void)aux;                                                                              \
         return ewbx_backward(ctx, ewbx_##id##_bwd, out_grad, in, req, in_grad);                                     \
     }                                                                                                               \
+    MX_OP_GPU_DECLARE(id);                                                                                          \
     const mx_op_def mx_op_##id = {                                                                                  \
         .name = opname,                                                                                             \
         .aliases = aliases_,                                                                                        \
@@ -308,6 +311,7 @@ static mx_status ewbx_backward(const mx_op_ctx *ctx, ewbx_kernel fn, const mx_te
         .backward_inplace = ewb_backward_inplace,                                                                   \
         .forward = ewbx_##id##_forward,                                                                             \
         .backward = ewbx_##id##_backward,                                                                           \
+        .gpu = MX_OP_GPU(id),                                                                                       \
     };
 
 EWBX_OPS(EWBX_DEF)

@@ -24,18 +24,13 @@
  *                                       1 or 0, zero gradient
  * (mod as Python's %, NaN handling of maximum/minimum: binary_math.h).
  */
-#include "ops/op.h"
+#include "ops/elemwise_scalar.h"
 #include "ops/binary_math.h"
 #include "ops/simd.h"
 
 #include <stddef.h>
 
 typedef enum ews_kind { EWS_PLUS, EWS_MINUS, EWS_RMINUS, EWS_MUL, EWS_DIV, EWS_RDIV } ews_kind;
-
-typedef struct ews_params {
-    double scalar;
-    bool is_int;
-} ews_params;
 
 static const mx_param_desc ews_param_table[] = {
     {"scalar", MX_PARAM_FLOAT, "1", 1, 0, NULL, offsetof(ews_params, scalar), "the scalar operand"},
@@ -144,8 +139,9 @@ static const char *const ews_mul_aliases[] = {"_MulScalar", NULL};
 static const char *const ews_div_aliases[] = {"_DivScalar", NULL};
 static const char *const ews_rdiv_aliases[] = {"_RDivScalar", NULL};
 
-#define EWS_DEF(var, opname, prefix, deps, docstr)                                                           \
-    const mx_op_def var = {                                                                                 \
+#define EWS_DEF(id, opname, prefix, deps, docstr)                                                            \
+    MX_OP_GPU_DECLARE(id);                                                                                  \
+    const mx_op_def mx_op_##id = {                                                                          \
         .name = opname,                                                                                     \
         .aliases = prefix##_aliases,                                                                        \
         .doc = docstr,                                                                                      \
@@ -160,14 +156,15 @@ static const char *const ews_rdiv_aliases[] = {"_RDivScalar", NULL};
         .backward_inplace = ews_inplace,                                                                    \
         .forward = prefix##_forward,                                                                        \
         .backward = prefix##_backward,                                                                      \
+        .gpu = MX_OP_GPU(id),                                                                               \
     }
 
-EWS_DEF(mx_op_plus_scalar, "_plus_scalar", ews_plus, MX_BWD_OUT_GRAD, "data + scalar");
-EWS_DEF(mx_op_minus_scalar, "_minus_scalar", ews_minus, MX_BWD_OUT_GRAD, "data - scalar");
-EWS_DEF(mx_op_rminus_scalar, "_rminus_scalar", ews_rminus, MX_BWD_OUT_GRAD, "scalar - data");
-EWS_DEF(mx_op_mul_scalar, "_mul_scalar", ews_mul, MX_BWD_OUT_GRAD, "data * scalar");
-EWS_DEF(mx_op_div_scalar, "_div_scalar", ews_div, MX_BWD_OUT_GRAD, "data / scalar");
-EWS_DEF(mx_op_rdiv_scalar, "_rdiv_scalar", ews_rdiv, MX_BWD_OUT_GRAD | MX_BWD_IN_DATA, "scalar / data");
+EWS_DEF(plus_scalar, "_plus_scalar", ews_plus, MX_BWD_OUT_GRAD, "data + scalar");
+EWS_DEF(minus_scalar, "_minus_scalar", ews_minus, MX_BWD_OUT_GRAD, "data - scalar");
+EWS_DEF(rminus_scalar, "_rminus_scalar", ews_rminus, MX_BWD_OUT_GRAD, "scalar - data");
+EWS_DEF(mul_scalar, "_mul_scalar", ews_mul, MX_BWD_OUT_GRAD, "data * scalar");
+EWS_DEF(div_scalar, "_div_scalar", ews_div, MX_BWD_OUT_GRAD, "data / scalar");
+EWS_DEF(rdiv_scalar, "_rdiv_scalar", ews_rdiv, MX_BWD_OUT_GRAD | MX_BWD_IN_DATA, "scalar / data");
 
 /* ------------------------------------------------------- issue 17 */
 
@@ -258,6 +255,7 @@ MX_SIMD_JOB_RUNNER(ewsb, ewsb_job, 8192)
         ewsb_run(ctx, id##_bwd, &j, mx_shape_size(&in_grad[0].shape));                                              \
         return MX_OK;                                                                                               \
     }                                                                                                               \
+    MX_OP_GPU_DECLARE(id);                                                                                          \
     const mx_op_def mx_op_##id = {                                                                                  \
         .name = opname,                                                                                             \
         .aliases = aliases_,                                                                                        \
@@ -273,6 +271,7 @@ MX_SIMD_JOB_RUNNER(ewsb, ewsb_job, 8192)
         .backward_inplace = ews_inplace,                                                                            \
         .forward = id##_forward,                                                                                    \
         .backward = id##_backward,                                                                                  \
+        .gpu = MX_OP_GPU(id),                                                                                       \
     };
 
 EWSB_OPS(EWSB_FUNCS)
@@ -282,9 +281,6 @@ EWSB_OPS(EWSB_FUNCS)
  *   f(x) = 0.5 (sigma x)^2 for |x| <= t, |x| - 0.5 t beyond;
  *   f'(x) = sigma^2 x inside, sign(x) beyond (MXNet's boundaries: |x| = t
  *   takes the quadratic branch). Only `scalar`, no is_int, as in MXNet. */
-typedef struct sl1_params {
-    double scalar;
-} sl1_params;
 
 static const mx_param_desc sl1_param_table[] = {
     {"scalar", MX_PARAM_FLOAT, "1", 1, 0, NULL, offsetof(sl1_params, scalar),
@@ -334,6 +330,8 @@ static mx_status sl1_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(smooth_l1);
+
 const mx_op_def mx_op_smooth_l1 = {
     .name = "smooth_l1",
     .aliases = A("_npx_smooth_l1", ),
@@ -349,4 +347,5 @@ const mx_op_def mx_op_smooth_l1 = {
     .backward_inplace = ews_inplace,
     .forward = sl1_forward,
     .backward = sl1_backward,
+    .gpu = MX_OP_GPU(smooth_l1),
 };

@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+MX_OP_GPU_DECLARE(flatten);
+
 static int flatten_list_inputs(const void *p, const char **names)
 {
     (void)p;
@@ -88,4 +90,5 @@ const mx_op_def mx_op_flatten = {
     .backward_inplace = flatten_inplace,
     .forward = flatten_forward,
     .backward = flatten_backward,
+    .gpu = MX_OP_GPU(flatten),
 };

@@ -4,18 +4,14 @@
  * last axis is K; weight (num_hidden, K); bias (num_hidden). SGEMM does
  * the work in both directions.
  */
-#include "ops/op.h"
+#include "ops/fully_connected.h"
 
 #include "blas/blas.h"
 
 #include <stddef.h>
 #include <string.h>
 
-typedef struct fc_params {
-    int64_t num_hidden;
-    bool no_bias;
-    bool flatten;
-} fc_params;
+MX_OP_GPU_DECLARE(fully_connected);
 
 static const mx_param_desc fc_param_table[] = {
     {"num_hidden", MX_PARAM_INT, NULL, 1, 1e9, NULL, offsetof(fc_params, num_hidden), "number of outputs"},
@@ -39,20 +35,6 @@ static int fc_list_outputs(const void *p, const char **names)
     (void)p;
     names[0] = "output";
     return 1;
-}
-
-/* Rows (batch) and K of data as the layer sees it. */
-static void fc_rows_cols(const fc_params *fc, const mx_shape *data, int64_t *rows, int64_t *k)
-{
-    if (fc->flatten) {
-        *rows = data->dims[0];
-        *k = 1;
-        for (int i = 1; i < data->ndim; i++) *k *= data->dims[i];
-    } else {
-        *k = data->dims[data->ndim - 1];
-        *rows = 1;
-        for (int i = 0; i < data->ndim - 1; i++) *rows *= data->dims[i];
-    }
 }
 
 static mx_status expect_shape(const char *what, mx_shape *have, mx_shape want)
@@ -155,4 +137,5 @@ const mx_op_def mx_op_fully_connected = {
     .backward_in_mask = (1u << 0) | (1u << 1), /* data and weight, not the bias */
     .forward = fc_forward,
     .backward = fc_backward,
+    .gpu = MX_OP_GPU(fully_connected),
 };

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
+MX_OP_GPU_DECLARE(reshape);
+
 typedef struct reshape_params {
     mx_tuple shape;
     bool reverse;
@@ -253,4 +255,5 @@ const mx_op_def mx_op_reshape = {
     .backward_inplace = reshape_inplace,
     .forward = reshape_forward,
     .backward = reshape_backward,
+    .gpu = MX_OP_GPU(reshape),
 };

@@ -1,0 +1,85 @@
+/*
+ * elementwise_sum.cu - ElementWiseSum (add_n) on the GPU: one thread per
+ * element. Forward sums arg0 + arg1 + ... in order and then writes (or
+ * adds) the output, so the output may be any of the inputs (in place on
+ * arg0). Backward hands each requested input gradient dy (copied, or
+ * added for req add); a written gradient that already is dy (in place) is
+ * skipped, as on the CPU.
+ */
+#include "ops/cuda/cuda_op.h"
+
+extern "C" {
+#include "ops/elementwise_sum.h"
+}
+
+#include <string.h>
+
+typedef struct esum_gpu_args {
+    int n;
+    const float *x[MX_OP_MAX_IO]; /* forward inputs */
+    float *dx[MX_OP_MAX_IO];      /* backward: per input, NULL when skipped */
+    mx_req req[MX_OP_MAX_IO];
+} esum_gpu_args;
+
+__global__ void esum_fwd_k(int64_t total, esum_gpu_args a, float *y, mx_req req)
+{
+    MX_CUDA_FOR(i, total)
+    {
+        float acc = a.x[0][i];
+        for (int k = 1; k < a.n; k++) acc = acc + a.x[k][i];
+        mx_cuda_assign(req, &y[i], acc);
+    }
+}
+
+__global__ void esum_bwd_k(int64_t total, esum_gpu_args a, const float *dy)
+{
+    MX_CUDA_FOR(i, total)
+    {
+        for (int k = 0; k < a.n; k++)
+            if (a.dx[k]) mx_cuda_assign(a.req[k], &a.dx[k][i], dy[i]);
+    }
+}
+
+static mx_status esum_gpu_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                                  mx_tensor *out, mx_tensor *aux)
+{
+    (void)aux;
+    const esum_params *ep = (const esum_params *)p;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    int64_t total = mx_shape_size(&out[0].shape);
+    if (total <= 0) return MX_OK;
+    esum_gpu_args a;
+    memset(&a, 0, sizeof(a));
+    a.n = (int)ep->num_args;
+    for (int k = 0; k < a.n; k++) a.x[k] = (const float *)in[k].data;
+    esum_fwd_k<<<mx_cuda_blocks(total), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(total, a, (float *)out[0].data,
+                                                                                      req[0]);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+static mx_status esum_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
+                                   const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
+                                   mx_tensor *aux)
+{
+    (void)in, (void)out, (void)aux;
+    const esum_params *ep = (const esum_params *)p;
+    esum_gpu_args a;
+    memset(&a, 0, sizeof(a));
+    a.n = (int)ep->num_args;
+    bool any = false;
+    for (int k = 0; k < a.n; k++) {
+        a.req[k] = req[k];
+        a.dx[k] = (float *)in_grad[k].data;
+        if (req[k] == MX_REQ_NULL || (req[k] != MX_REQ_ADD && in_grad[k].data == out_grad[0].data)) a.dx[k] = NULL;
+        any |= a.dx[k] != NULL;
+    }
+    int64_t total = mx_shape_size(&out_grad[0].shape);
+    if (!any || total <= 0) return MX_OK;
+    esum_bwd_k<<<mx_cuda_blocks(total), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+        total, a, (const float *)out_grad[0].data);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+extern "C" const mx_op_kernels mx_op_gpu_elementwise_sum = {esum_gpu_forward, esum_gpu_backward, NULL};
