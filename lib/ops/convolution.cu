@@ -17,8 +17,11 @@
  * The timing runs happen once per data shape and are cached in the node's
  * state slot; with no slot (ctx->state NULL) nothing can be cached and the
  * heuristics choose instead. Timing runs write into scratch, never into
- * the outputs. Workspace comes from the worker's scratch. cudnn_off=1 (im2col on
- * GPU) is refused with MX_ERR_UNSUPPORTED.
+ * the outputs; cuDNN waits for them (once per node and shape), and when
+ * they fail the heuristics choose. Workspace comes from the worker's
+ * scratch (ctx->workspace, sized for the CPU's im2col, is not used).
+ * cudnn_off=True (MXNet's im2col on GPU) is refused with
+ * MX_ERR_UNSUPPORTED.
  */
 #include "ops/cuda/cuda_op.h"
 
@@ -256,8 +259,10 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
                 if (conv_ws_of(h, d, dir, i, &ws) && ws <= CONV_FASTEST_CAP && ws > limit) limit = ws;
             }
         }
-        MX_TRY(conv_find(ctx, h, d, g, dir, limit, a, b, perf, &n));
-        if (conv_pick(h, d, dir, perf, n, limit, out)) return MX_OK;
+        /* A failed timing run (say, no scratch of that size) leaves the
+         * choice to the heuristics below. */
+        if (conv_find(ctx, h, d, g, dir, limit, a, b, perf, &n) == MX_OK && conv_pick(h, d, dir, perf, n, limit, out))
+            return MX_OK;
     }
     MX_TRY(conv_heuristic(h, d, dir, perf, &n));
     if (conv_pick(h, d, dir, perf, n, ws_limit, out)) return MX_OK;

@@ -11,6 +11,8 @@ extern "C" {
 #include "ops/lrn.h"
 }
 
+#include <math.h>
+
 /* t^-beta, with beta = 0.75 through two square roots as on the CPU. */
 __device__ __forceinline__ float lrn_pow_neg(float t, float beta)
 {
