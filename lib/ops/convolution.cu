@@ -105,8 +105,9 @@ static mx_status conv_descs_init(conv_descs *d, const conv_gpu_geom &g)
     int n, c, h, w;
     MX_CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &c, &h, &w));
     if (n != g.n || c != g.f || h != g.oh || w != g.ow)
-        return MX_ERROR(MX_ERR_DEVICE, "Convolution: cuDNN's output shape (%d, %d, %d, %d) differs from (%d, %d, %d, %d)",
-                        n, c, h, w, g.n, g.f, g.oh, g.ow);
+        return MX_ERROR(MX_ERR_DEVICE,
+                        "Convolution: cuDNN's output shape (%d, %d, %d, %d) differs from (%d, %d, %d, %d)", n, c, h,
+                        w, g.n, g.f, g.oh, g.ow);
     return MX_OK;
 }
 
@@ -131,7 +132,11 @@ static void conv_gpu_state_free(void *state) { free(state); }
 
 static const size_t CONV_FASTEST_CAP = (size_t)1 << 30;
 
-static bool conv_math_ok(cudnnMathType_t m) { return m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION; }
+/* FMA (or default) math only: never a tensor-core (TF32) variant. */
+static bool conv_math_ok(cudnnMathType_t m)
+{
+    return m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
 
 /* Rounds up to 256 bytes (the alignment of what follows in scratch). */
 static size_t conv_align(size_t b) { return (b + 255) & ~(size_t)255; }
@@ -162,7 +167,10 @@ struct conv_perf {
     cudnnMathType_t math;
 };
 
-template <typename P> static conv_perf conv_perf_of(const P &p) { return {(int)p.algo, p.status, p.memory, p.mathType}; }
+template <typename P> static conv_perf conv_perf_of(const P &p)
+{
+    return {(int)p.algo, p.status, p.memory, p.mathType};
+}
 
 /* The first usable entry of a ranked list (fastest / most promising first)
  * within `limit` bytes of workspace. */
