@@ -11,6 +11,7 @@
  * not change the CPU path.
  */
 #include "ops/conv_depthwise.h"
+#include "ops/convolution.h"
 #include "ops/im2col.h"
 #include "ops/op.h"
 
@@ -19,16 +20,8 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct conv_params {
-    mx_tuple kernel, stride, dilate, pad;
-    int64_t num_filter, num_group, workspace;
-    bool no_bias, cudnn_off;
-    int cudnn_tune, layout;
-} conv_params;
-
 static const char *const conv_tune_choices[] = {"None", "off", "limited_workspace", "fastest", NULL};
 static const char *const conv_layout_choices[] = {"None", "NCW", "NCHW", "NCDHW", "NHWC", "NDHWC", NULL};
-enum { LAYOUT_NONE, LAYOUT_NCW, LAYOUT_NCHW };
 
 static const mx_param_desc conv_param_table[] = {
     {"kernel", MX_PARAM_TUPLE, NULL, 1, 1e9, NULL, offsetof(conv_params, kernel), "kernel size: (w,) or (h, w)"},
@@ -234,6 +227,8 @@ static mx_status conv_backward(const mx_op_ctx *ctx, const void *vp, const mx_te
 
 static const char *const conv_aliases[] = {"conv", NULL};
 
+MX_OP_GPU_DECLARE(convolution);
+
 const mx_op_def mx_op_convolution = {
     .name = "Convolution",
     .aliases = conv_aliases,
@@ -250,4 +245,5 @@ const mx_op_def mx_op_convolution = {
     .backward_in_mask = (1u << 0) | (1u << 1), /* data and weight, not the bias */
     .forward = conv_forward,
     .backward = conv_backward,
+    .gpu = MX_OP_GPU(convolution),
 };

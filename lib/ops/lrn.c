@@ -10,18 +10,12 @@
  * An even nsize is accepted as MXNet accepts it: the window is still
  * c-nsize/2 .. c+nsize/2 (nsize+1 channels) and the scale alpha/nsize.
  */
+#include "ops/lrn.h"
 #include "ops/op.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
-
-typedef struct lrn_params {
-    double alpha;
-    double beta;
-    double knorm;
-    int64_t nsize;
-} lrn_params;
 
 static const mx_param_desc lrn_param_table[] = {
     {"alpha", MX_PARAM_FLOAT, "0.0001", 1, 0, NULL, offsetof(lrn_params, alpha), "variance scaling"},
@@ -163,6 +157,8 @@ static mx_status lrn_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(lrn);
+
 const mx_op_def mx_op_lrn = {
     .name = "LRN",
     .doc = "Local response normalization across channels.",
@@ -178,4 +174,5 @@ const mx_op_def mx_op_lrn = {
     .backward_out_mask = 1u << 1, /* tmp_norm, not the output */
     .forward = lrn_forward,
     .backward = lrn_backward,
+    .gpu = MX_OP_GPU(lrn),
 };

@@ -20,6 +20,7 @@
  * the others one by one; global pooling reduces each plane contiguously.
  */
 #include "ops/op.h"
+#include "ops/pooling.h"
 #include "ops/simd.h"
 
 #include <float.h>
@@ -28,20 +29,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-
-enum { POOL_MAX, POOL_AVG, POOL_SUM, POOL_LP };
-enum { CONV_VALID, CONV_FULL, CONV_SAME };
-enum { LAYOUT_NONE, LAYOUT_NCW, LAYOUT_NCHW, LAYOUT_NCDHW, LAYOUT_NWC, LAYOUT_NHWC, LAYOUT_NDHWC };
-
-typedef struct pool_params {
-    mx_tuple kernel, stride, pad;
-    int pool_type;
-    int pooling_convention;
-    bool global_pool;
-    bool cudnn_off;
-    bool count_include_pad;
-    int layout;
-} pool_params;
 
 static const char *const pool_types[] = {"max", "avg", "sum", "lp", NULL};
 static const char *const pool_conventions[] = {"valid", "full", "same", NULL};
@@ -879,6 +866,8 @@ static mx_status pool_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(pooling);
+
 const mx_op_def mx_op_pooling = {
     .name = "Pooling",
     .doc = "Max, average or sum pooling over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW).",
@@ -893,4 +882,5 @@ const mx_op_def mx_op_pooling = {
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA | MX_BWD_OUT_DATA,
     .forward = pool_forward,
     .backward = pool_backward,
+    .gpu = MX_OP_GPU(pooling),
 };

@@ -1,0 +1,263 @@
+/*
+ * pooling.cu - Pooling's CUDA kernels, written out rather than cuDNN so
+ * that every rule of pooling.c holds exactly:
+ *   - the window along an axis starts at o*s - p, ends at
+ *     min(start + k, in + p) and is clipped to [0, in) for the data;
+ *   - max starts from -FLT_MAX and takes v when v > acc (raster order);
+ *     avg divides by the clipped padded window (count_include_pad) or the
+ *     clipped window, NaN for an empty one; sum does not divide;
+ *   - max backward gives each output's gradient to the first element of
+ *     its window (raster order) equal to the output.
+ * Forward: one thread per output element. Backward: for max, one thread
+ * per output finds that first element (its plane offset, into scratch);
+ * then one thread per input element gathers, in output raster order, the
+ * gradients of the windows covering it (no atomics, deterministic).
+ * global_pool is the window = whole plane case of the same kernels.
+ */
+#include "ops/cuda/cuda_op.h"
+
+extern "C" {
+#include "ops/pooling.h"
+}
+
+#include <float.h>
+#include <math.h>
+
+/* The problem in 3 spatial axes (leading ones of size 1), as pooling.c. */
+struct pool_gpu_geom {
+    int64_t planes;
+    int64_t in[3], out[3], k[3], s[3], p[3];
+    int64_t in_plane, out_plane;
+    int type;
+    bool incl;
+};
+
+static void pool_gpu_geometry(const pool_params *pp, const mx_shape *data, const mx_shape *outp, pool_gpu_geom *g)
+{
+    const int nsp = data->ndim - 2;
+    g->planes = data->dims[0] * data->dims[1];
+    for (int a = 0; a < 3; a++) {
+        const int i = a - (3 - nsp);
+        if (i < 0) {
+            g->in[a] = g->out[a] = g->k[a] = g->s[a] = 1;
+            g->p[a] = 0;
+            continue;
+        }
+        g->in[a] = data->dims[2 + i];
+        g->out[a] = outp->dims[2 + i];
+        if (pp->global_pool) {
+            g->k[a] = g->in[a];
+            g->s[a] = 1;
+            g->p[a] = 0;
+        } else {
+            g->k[a] = pp->kernel.v[i];
+            g->s[a] = pp->stride.ndim > 0 ? pp->stride.v[i] : 1;
+            g->p[a] = pp->pad.ndim > 0 ? pp->pad.v[i] : 0;
+        }
+    }
+    g->in_plane = g->in[0] * g->in[1] * g->in[2];
+    g->out_plane = g->out[0] * g->out[1] * g->out[2];
+    g->type = pp->pool_type;
+    g->incl = pp->count_include_pad;
+}
+
+/* pooling.c's axis_window: the clipped range [*lo, *hi) of output o along
+ * axis a and the avg divisor factor. */
+__device__ __forceinline__ int64_t pool_axis_window(const pool_gpu_geom &g, int a, int64_t o, int64_t *lo,
+                                                    int64_t *hi)
+{
+    const int64_t start = o * g.s[a] - g.p[a];
+    int64_t end = start + g.k[a];
+    if (end > g.in[a] + g.p[a]) end = g.in[a] + g.p[a];
+    const int64_t padded = end - start;
+    *lo = start > 0 ? start : 0;
+    *hi = end < g.in[a] ? end : g.in[a];
+    return g.incl ? padded : *hi - *lo;
+}
+
+/* The avg divisor as pooling.c forms it: (float)(nd*nh) * (float)nw. */
+__device__ __forceinline__ float pool_size(int64_t nd, int64_t nh, int64_t nw)
+{
+    return (float)(nd * nh) * (float)nw;
+}
+
+/* Splits output index i into plane and (od, oh, ow). */
+__device__ __forceinline__ void pool_out_pos(const pool_gpu_geom &g, int64_t i, int64_t *pl, int64_t *od,
+                                             int64_t *oh, int64_t *ow)
+{
+    *pl = i / g.out_plane;
+    int64_t r = i - *pl * g.out_plane;
+    *ow = r % g.out[2];
+    r /= g.out[2];
+    *oh = r % g.out[1];
+    *od = r / g.out[1];
+}
+
+__global__ void pool_forward_kernel(pool_gpu_geom g, const float *x, float *y, int64_t n_out, mx_req req)
+{
+    MX_CUDA_FOR(i, n_out)
+    {
+        int64_t pl, od, oh, ow, d0, d1, h0, h1, w0, w1;
+        pool_out_pos(g, i, &pl, &od, &oh, &ow);
+        const int64_t nd = pool_axis_window(g, 0, od, &d0, &d1);
+        const int64_t nh = pool_axis_window(g, 1, oh, &h0, &h1);
+        const int64_t nw = pool_axis_window(g, 2, ow, &w0, &w1);
+        const float *xp = x + pl * g.in_plane;
+        float acc = g.type == POOL_MAX ? -FLT_MAX : 0.0f;
+        for (int64_t d = d0; d < d1; d++)
+            for (int64_t h = h0; h < h1; h++) {
+                const float *row = xp + (d * g.in[1] + h) * g.in[2];
+                for (int64_t w = w0; w < w1; w++) {
+                    const float v = row[w];
+                    if (g.type == POOL_MAX) acc = v > acc ? v : acc;
+                    else acc += v;
+                }
+            }
+        if (g.type == POOL_AVG) {
+            const float size = pool_size(nd, nh, nw);
+            acc = size == 0.0f ? NAN : acc / size;
+        }
+        mx_cuda_assign(req, &y[i], acc);
+    }
+}
+
+/* Max backward, step 1: the plane offset of the first element of each
+ * output's window (raster order) equal to the output, or -1. */
+__global__ void pool_argmax_kernel(pool_gpu_geom g, const float *x, const float *y, int64_t *arg, int64_t n_out)
+{
+    MX_CUDA_FOR(i, n_out)
+    {
+        int64_t pl, od, oh, ow, d0, d1, h0, h1, w0, w1;
+        pool_out_pos(g, i, &pl, &od, &oh, &ow);
+        pool_axis_window(g, 0, od, &d0, &d1);
+        pool_axis_window(g, 1, oh, &h0, &h1);
+        pool_axis_window(g, 2, ow, &w0, &w1);
+        const float *xp = x + pl * g.in_plane;
+        const float yv = y[i];
+        int64_t at = -1;
+        for (int64_t d = d0; d < d1 && at < 0; d++)
+            for (int64_t h = h0; h < h1 && at < 0; h++) {
+                const int64_t base = (d * g.in[1] + h) * g.in[2];
+                for (int64_t w = w0; w < w1; w++)
+                    if (xp[base + w] == yv) {
+                        at = base + w;
+                        break;
+                    }
+            }
+        arg[i] = at;
+    }
+}
+
+/* The outputs along axis a whose windows hold input position x: those o
+ * with o*s - p <= x < o*s - p + k (the window's end clip at in + p never
+ * excludes an x < in), clamped to [0, out). */
+__device__ __forceinline__ void pool_covering(const pool_gpu_geom &g, int a, int64_t x, int64_t *o0, int64_t *o1)
+{
+    const int64_t s = g.s[a], t = x + g.p[a]; /* o*s <= t and o*s > t - k */
+    int64_t lo = t - g.k[a] + 1;              /* o >= ceil(lo / s) */
+    lo = lo <= 0 ? 0 : (lo + s - 1) / s;
+    int64_t hi = t / s + 1; /* o <= floor(t / s) */
+    if (hi > g.out[a]) hi = g.out[a];
+    *o0 = lo;
+    *o1 = hi;
+}
+
+/* Step 2 (every type): dx[i] (+)= sum over covering outputs, in output
+ * raster order, of max: dy where the output's first maximum is i;
+ * avg: dy / size (0 for an empty window); sum: dy. */
+__global__ void pool_backward_kernel(pool_gpu_geom g, const float *dy, const int64_t *arg, float *dx, int64_t n_in,
+                                     mx_req req)
+{
+    MX_CUDA_FOR(i, n_in)
+    {
+        const int64_t pl = i / g.in_plane, r = i - pl * g.in_plane;
+        const int64_t xw = r % g.in[2], xh = (r / g.in[2]) % g.in[1], xd = r / (g.in[2] * g.in[1]);
+        int64_t od0, od1, oh0, oh1, ow0, ow1;
+        pool_covering(g, 0, xd, &od0, &od1);
+        pool_covering(g, 1, xh, &oh0, &oh1);
+        pool_covering(g, 2, xw, &ow0, &ow1);
+        const float *dyp = dy + pl * g.out_plane;
+        const int64_t *argp = arg ? arg + pl * g.out_plane : nullptr;
+        float acc = req == MX_REQ_ADD ? dx[i] : 0.0f;
+        for (int64_t od = od0; od < od1; od++) {
+            int64_t lo, hi;
+            const int64_t nd = pool_axis_window(g, 0, od, &lo, &hi);
+            for (int64_t oh = oh0; oh < oh1; oh++) {
+                const int64_t nh = pool_axis_window(g, 1, oh, &lo, &hi);
+                for (int64_t ow = ow0; ow < ow1; ow++) {
+                    const int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
+                    if (g.type == POOL_MAX) {
+                        if (argp[o] == r) acc += dyp[o];
+                    } else if (g.type == POOL_AVG) {
+                        const int64_t nw = pool_axis_window(g, 2, ow, &lo, &hi);
+                        const float size = pool_size(nd, nh, nw);
+                        acc += size == 0.0f ? 0.0f : dyp[o] / size;
+                    } else {
+                        acc += dyp[o];
+                    }
+                }
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+static mx_status pool_gpu_unsupported(const pool_params *pp)
+{
+    /* pool_check refuses these at parse time already; kept for safety. */
+    if (pp->pool_type != POOL_MAX && pp->pool_type != POOL_AVG && pp->pool_type != POOL_SUM)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Pooling: parameter 'pool_type' value %d is not supported on gpu",
+                        pp->pool_type);
+    if (pp->pooling_convention == CONV_SAME)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Pooling: parameter 'pooling_convention' value 'same' is not "
+                                            "supported on gpu");
+    return MX_OK;
+}
+
+static mx_status pool_gpu_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                                  mx_tensor *out, mx_tensor *aux)
+{
+    (void)aux;
+    const pool_params *pp = (const pool_params *)p;
+    MX_TRY(pool_gpu_unsupported(pp));
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    pool_gpu_geom g;
+    pool_gpu_geometry(pp, &in[0].shape, &out[0].shape, &g);
+    const int64_t n_out = g.planes * g.out_plane;
+    if (n_out == 0) return MX_OK;
+    pool_forward_kernel<<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+        g, (const float *)in[0].data, (float *)out[0].data, n_out, req[0]);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+static mx_status pool_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
+                                   const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
+                                   mx_tensor *aux)
+{
+    (void)aux;
+    const pool_params *pp = (const pool_params *)p;
+    MX_TRY(pool_gpu_unsupported(pp));
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    pool_gpu_geom g;
+    pool_gpu_geometry(pp, &in[0].shape, &out_grad[0].shape, &g);
+    const int64_t n_out = g.planes * g.out_plane, n_in = g.planes * g.in_plane;
+    if (n_in == 0) return MX_OK;
+    cudaStream_t stream = mx_cuda_op_stream(ctx);
+    int64_t *arg = nullptr;
+    if (g.type == POOL_MAX && n_out > 0) {
+        void *scratch = nullptr;
+        MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), (size_t)n_out * sizeof(int64_t), &scratch));
+        arg = (int64_t *)scratch;
+        pool_argmax_kernel<<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, stream>>>(
+            g, (const float *)in[0].data, (const float *)out[0].data, arg, n_out);
+        MX_CUDA_LAUNCHED();
+    }
+    if (n_out == 0 && req[0] == MX_REQ_ADD) return MX_OK;
+    pool_backward_kernel<<<mx_cuda_blocks(n_in), MX_CUDA_THREADS, 0, stream>>>(
+        g, (const float *)out_grad[0].data, arg, (float *)in_grad[0].data, n_in, req[0]);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+extern "C" const mx_op_kernels mx_op_gpu_pooling = {pool_gpu_forward, pool_gpu_backward, NULL};
