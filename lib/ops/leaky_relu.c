@@ -16,20 +16,12 @@
  * across the kernel pool by element, and prelu's gamma gradient by channel.
  */
 #include "ops/op.h"
+#include "ops/leaky_relu.h"
 #include "ops/simd.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
-
-enum { LR_RRELU, LR_LEAKY, LR_PRELU, LR_ELU, LR_SELU, LR_GELU };
-
-typedef struct lrelu_params {
-    int act_type;
-    double slope;
-    double lower_bound;
-    double upper_bound;
-} lrelu_params;
 
 static const char *const lrelu_types[] = {"rrelu", "leaky", "prelu", "elu", "selu", "gelu", NULL};
 
@@ -43,9 +35,6 @@ static const mx_param_desc lrelu_param_table[] = {
     {"upper_bound", MX_PARAM_FLOAT, "0.334", 1, 0, NULL, offsetof(lrelu_params, upper_bound),
      "rrelu only: upper bound of the random slope"},
 };
-
-#define SELU_LAMBDA 1.0507009873554804934193349852946f
-#define SELU_ALPHA 1.6732632423543772848170429916717f
 
 static mx_status lrelu_check(const void *p)
 {
@@ -318,6 +307,8 @@ static mx_status lrelu_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(leaky_relu);
+
 static const mx_inplace lrelu_backward_inplace[] = {{0, 0}, {-1, -1}};
 
 const mx_op_def mx_op_leaky_relu = {
@@ -334,4 +325,5 @@ const mx_op_def mx_op_leaky_relu = {
     .backward_inplace = lrelu_backward_inplace,
     .forward = lrelu_forward,
     .backward = lrelu_backward,
+    .gpu = MX_OP_GPU(leaky_relu),
 };

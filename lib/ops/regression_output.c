@@ -10,16 +10,13 @@
  * rows and data's size is accepted, as in MXNet.
  */
 #include "ops/op.h"
+#include "ops/regression_output.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
 typedef enum reg_kind { REG_LINEAR, REG_LOGISTIC, REG_MAE } reg_kind;
-
-typedef struct reg_params {
-    double grad_scale;
-} reg_params;
 
 static const mx_param_desc reg_param_table[] = {
     {"grad_scale", MX_PARAM_FLOAT, "1", 1, 0, NULL, offsetof(reg_params, grad_scale),
@@ -164,9 +161,13 @@ static mx_status mae_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return reg_backward(REG_MAE, p, in, out, req, in_grad);
 }
 
+MX_OP_GPU_DECLARE(linear_regression_output);
+MX_OP_GPU_DECLARE(logistic_regression_output);
+MX_OP_GPU_DECLARE(mae_regression_output);
+
 static const mx_inplace reg_forward_inplace[] = {{0, 0}, {-1, -1}};
 
-#define REG_DEF(var, opname, prefix, docstr)                                                                 \
+#define REG_DEF(var, gpu_name, opname, prefix, docstr)                                                      \
     const mx_op_def var = {                                                                                 \
         .name = opname,                                                                                     \
         .doc = docstr,                                                                                      \
@@ -181,11 +182,12 @@ static const mx_inplace reg_forward_inplace[] = {{0, 0}, {-1, -1}};
         .forward_inplace = reg_forward_inplace,                                                             \
         .forward = prefix##_forward,                                                                        \
         .backward = prefix##_backward,                                                                      \
+        .gpu = MX_OP_GPU(gpu_name),                                                                         \
     }
 
-REG_DEF(mx_op_linear_regression_output, "LinearRegressionOutput", linear,
+REG_DEF(mx_op_linear_regression_output, linear_regression_output, "LinearRegressionOutput", linear,
         "Identity forward; backward returns (out - label) * grad_scale / num_output (squared loss).");
-REG_DEF(mx_op_logistic_regression_output, "LogisticRegressionOutput", logistic,
+REG_DEF(mx_op_logistic_regression_output, logistic_regression_output, "LogisticRegressionOutput", logistic,
         "Sigmoid forward; backward returns (out - label) * grad_scale / num_output (logistic loss).");
-REG_DEF(mx_op_mae_regression_output, "MAERegressionOutput", mae,
+REG_DEF(mx_op_mae_regression_output, mae_regression_output, "MAERegressionOutput", mae,
         "Identity forward; backward returns sign(out - label) * grad_scale / num_output (L1 loss).");

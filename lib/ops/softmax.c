@@ -10,6 +10,7 @@
  * Not to be confused with SoftmaxOutput (the loss layer, softmax_output.c).
  */
 #include "ops/op.h"
+#include "ops/softmax.h"
 #include "ops/softmax_simd.h"
 #include "parallel/parallel.h"
 
@@ -19,14 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sm_params {
-    int64_t axis;
-    char temperature[MX_PARAM_STRING_MAX]; /* "None" or a number */
-    int dtype;
-    bool use_length;
-} sm_params;
-
-enum { SM_DTYPE_NONE, SM_DTYPE_F16, SM_DTYPE_F32, SM_DTYPE_F64 };
 static const char *const sm_dtype_choices[] = {"None", "float16", "float32", "float64", NULL};
 
 static const mx_param_desc sm_param_table[] = {
@@ -410,6 +403,9 @@ static mx_status log_softmax_backward(const mx_op_ctx *ctx, const void *p, const
     return sm_backward(ctx, p, true, out_grad, in, out, req, in_grad);
 }
 
+MX_OP_GPU_DECLARE(softmax);
+MX_OP_GPU_DECLARE(log_softmax);
+
 static const mx_inplace sm_inplace[] = {{0, 0}, {-1, -1}};
 
 const mx_op_def mx_op_softmax = {
@@ -427,6 +423,7 @@ const mx_op_def mx_op_softmax = {
     .backward_inplace = sm_inplace,
     .forward = softmax_forward,
     .backward = softmax_backward,
+    .gpu = MX_OP_GPU(softmax),
 };
 
 const mx_op_def mx_op_log_softmax = {
@@ -444,4 +441,5 @@ const mx_op_def mx_op_log_softmax = {
     .backward_inplace = sm_inplace,
     .forward = log_softmax_forward,
     .backward = log_softmax_backward,
+    .gpu = MX_OP_GPU(log_softmax),
 };
