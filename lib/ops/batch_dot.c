@@ -6,16 +6,12 @@
  * calls, one per batch entry; backward is two more per entry.
  */
 #include "ops/op.h"
+#include "ops/batch_dot.h"
 
 #include "blas/blas.h"
 
 #include <stddef.h>
 #include <stdio.h>
-
-typedef struct batch_dot_params {
-    bool transpose_a, transpose_b;
-    int forward_stype;
-} batch_dot_params;
 
 static const char *const bd_stype_choices[] = {"None", "csr", "default", "row_sparse", NULL};
 
@@ -150,6 +146,8 @@ static mx_status bd_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(batch_dot);
+
 const mx_op_def mx_op_batch_dot = {
     .name = "batch_dot",
     .doc = "Batched matrix product of lhs (..., M, K) and rhs (..., K, N), optionally transposed.",
@@ -163,4 +161,5 @@ const mx_op_def mx_op_batch_dot = {
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .forward = bd_forward,
     .backward = bd_backward,
+    .gpu = MX_OP_GPU(batch_dot),
 };

@@ -8,16 +8,10 @@
  * gets no gradient (zeros).
  */
 #include "ops/op.h"
+#include "ops/embedding.h"
 
 #include <stddef.h>
 #include <string.h>
-
-typedef struct emb_params {
-    int64_t input_dim;
-    int64_t output_dim;
-    int dtype;
-    bool sparse_grad;
-} emb_params;
 
 static const char *const emb_dtype_choices[] = {"float32", "float64", "float16", "uint8", "int32",
                                                "int8",    "int64",   "bfloat16", NULL};
@@ -124,6 +118,8 @@ static mx_status emb_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(embedding);
+
 const mx_op_def mx_op_embedding = {
     .name = "Embedding",
     .doc = "Maps integer indices to rows of a learned weight matrix.",
@@ -137,4 +133,5 @@ const mx_op_def mx_op_embedding = {
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .forward = emb_forward,
     .backward = emb_backward,
+    .gpu = MX_OP_GPU(embedding),
 };

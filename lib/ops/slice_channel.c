@@ -5,15 +5,10 @@
  * the output gradients back.
  */
 #include "ops/op.h"
+#include "ops/slice_channel.h"
 
 #include <stddef.h>
 #include <string.h>
-
-typedef struct slice_params {
-    int64_t num_outputs;
-    int64_t axis;
-    bool squeeze_axis;
-} slice_params;
 
 static const mx_param_desc slice_param_table[] = {
     {"num_outputs", MX_PARAM_INT, NULL, 1, MX_OP_MAX_IO, NULL, offsetof(slice_params, num_outputs),
@@ -145,6 +140,8 @@ static mx_status slice_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(slice_channel);
+
 static const char *const slice_aliases[] = {"split", NULL};
 
 const mx_op_def mx_op_slice_channel = {
@@ -160,4 +157,5 @@ const mx_op_def mx_op_slice_channel = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = slice_forward,
     .backward = slice_backward,
+    .gpu = MX_OP_GPU(slice_channel),
 };

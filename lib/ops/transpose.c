@@ -6,14 +6,11 @@
  * write side stay within cache lines when the innermost axis moves.
  */
 #include "ops/op.h"
+#include "ops/transpose.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-
-typedef struct transpose_params {
-    mx_tuple axes;
-} transpose_params;
 
 static const mx_param_desc transpose_param_table[] = {
     {"axes", MX_PARAM_TUPLE, "()", 1, 0, NULL, offsetof(transpose_params, axes),
@@ -182,6 +179,8 @@ static mx_status transpose_backward(const mx_op_ctx *ctx, const void *p, const m
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(transpose);
+
 const mx_op_def mx_op_transpose = {
     .name = "transpose",
     .doc = "Permutes the axes of data (axes=() reverses them).",
@@ -194,4 +193,5 @@ const mx_op_def mx_op_transpose = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = transpose_forward,
     .backward = transpose_backward,
+    .gpu = MX_OP_GPU(transpose),
 };
