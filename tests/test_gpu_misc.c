@@ -225,11 +225,63 @@ START_TEST(test_batch_dot_gpu_vs_cpu)
 }
 END_TEST
 
+/* ------------------------------------------------------------ Deconvolution */
+
+/* cuDNN may pick FFT or Winograd algorithms, whose fp32 rounding differs
+ * from im2col + SGEMM by more than the default 1e-4 / 1e-5; an indexing
+ * mistake is still far outside this. */
+#define DECONV_RTOL 1e-3
+#define DECONV_ATOL 1e-4
+
+static void deconv(kv p, mx_shape data, uint64_t seed)
+{
+    run2("Deconvolution", p, data, (mx_shape){0}, NULL, 0, DECONV_RTOL, DECONV_ATOL, seed);
+}
+
+START_TEST(test_deconvolution_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    deconv(KV("kernel", "(3, 3)", "num_filter", "4"), MX_SHAPE(2, 3, 7, 5), 1);
+    deconv(KV("kernel", "(3, 3)", "num_filter", "5", "stride", "(2, 2)", "pad", "(1, 1)", "adj", "(1, 1)",
+              "no_bias", "False"),
+           MX_SHAPE(2, 3, 5, 4), 2);
+    deconv(KV("kernel", "(3, 2)", "num_filter", "3", "stride", "(2, 3)", "pad", "(1, 0)", "adj", "(0, 2)",
+              "no_bias", "False"),
+           MX_SHAPE(3, 2, 4, 5), 3);
+    /* target_shape: even and odd totals (pad and adj derived) */
+    deconv(KV("kernel", "(4, 4)", "num_filter", "3", "stride", "(2, 2)", "target_shape", "(12, 10)"),
+           MX_SHAPE(2, 3, 6, 5), 4);
+    deconv(KV("kernel", "(4, 4)", "num_filter", "3", "stride", "(2, 2)", "target_shape", "(13, 9)", "no_bias",
+              "False"),
+           MX_SHAPE(2, 3, 6, 5), 5);
+    /* dilation, groups, depthwise */
+    deconv(KV("kernel", "(3, 3)", "num_filter", "6", "num_group", "2", "dilate", "(2, 2)", "no_bias", "False"),
+           MX_SHAPE(2, 4, 6, 5), 6);
+    deconv(KV("kernel", "(3, 3)", "num_filter", "4", "num_group", "4", "stride", "(2, 2)", "pad", "(1, 1)"),
+           MX_SHAPE(2, 4, 5, 5), 7);
+    deconv(KV("kernel", "(3, 3)", "num_filter", "8", "num_group", "4", "no_bias", "False"), MX_SHAPE(1, 4, 5, 6),
+           8);
+    /* 1-D */
+    deconv(KV("kernel", "(5,)", "num_filter", "4", "stride", "(2,)", "pad", "(1,)", "no_bias", "False"),
+           MX_SHAPE(3, 4, 9), 9);
+    deconv(KV("kernel", "(3,)", "num_filter", "2", "stride", "(3,)", "dilate", "(2,)", "adj", "(1,)", "layout",
+              "NCW"),
+           MX_SHAPE(2, 3, 7), 10);
+    deconv(KV("kernel", "(4,)", "num_filter", "3", "stride", "(2,)", "target_shape", "(15,)"), MX_SHAPE(2, 2, 7), 11);
+    /* workspace caps and tuning values (heuristics either way) */
+    deconv(KV("kernel", "(3, 3)", "num_filter", "4", "workspace", "0", "cudnn_tune", "off", "no_bias", "False"),
+           MX_SHAPE(2, 3, 8, 8), 12);
+    deconv(KV("kernel", "(5, 5)", "num_filter", "4", "pad", "(2, 2)", "cudnn_tune", "fastest", "layout", "NCHW"),
+           MX_SHAPE(2, 3, 9, 9), 13);
+    deconv(KV("kernel", "(1, 1)", "num_filter", "5", "cudnn_tune", "limited_workspace"), MX_SHAPE(2, 8, 5, 7), 14);
+}
+END_TEST
+
 /* ------------------------------------------------------------ registration */
 
 static const char *const gpu_ops[] = {
     "softmax", "log_softmax", "LeakyReLU", "LinearRegressionOutput", "LogisticRegressionOutput",
-    "MAERegressionOutput", "SliceChannel", "transpose", "Embedding", "batch_dot",
+    "MAERegressionOutput", "SliceChannel", "transpose", "Embedding", "batch_dot", "Deconvolution",
 };
 #define N_GPU_OPS ((int)(sizeof(gpu_ops) / sizeof(gpu_ops[0])))
 
@@ -245,6 +297,26 @@ START_TEST(test_gpu_kernels_registered)
         ck_assert_msg(op->gpu == NULL, "%s has GPU kernels in a build without CUDA", gpu_ops[i]);
 #endif
     }
+#ifdef MX_USE_CUDA
+    /* Deconvolution's cudnn_off=True is refused by name before anything
+     * touches a device. */
+    const mx_op_def *op = mx_op_find("Deconvolution");
+    _Alignas(16) char p[16384];
+    ck_assert_uint_le(op->params_size, sizeof(p));
+    const char *k[] = {"kernel", "num_filter", "cudnn_off"}, *v[] = {"(3, 3)", "4", "True"};
+    ck_assert_int_eq(mx_op_parse_params(op, k, v, 3, p), MX_OK);
+    mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+    mx_tensor in[3], out[1], og[1], g[3];
+    memset(in, 0, sizeof(in));
+    memset(out, 0, sizeof(out));
+    memset(og, 0, sizeof(og));
+    memset(g, 0, sizeof(g));
+    mx_op_ctx ctx = {0};
+    ck_assert_int_eq(op->gpu->forward(&ctx, p, in, req, out, NULL), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), "cudnn_off"), "%s", mx_last_error());
+    ck_assert_int_eq(op->gpu->backward(&ctx, p, og, in, out, req, g, NULL), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), "cudnn_off"), "%s", mx_last_error());
+#endif
 }
 END_TEST
 
@@ -265,6 +337,7 @@ int main(void)
         tcase_add_test(tc, test_transpose_gpu_vs_cpu);
         tcase_add_test(tc, test_embedding_gpu_vs_cpu);
         tcase_add_test(tc, test_batch_dot_gpu_vs_cpu);
+        tcase_add_test(tc, test_deconvolution_gpu_vs_cpu);
         suite_add_tcase(s, tc);
     }
     if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");

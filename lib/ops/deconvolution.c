@@ -13,6 +13,7 @@
  * forward, backward-weight its backward-weight with the roles of data and
  * output-gradient exchanged.
  */
+#include "ops/deconvolution.h"
 #include "ops/im2col.h"
 #include "ops/op.h"
 
@@ -21,16 +22,8 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct deconv_params {
-    mx_tuple kernel, stride, dilate, pad, adj, target_shape;
-    int64_t num_filter, num_group, workspace;
-    bool no_bias, cudnn_off;
-    int cudnn_tune, layout;
-} deconv_params;
-
 static const char *const deconv_tune_choices[] = {"None", "off", "limited_workspace", "fastest", NULL};
 static const char *const deconv_layout_choices[] = {"None", "NCW", "NCHW", "NCDHW", "NHWC", "NDHWC", NULL};
-enum { LAYOUT_NONE, LAYOUT_NCW, LAYOUT_NCHW };
 
 static const mx_param_desc deconv_param_table[] = {
     {"kernel", MX_PARAM_TUPLE, NULL, 1, 1e9, NULL, offsetof(deconv_params, kernel), "kernel size: (w,) or (h, w)"},
@@ -109,48 +102,6 @@ static int deconv_list_outputs(const void *vp, const char **names)
     (void)vp;
     names[0] = "output";
     return 1;
-}
-
-/* Axis i of a spatial tuple in (h, w) order; a 1-D op has h = `h_value`. */
-static int64_t axis(const mx_tuple *t, int rank, int i, int64_t dflt, int64_t h_value)
-{
-    if (rank == 1 && i == 0) return h_value;
-    int k = rank == 1 ? 0 : i;
-    return t->ndim > 0 ? t->v[k] : dflt;
-}
-
-/* The deconvolution's sizes, pad and adj resolved per axis (h, w). */
-typedef struct deconv_dims {
-    int64_t in[2], out[2], kernel[2], stride[2], dilate[2], pad[2], adj[2];
-    int64_t full[2]; /* the output size with no pad and no adj */
-    bool from_target;
-} deconv_dims;
-
-static deconv_dims deconv_resolve(const deconv_params *p, const mx_shape *d)
-{
-    int r = p->kernel.ndim;
-    deconv_dims z = {.from_target = false};
-    for (int i = 0; i < p->target_shape.ndim; i++)
-        if (p->target_shape.v[i] != 0) z.from_target = true;
-    for (int i = 0; i < 2; i++) {
-        z.in[i] = r == 1 && i == 0 ? 1 : d->dims[2 + i - (r == 1)];
-        z.kernel[i] = axis(&p->kernel, r, i, 1, 1);
-        z.stride[i] = axis(&p->stride, r, i, 1, 1);
-        z.dilate[i] = axis(&p->dilate, r, i, 1, 1);
-        int64_t span = z.dilate[i] * (z.kernel[i] - 1) + 1, full = z.stride[i] * (z.in[i] - 1) + span;
-        z.full[i] = full;
-        if (z.from_target && !(r == 1 && i == 0)) {
-            int64_t total = full - p->target_shape.v[r == 1 ? 0 : i];
-            if (total < 0) total = -1; /* flagged by infer_shape */
-            z.adj[i] = total % 2;
-            z.pad[i] = (total + 1) / 2;
-        } else {
-            z.pad[i] = axis(&p->pad, r, i, 0, 0);
-            z.adj[i] = axis(&p->adj, r, i, 0, 0);
-        }
-        z.out[i] = full - 2 * z.pad[i] + z.adj[i];
-    }
-    return z;
 }
 
 /* The convolution this deconvolution transposes: its input is our output. */
@@ -294,6 +245,8 @@ static mx_status deconv_backward(const mx_op_ctx *ctx, const void *vp, const mx_
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(deconvolution);
+
 const mx_op_def mx_op_deconvolution = {
     .name = "Deconvolution",
     .doc = "Computes 1-D or 2-D transposed convolution (the gradient of Convolution with respect to its data).",
@@ -309,4 +262,5 @@ const mx_op_def mx_op_deconvolution = {
     .backward_in_mask = (1u << 0) | (1u << 1), /* data and weight, not the bias */
     .forward = deconv_forward,
     .backward = deconv_backward,
+    .gpu = MX_OP_GPU(deconvolution),
 };

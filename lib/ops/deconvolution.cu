@@ -1,0 +1,252 @@
+/*
+ * deconvolution.cu - Deconvolution on cuDNN, in fp32 with CUDNN_FMA_MATH
+ * (no TF32). A deconvolution is the transpose of the convolution whose
+ * input has the deconvolution's output shape (N, F, OH, OW) and whose
+ * output has its data shape (N, C, H, W), with the same (C, F/g, KH, KW)
+ * weight, pad, stride, dilation and groups (1-D as H = 1). So:
+ *   forward        y  = cudnnConvolutionBackwardData(w, x) (+ bias, cudnnAddTensor)
+ *   backward data  dx = cudnnConvolutionForward(dy, w)
+ *   weight grad    dw = cudnnConvolutionBackwardFilter(dy as the data, x as the output gradient)
+ *   bias grad      db = cudnnConvolutionBackwardBias(dy)
+ * each written per its request through cuDNN's beta. pad and adj come from
+ * target_shape as on the CPU (deconv_resolve); the adj extra rows are the
+ * ones that convolution never reaches. Algorithms: cuDNN's heuristics
+ * (cudnnGet*_v7), the first FMA-math suggestion whose workspace fits the
+ * layer's `workspace` (MB), from the worker's scratch; cudnn_tune is
+ * accepted and has no further effect. cudnn_off=True is refused with
+ * MX_ERR_UNSUPPORTED (no non-cuDNN GPU path).
+ */
+#include "ops/cuda/cuda_op.h"
+
+extern "C" {
+#include "ops/deconvolution.h"
+}
+
+#include <limits.h>
+
+/* The matching convolution's 2-D problem: input (n, f, oh, ow) is the
+ * deconvolution's output, output (n, c, h, w) its data. */
+struct deconv_gpu_geom {
+    int n, c, h, w, f, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, groups;
+};
+
+static mx_status deconv_gpu_geometry(const deconv_params *p, const mx_shape *d, deconv_gpu_geom *g)
+{
+    const deconv_dims z = deconv_resolve(p, d);
+    const int64_t v[] = {d->dims[0], d->dims[1], z.in[0], z.in[1], p->num_filter, z.out[0], z.out[1],
+                         z.kernel[0], z.kernel[1], z.stride[0], z.stride[1], z.dilate[0], z.dilate[1], z.pad[0],
+                         z.pad[1], p->num_group};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        if (v[i] < 0 || v[i] > INT_MAX)
+            return MX_ERROR(MX_ERR_UNSUPPORTED, "Deconvolution: a size (%lld) exceeds cuDNN's int range on gpu",
+                            (long long)v[i]);
+    *g = {(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7],
+          (int)v[8], (int)v[9], (int)v[10], (int)v[11], (int)v[12], (int)v[13], (int)v[14], (int)v[15]};
+    return MX_OK;
+}
+
+/* The descriptors of one call, destroyed when it returns. */
+struct deconv_descs {
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr; /* conv input, conv output, bias */
+    cudnnFilterDescriptor_t w = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    deconv_descs() = default;
+    deconv_descs(const deconv_descs &) = delete;
+    deconv_descs &operator=(const deconv_descs &) = delete;
+    ~deconv_descs()
+    {
+        if (x) cudnnDestroyTensorDescriptor(x);
+        if (y) cudnnDestroyTensorDescriptor(y);
+        if (b) cudnnDestroyTensorDescriptor(b);
+        if (w) cudnnDestroyFilterDescriptor(w);
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    }
+};
+
+static mx_status deconv_descs_init(deconv_descs *d, const deconv_gpu_geom &g)
+{
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->y));
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->b));
+    MX_CUDNN_TRY(cudnnCreateFilterDescriptor(&d->w));
+    MX_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.f, g.oh, g.ow));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.c, g.h, g.w));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.f, 1, 1));
+    /* cuDNN's filter (K, C/groups, kh, kw) of the convolution: K = c, C = f. */
+    MX_CUDNN_TRY(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.c, g.f / g.groups, g.kh,
+                                            g.kw));
+    MX_CUDNN_TRY(cudnnSetConvolution2dDescriptor(d->conv, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw,
+                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    MX_CUDNN_TRY(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
+    MX_CUDNN_TRY(cudnnSetConvolutionGroupCount(d->conv, g.groups));
+    /* The convolution of the output shape must give back the data shape. */
+    int n, c, h, w;
+    MX_CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &c, &h, &w));
+    if (n != g.n || c != g.c || h != g.h || w != g.w)
+        return MX_ERROR(MX_ERR_DEVICE,
+                        "Deconvolution: cuDNN's convolution of the output (%d, %d, %d, %d) gives (%d, %d, %d, %d), "
+                        "not the data shape (%d, %d, %d, %d)",
+                        g.n, g.f, g.oh, g.ow, n, c, h, w, g.n, g.c, g.h, g.w);
+    return MX_OK;
+}
+
+enum deconv_dir { DC_FWD, DC_BWD_DATA, DC_BWD_FILTER }; /* directions of the matching convolution */
+static const char *const deconv_dir_names[] = {"convolution forward (backward data)",
+                                               "convolution backward data (forward)",
+                                               "convolution backward filter (weight gradient)"};
+enum { DC_MAX_ALGOS = 16 };
+
+static bool deconv_math_ok(cudnnMathType_t m)
+{
+    return m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+/* The heuristics' first usable FMA algorithm within `limit` bytes. */
+template <typename P>
+static bool deconv_pick(const P *r, int got, size_t limit, int *algo, size_t *ws)
+{
+    for (int i = 0; i < got; i++) {
+        if (r[i].status != CUDNN_STATUS_SUCCESS || !deconv_math_ok(r[i].mathType) || r[i].memory > limit) continue;
+        *algo = (int)r[i].algo;
+        *ws = r[i].memory;
+        return true;
+    }
+    return false;
+}
+
+static mx_status deconv_choose(cudnnHandle_t h, const deconv_descs &d, deconv_dir dir, size_t limit, int *algo,
+                               size_t *ws)
+{
+    int got = 0;
+    bool ok;
+    if (dir == DC_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[DC_MAX_ALGOS];
+        MX_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, DC_MAX_ALGOS, &got, r));
+        ok = deconv_pick(r, got, limit, algo, ws);
+        if (ok)
+            MX_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y,
+                                                                 (cudnnConvolutionFwdAlgo_t)*algo, ws));
+    } else if (dir == DC_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[DC_MAX_ALGOS];
+        MX_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, DC_MAX_ALGOS, &got, r));
+        ok = deconv_pick(r, got, limit, algo, ws);
+        if (ok)
+            MX_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x,
+                                                                      (cudnnConvolutionBwdDataAlgo_t)*algo, ws));
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[DC_MAX_ALGOS];
+        MX_CUDNN_TRY(
+            cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, DC_MAX_ALGOS, &got, r));
+        ok = deconv_pick(r, got, limit, algo, ws);
+        if (ok)
+            MX_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w,
+                                                                        (cudnnConvolutionBwdFilterAlgo_t)*algo, ws));
+    }
+    if (!ok)
+        return MX_ERROR(MX_ERR_UNSUPPORTED,
+                        "Deconvolution: cuDNN has no FMA-math algorithm for the %s within workspace %zu bytes",
+                        deconv_dir_names[dir], limit);
+    return MX_OK;
+}
+
+static mx_status deconv_gpu_refuse(const deconv_params *p)
+{
+    if (p->cudnn_off)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Deconvolution: parameter 'cudnn_off' value 'True' is not supported on "
+                                            "gpu (there is no non-cuDNN GPU path); use cudnn_off=False");
+    if (p->kernel.ndim != 1 && p->kernel.ndim != 2)
+        return MX_ERROR(MX_ERR_UNSUPPORTED,
+                        "Deconvolution: a %d-D kernel is not supported on gpu (1-D and 2-D only)", p->kernel.ndim);
+    return MX_OK;
+}
+
+/* The layer's workspace cap (MB) in bytes; heuristics' zero-workspace
+ * algorithms exist for every direction, so workspace=0 still runs. */
+static size_t deconv_limit(const deconv_params *p) { return (size_t)p->workspace << 20; }
+
+static mx_status deconv_gpu_forward(const mx_op_ctx *ctx, const void *vp, const mx_tensor *in, const mx_req *req,
+                                    mx_tensor *out, mx_tensor *aux)
+{
+    (void)aux;
+    const deconv_params *p = (const deconv_params *)vp;
+    MX_TRY(deconv_gpu_refuse(p));
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    deconv_gpu_geom g;
+    MX_TRY(deconv_gpu_geometry(p, &in[0].shape, &g));
+    if (g.n == 0) return MX_OK; /* an empty batch: nothing to write */
+    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
+    cudnnHandle_t h;
+    MX_TRY(mx_cuda_worker_cudnn(worker, &h));
+    deconv_descs d;
+    MX_TRY(deconv_descs_init(&d, g));
+    int algo;
+    size_t ws_bytes;
+    MX_TRY(deconv_choose(h, d, DC_BWD_DATA, deconv_limit(p), &algo, &ws_bytes));
+    void *ws = nullptr;
+    if (ws_bytes) MX_TRY(mx_cuda_worker_scratch(worker, ws_bytes, &ws));
+    const float one = 1.0f, beta = mx_cuda_beta(req[0]);
+    /* y = the convolution's data gradient for "output gradient" x. */
+    MX_CUDNN_TRY(cudnnConvolutionBackwardData(h, &one, d.w, in[1].data, d.y, in[0].data, d.conv,
+                                              (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, &beta, d.x,
+                                              out[0].data));
+    if (!p->no_bias) MX_CUDNN_TRY(cudnnAddTensor(h, &one, d.b, in[2].data, &one, d.x, out[0].data));
+    return MX_OK;
+}
+
+static mx_status deconv_gpu_backward(const mx_op_ctx *ctx, const void *vp, const mx_tensor *out_grad,
+                                     const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
+                                     mx_tensor *aux)
+{
+    (void)out;
+    (void)aux;
+    const deconv_params *p = (const deconv_params *)vp;
+    MX_TRY(deconv_gpu_refuse(p));
+    const bool want_dx = req[0] != MX_REQ_NULL && in_grad[0].data;
+    const bool want_dw = req[1] != MX_REQ_NULL && in_grad[1].data;
+    const bool want_db = !p->no_bias && req[2] != MX_REQ_NULL && in_grad[2].data;
+    if (!want_dx && !want_dw && !want_db) return MX_OK;
+    deconv_gpu_geom g;
+    MX_TRY(deconv_gpu_geometry(p, &in[0].shape, &g));
+    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
+    cudaStream_t stream = mx_cuda_op_stream(ctx);
+    if (g.n == 0) { /* an empty batch: zero weight and bias gradients (written), nothing else */
+        if (want_dw && req[1] != MX_REQ_ADD)
+            MX_CUDA_TRY(cudaMemsetAsync(in_grad[1].data, 0,
+                                        (size_t)g.c * (g.f / g.groups) * g.kh * g.kw * sizeof(float), stream));
+        if (want_db && req[2] != MX_REQ_ADD)
+            MX_CUDA_TRY(cudaMemsetAsync(in_grad[2].data, 0, (size_t)g.f * sizeof(float), stream));
+        return MX_OK;
+    }
+    cudnnHandle_t h;
+    MX_TRY(mx_cuda_worker_cudnn(worker, &h));
+    deconv_descs d;
+    MX_TRY(deconv_descs_init(&d, g));
+    int algo_x = 0, algo_w = 0;
+    size_t ws_x = 0, ws_w = 0;
+    if (want_dx) MX_TRY(deconv_choose(h, d, DC_FWD, deconv_limit(p), &algo_x, &ws_x));
+    if (want_dw) MX_TRY(deconv_choose(h, d, DC_BWD_FILTER, deconv_limit(p), &algo_w, &ws_w));
+    const size_t ws_bytes = ws_x > ws_w ? ws_x : ws_w;
+    void *ws = nullptr;
+    if (ws_bytes) MX_TRY(mx_cuda_worker_scratch(worker, ws_bytes, &ws));
+    const float one = 1.0f;
+    if (want_dx) { /* dx = conv(dy, w) */
+        const float beta = mx_cuda_beta(req[0]);
+        MX_CUDNN_TRY(cudnnConvolutionForward(h, &one, d.x, out_grad[0].data, d.w, in[1].data, d.conv,
+                                             (cudnnConvolutionFwdAlgo_t)algo_x, ws, ws_x, &beta, d.y,
+                                             in_grad[0].data));
+    }
+    if (want_dw) { /* the convolution's weight gradient: dy is its data, x its output gradient */
+        const float beta = mx_cuda_beta(req[1]);
+        MX_CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, d.x, out_grad[0].data, d.y, in[0].data, d.conv,
+                                                    (cudnnConvolutionBwdFilterAlgo_t)algo_w, ws, ws_w, &beta, d.w,
+                                                    in_grad[1].data));
+    }
+    if (want_db) {
+        const float beta = mx_cuda_beta(req[2]);
+        MX_CUDNN_TRY(cudnnConvolutionBackwardBias(h, &one, d.x, out_grad[0].data, &beta, d.b, in_grad[2].data));
+    }
+    return MX_OK;
+}
+
+extern "C" const mx_op_kernels mx_op_gpu_deconvolution = {deconv_gpu_forward, deconv_gpu_backward, NULL};
