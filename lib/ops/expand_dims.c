@@ -131,6 +131,9 @@ static mx_status copy_req(const char *op, float *dst, const float *src, int64_t 
 SHAPE_ONLY_KERNELS(expand_dims, "expand_dims")
 SHAPE_ONLY_KERNELS(squeeze, "squeeze")
 
+MX_OP_GPU_DECLARE(expand_dims);
+MX_OP_GPU_DECLARE(squeeze);
+
 static const mx_inplace ed_inplace[] = {{0, 0}, {-1, -1}};
 
 const mx_op_def mx_op_expand_dims = {
@@ -147,6 +150,7 @@ const mx_op_def mx_op_expand_dims = {
     .backward_inplace = ed_inplace,
     .forward = expand_dims_forward,
     .backward = expand_dims_backward,
+    .gpu = MX_OP_GPU(expand_dims),
 };
 
 const mx_op_def mx_op_squeeze = {
@@ -163,4 +167,5 @@ const mx_op_def mx_op_squeeze = {
     .backward_inplace = ed_inplace,
     .forward = squeeze_forward,
     .backward = squeeze_backward,
+    .gpu = MX_OP_GPU(squeeze),
 };

@@ -15,6 +15,7 @@
  *     must agree). shape_like gets a zero gradient.
  */
 #include "ops/op.h"
+#include "ops/slice.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -22,12 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Per axis: first index, step and how many elements. */
-typedef struct slice_plan {
-    int ndim;
-    int64_t begin[MX_MAX_NDIM], step[MX_MAX_NDIM], len[MX_MAX_NDIM];
-} slice_plan;
 
 /* out (len...) gathered from in (dims), or in_grad scattered from out_grad. */
 static void slice_walk(const slice_plan *sp, const mx_shape *d, float *big, float *small, bool gather, bool add)
@@ -220,6 +215,11 @@ static mx_status slice_plan_of(const slice_params *sp, const mx_shape *d, slice_
     return MX_OK;
 }
 
+mx_status mx_slice_plan_slice(const void *params, const mx_shape *d, slice_plan *pl)
+{
+    return slice_plan_of(params, d, pl);
+}
+
 static mx_status slice_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
 {
     (void)n_in, (void)n_out;
@@ -249,6 +249,10 @@ static mx_status slice_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(slice);
+MX_OP_GPU_DECLARE(slice_axis);
+MX_OP_GPU_DECLARE(slice_like);
+
 static const char *const slice_aliases[] = {"crop", NULL};
 
 const mx_op_def mx_op_slice = {
@@ -265,6 +269,7 @@ const mx_op_def mx_op_slice = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = slice_forward,
     .backward = slice_backward,
+    .gpu = MX_OP_GPU(slice),
 };
 
 /* ------------------------------------------------------------ slice_axis */
@@ -327,6 +332,11 @@ static mx_status slice_axis_plan(const slice_axis_params *sp, const mx_shape *d,
     return MX_OK;
 }
 
+mx_status mx_slice_plan_axis(const void *params, const mx_shape *d, slice_plan *pl)
+{
+    return slice_axis_plan(params, d, pl);
+}
+
 static mx_status slice_axis_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
 {
     (void)n_in, (void)n_out;
@@ -370,6 +380,7 @@ const mx_op_def mx_op_slice_axis = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = slice_axis_forward,
     .backward = slice_axis_backward,
+    .gpu = MX_OP_GPU(slice_axis),
 };
 
 /* ------------------------------------------------------------ slice_like */
@@ -417,6 +428,11 @@ static mx_status slice_like_plan(const slice_like_params *sp, const mx_shape *d,
     return MX_OK;
 }
 
+mx_status mx_slice_plan_like(const void *params, const mx_shape *d, const mx_shape *like, slice_plan *pl)
+{
+    return slice_like_plan(params, d, like, pl);
+}
+
 static mx_status slice_like_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
 {
     (void)n_in, (void)n_out;
@@ -462,4 +478,5 @@ const mx_op_def mx_op_slice_like = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = slice_like_forward,
     .backward = slice_like_backward,
+    .gpu = MX_OP_GPU(slice_like),
 };

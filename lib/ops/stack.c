@@ -5,14 +5,11 @@
  * the output gradient.
  */
 #include "ops/op.h"
+#include "ops/stack.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-
-typedef struct stack_params {
-    int64_t axis, num_args;
-} stack_params;
 
 static const mx_param_desc stack_param_table[] = {
     {"axis", MX_PARAM_INT, "0", 1, 0, NULL, offsetof(stack_params, axis), "where the new axis goes"},
@@ -140,6 +137,8 @@ static mx_status stack_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(stack);
+
 const mx_op_def mx_op_stack = {
     .name = "stack",
     .doc = "Joins num_args arrays of one shape along a new axis.",
@@ -152,4 +151,5 @@ const mx_op_def mx_op_stack = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = stack_forward,
     .backward = stack_backward,
+    .gpu = MX_OP_GPU(stack),
 };

@@ -8,6 +8,7 @@
  * Backward sums the output gradient over the copies of each element.
  */
 #include "ops/op.h"
+#include "ops/tile.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -35,10 +36,6 @@ static void zero_if_written(mx_req req, mx_tensor *g)
 }
 
 /* ------------------------------------------------------------ tile */
-
-typedef struct tile_params {
-    mx_tuple reps;
-} tile_params;
 
 static const mx_param_desc tile_param_table[] = {
     {"reps", MX_PARAM_TUPLE, NULL, 1, 1e18, NULL, offsetof(tile_params, reps),
@@ -69,6 +66,11 @@ static mx_status tile_dims(const tile_params *tp, const mx_shape *d, mx_shape *d
         o->dims[k] = din->dims[k] * reps[k];
     }
     return MX_OK;
+}
+
+mx_status mx_tile_dims(const tile_params *tp, const mx_shape *d, mx_shape *din, int64_t *reps, mx_shape *o)
+{
+    return tile_dims(tp, d, din, reps, o);
 }
 
 static mx_status tile_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
@@ -135,6 +137,9 @@ static mx_status tile_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(tile);
+MX_OP_GPU_DECLARE(repeat);
+
 const mx_op_def mx_op_tile = {
     .name = "tile",
     .doc = "Repeats the whole array reps[k] times along each axis.",
@@ -148,14 +153,10 @@ const mx_op_def mx_op_tile = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = tile_forward,
     .backward = tile_backward,
+    .gpu = MX_OP_GPU(tile),
 };
 
 /* ------------------------------------------------------------ repeat */
-
-typedef struct repeat_params {
-    int64_t repeats;
-    char axis[MX_PARAM_STRING_MAX]; /* "None" or an integer */
-} repeat_params;
 
 static const mx_param_desc repeat_param_table[] = {
     {"repeats", MX_PARAM_INT, NULL, 0, 1e18, NULL, offsetof(repeat_params, repeats),
@@ -207,6 +208,12 @@ static mx_status repeat_geom(const repeat_params *rp, const mx_shape *d, int64_t
     *o = *d;
     o->dims[k] *= rp->repeats;
     return MX_OK;
+}
+
+mx_status mx_repeat_geom(const repeat_params *rp, const mx_shape *d, int64_t *outer, int64_t *len, int64_t *inner,
+                         mx_shape *o)
+{
+    return repeat_geom(rp, d, outer, len, inner, o);
 }
 
 static mx_status repeat_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
@@ -274,4 +281,5 @@ const mx_op_def mx_op_repeat = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = repeat_forward,
     .backward = repeat_backward,
+    .gpu = MX_OP_GPU(repeat),
 };
