@@ -277,11 +277,73 @@ START_TEST(test_deconvolution_gpu_vs_cpu)
 }
 END_TEST
 
+/* ------------------------------------------------------------ views, slices, copies */
+
+START_TEST(test_expand_squeeze_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run("expand_dims", KV("axis", "1"), MX_SHAPE(3, 5, 7), NULL, 1);
+    run("expand_dims", KV("axis", "-1"), MX_SHAPE(4, 3), NULL, 2);
+    run("expand_dims", KV("axis", "0"), MX_SHAPE(13), NULL, 3);
+    run("squeeze", KV0, MX_SHAPE(3, 1, 5, 1), NULL, 4);
+    run("squeeze", KV("axis", "(1,)"), MX_SHAPE(3, 1, 5, 1), NULL, 5);
+    run("squeeze", KV("axis", "(-1, 0)"), MX_SHAPE(1, 7, 1), NULL, 6);
+    run("squeeze", KV0, MX_SHAPE(1, 1), NULL, 7);
+}
+END_TEST
+
+START_TEST(test_slice_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run("slice", KV("begin", "(1, 2)", "end", "(3, 5)"), MX_SHAPE(4, 7, 5), NULL, 1);
+    run("slice", KV("begin", "(None, 1, 0)", "end", "(None, 6, 5)", "step", "(1, 2, 3)"), MX_SHAPE(3, 7, 5), NULL,
+        2);
+    run("slice", KV("begin", "(-1, None)", "end", "(None, None)", "step", "(-1, -2)"), MX_SHAPE(5, 7), NULL, 3);
+    run("slice", KV("begin", "(0, -3)", "end", "(2, -1)"), MX_SHAPE(3, 6, 2, 4), NULL, 4);
+    run("crop", KV("begin", "(1,)", "end", "(100,)"), MX_SHAPE(6, 3), NULL, 5);
+    run("slice", KV("begin", "(4, 6)", "end", "(0, 1)", "step", "(-2, -3)"), MX_SHAPE(5, 7, 3), NULL, 6);
+    run("slice_axis", KV("axis", "1", "begin", "1", "end", "4"), MX_SHAPE(3, 5, 7), NULL, 7);
+    run("slice_axis", KV("axis", "-1", "begin", "-3", "end", "None"), MX_SHAPE(3, 5, 7), NULL, 8);
+    run("slice_axis", KV("axis", "0", "begin", "0", "end", "-1"), MX_SHAPE(6, 4), NULL, 9);
+    run2("slice_like", KV0, MX_SHAPE(5, 7, 4), MX_SHAPE(3, 6, 2), NULL, 0, 0, 0, 10);
+    run2("slice_like", KV("axes", "(1,)"), MX_SHAPE(5, 7, 4), MX_SHAPE(2, 3), NULL, 0, 0, 0, 11);
+    run2("slice_like", KV("axes", "(0, -1)"), MX_SHAPE(5, 7, 4), MX_SHAPE(4, 1, 3), NULL, 0, 0, 0, 12);
+}
+END_TEST
+
+START_TEST(test_stack_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run("stack", KV("num_args", "3"), MX_SHAPE(4, 5), NULL, 1);
+    run("stack", KV("num_args", "2", "axis", "1"), MX_SHAPE(3, 5, 7), NULL, 2);
+    run("stack", KV("num_args", "4", "axis", "-1"), MX_SHAPE(3, 5), NULL, 3);
+    run("stack", KV("num_args", "5", "axis", "2"), MX_SHAPE(2, 3, 7), NULL, 4);
+    run("stack", KV("num_args", "1"), MX_SHAPE(9), NULL, 5);
+}
+END_TEST
+
+START_TEST(test_tile_repeat_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run("tile", KV("reps", "(2, 3)"), MX_SHAPE(3, 5), NULL, 1);
+    run("tile", KV("reps", "(3,)"), MX_SHAPE(2, 3, 5), NULL, 2);
+    run("tile", KV("reps", "(2, 1, 3)"), MX_SHAPE(4, 7), NULL, 3);
+    run("tile", KV("reps", "()"), MX_SHAPE(3, 4), NULL, 4);
+    run("tile", KV("reps", "(1, 4, 1, 2)"), MX_SHAPE(2, 3, 1, 5), NULL, 5);
+    run("repeat", KV("repeats", "3"), MX_SHAPE(4, 5), NULL, 6);
+    run("repeat", KV("repeats", "2", "axis", "1"), MX_SHAPE(3, 5, 7), NULL, 7);
+    run("repeat", KV("repeats", "4", "axis", "-1"), MX_SHAPE(3, 5), NULL, 8);
+    run("repeat", KV("repeats", "1", "axis", "0"), MX_SHAPE(6, 2), NULL, 9);
+    run("repeat", KV("repeats", "5", "axis", "0"), MX_SHAPE(3, 2, 4), NULL, 10);
+}
+END_TEST
+
 /* ------------------------------------------------------------ registration */
 
 static const char *const gpu_ops[] = {
     "softmax", "log_softmax", "LeakyReLU", "LinearRegressionOutput", "LogisticRegressionOutput",
     "MAERegressionOutput", "SliceChannel", "transpose", "Embedding", "batch_dot", "Deconvolution",
+    "expand_dims", "squeeze", "slice", "slice_axis", "slice_like", "stack", "tile", "repeat",
 };
 #define N_GPU_OPS ((int)(sizeof(gpu_ops) / sizeof(gpu_ops[0])))
 
@@ -338,6 +400,10 @@ int main(void)
         tcase_add_test(tc, test_embedding_gpu_vs_cpu);
         tcase_add_test(tc, test_batch_dot_gpu_vs_cpu);
         tcase_add_test(tc, test_deconvolution_gpu_vs_cpu);
+        tcase_add_test(tc, test_expand_squeeze_gpu_vs_cpu);
+        tcase_add_test(tc, test_slice_gpu_vs_cpu);
+        tcase_add_test(tc, test_stack_gpu_vs_cpu);
+        tcase_add_test(tc, test_tile_repeat_gpu_vs_cpu);
         suite_add_tcase(s, tc);
     }
     if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");
