@@ -10,6 +10,7 @@
  * adds every output gradient into the entry it was read from.
  */
 #include "ops/op.h"
+#include "ops/pad.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,16 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PAD_CONSTANT, PAD_EDGE, PAD_REFLECT };
 static const char *const pad_mode_choices[] = {"constant", "edge", "reflect", NULL};
-
-#define PAD_MAX_WIDTH (2 * MX_MAX_NDIM)
-
-typedef struct pad_params {
-    int mode;
-    char pad_width[MX_PARAM_STRING_MAX];
-    double constant_value;
-} pad_params;
 
 static const mx_param_desc pad_param_table[] = {
     {"mode", MX_PARAM_ENUM, NULL, 1, 0, pad_mode_choices, offsetof(pad_params, mode),
@@ -123,6 +115,8 @@ static mx_status pad_widths(const pad_params *pp, const mx_shape *d, int64_t *w)
                                 mx_shape_str(d, a, sizeof(a)));
     return MX_OK;
 }
+
+mx_status mx_pad_widths(const pad_params *pp, const mx_shape *d, int64_t *w) { return pad_widths(pp, d, w); }
 
 static mx_status pad_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
 {
@@ -244,6 +238,8 @@ static mx_status pad_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return pad_walk(ctx, p, &in_grad[0].shape, pad_bwd_visit, &b);
 }
 
+MX_OP_GPU_DECLARE(pad);
+
 static const char *const pad_aliases[] = {"pad", NULL};
 
 const mx_op_def mx_op_pad = {
@@ -261,4 +257,5 @@ const mx_op_def mx_op_pad = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = pad_forward,
     .backward = pad_backward,
+    .gpu = MX_OP_GPU(pad),
 };

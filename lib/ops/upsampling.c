@@ -13,6 +13,7 @@
  *   bilinear initializer). The Deconvolution operator does the work.
  */
 #include "ops/op.h"
+#include "ops/upsampling.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -20,15 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { UP_BILINEAR, UP_NEAREST };
 static const char *const up_type_choices[] = {"bilinear", "nearest", NULL};
-enum { UP_CONCAT, UP_SUM };
 static const char *const up_mode_choices[] = {"concat", "sum", NULL};
-
-typedef struct up_params {
-    int64_t scale, num_filter, num_args, workspace;
-    int sample_type, multi_input_mode;
-} up_params;
 
 static const mx_param_desc up_param_table[] = {
     {"scale", MX_PARAM_INT, NULL, 1, 1e6, NULL, offsetof(up_params, scale), "the up-sampling factor"},
@@ -106,6 +100,11 @@ static mx_status up_deconv(const up_params *up, const mx_op_def **op, void **out
     }
     *out = params;
     return MX_OK;
+}
+
+mx_status mx_upsampling_deconv(const up_params *up, const mx_op_def **op, void **out)
+{
+    return up_deconv(up, op, out);
 }
 
 /* ------------------------------------------------------------ shapes */
@@ -234,6 +233,8 @@ static mx_status up_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(upsampling);
+
 const mx_op_def mx_op_upsampling = {
     .name = "UpSampling",
     .doc = "Up-samples (N, C, H, W) inputs by an integer scale (nearest, or bilinear as a Deconvolution).",
@@ -248,4 +249,5 @@ const mx_op_def mx_op_upsampling = {
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .forward = up_forward,
     .backward = up_backward,
+    .gpu = MX_OP_GPU(upsampling),
 };
