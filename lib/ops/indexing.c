@@ -12,6 +12,7 @@
  *   outside [0, depth) gives a row of off_value). No gradient flows to the
  *   indices (zero).
  */
+#include "ops/indexing.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -36,13 +37,7 @@ static int64_t idx_trunc(float v)
 
 /* ------------------------------------------------------------ take */
 
-enum { TAKE_CLIP, TAKE_RAISE, TAKE_WRAP };
 static const char *const take_mode_choices[] = {"clip", "raise", "wrap", NULL};
-
-typedef struct take_params {
-    int64_t axis;
-    int mode;
-} take_params;
 
 static const mx_param_desc take_param_table[] = {
     {"axis", MX_PARAM_INT, "0", 1, 0, NULL, offsetof(take_params, axis), "the axis of a to pick along"},
@@ -182,6 +177,8 @@ static mx_status take_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(take);
+
 const mx_op_def mx_op_take = {
     .name = "take",
     .doc = "Picks slices of a along an axis at the given indices.",
@@ -195,15 +192,10 @@ const mx_op_def mx_op_take = {
     .backward_in_mask = 0x2, /* indices */
     .forward = take_forward,
     .backward = take_backward,
+    .gpu = MX_OP_GPU(take),
 };
 
 /* ------------------------------------------------------------ one_hot */
-
-typedef struct one_hot_params {
-    int64_t depth;
-    double on_value, off_value;
-    int dtype;
-} one_hot_params;
 
 static const char *const oh_dtype_choices[] = {"bfloat16", "float16", "float32", "float64", "int32",
                                                "int64",    "int8",    "uint8",   NULL};
@@ -276,6 +268,8 @@ static mx_status one_hot_backward(const mx_op_ctx *ctx, const void *p, const mx_
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(one_hot);
+
 const mx_op_def mx_op_one_hot = {
     .name = "one_hot",
     .doc = "One-hot rows of length depth for each index.",
@@ -289,4 +283,5 @@ const mx_op_def mx_op_one_hot = {
     .backward_deps = 0,
     .forward = one_hot_forward,
     .backward = one_hot_backward,
+    .gpu = MX_OP_GPU(one_hot),
 };
