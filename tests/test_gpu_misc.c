@@ -95,6 +95,26 @@ static void init_labels(int index, float *data, int64_t n, uint64_t *rng)
     (void)index;
 }
 
+/* take: indices (input 1) in [-5, 12): negative, fractional, past the
+ * axis (clipped or wrapped) and repeated. */
+static void init_take(int index, float *data, int64_t n, uint64_t *rng)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const double v = opcheck_uniform(rng, index == 1 ? -5 : -1, index == 1 ? 12 : 1);
+        data[i] = (float)(index == 1 && i % 2 ? floor(v) : v);
+    }
+}
+
+/* one_hot: indices in [-2, 9), whole numbers mostly. */
+static void init_one_hot(int index, float *data, int64_t n, uint64_t *rng)
+{
+    (void)index;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = opcheck_uniform(rng, -2, 9);
+        data[i] = (float)(i % 3 ? floor(v) : v);
+    }
+}
+
 /* ------------------------------------------------------------ softmax */
 
 static void sm_case(const char *op, kv p, mx_shape data, uint64_t seed)
@@ -338,12 +358,78 @@ START_TEST(test_tile_repeat_gpu_vs_cpu)
 }
 END_TEST
 
+/* ------------------------------------------------------------ Pad, UpSampling, take, one_hot */
+
+static void pad(const char *mode, const char *width, const char *cval, mx_shape data, uint64_t seed)
+{
+    run("Pad", KV("mode", mode, "pad_width", width, "constant_value", cval), data, NULL, seed);
+}
+
+START_TEST(test_pad_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    static const char *const modes[] = {"constant", "edge", "reflect"};
+    for (int m = 0; m < 3; m++) {
+        const uint64_t s = 10 * (uint64_t)m;
+        pad(modes[m], "(0,0,0,0,1,2,2,1)", "0", MX_SHAPE(2, 3, 7, 5), s + 1);
+        pad(modes[m], "(0,0,0,0,0,3,1,0)", "-1.5", MX_SHAPE(3, 2, 5, 4), s + 2);
+        pad(modes[m], "(0,0,0,0,1,1,2,0,0,2)", "2", MX_SHAPE(2, 2, 3, 4, 5), s + 3);
+        pad(modes[m], "(0,0,0,0,0,0,0,0)", "0", MX_SHAPE(2, 3, 4, 3), s + 4);
+    }
+    pad("edge", "(0,0,0,0,5,4,6,7)", "0", MX_SHAPE(1, 2, 3, 2), 40); /* pads wider than the axes */
+    pad("reflect", "(0,0,0,0,4,4,3,3)", "0", MX_SHAPE(2, 1, 5, 4), 41);
+}
+END_TEST
+
+static void upsample_multi(kv p, int n, const mx_shape *shapes, uint64_t seed)
+{
+    gpucheck_case c = {.op = "UpSampling", .keys = p.keys, .values = p.values, .n_params = p.n, .seed = seed};
+    for (int i = 0; i < n; i++) c.in_shapes[i] = shapes[i];
+    gpucheck_run(&c, &sum);
+}
+
+START_TEST(test_upsampling_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run("UpSampling", KV("scale", "2", "sample_type", "nearest"), MX_SHAPE(2, 3, 4, 5), NULL, 1);
+    run("UpSampling", KV("scale", "3", "sample_type", "nearest"), MX_SHAPE(1, 2, 7, 5), NULL, 2);
+    run("UpSampling", KV("scale", "1", "sample_type", "nearest"), MX_SHAPE(2, 2, 3, 3), NULL, 3);
+    const mx_shape two[] = {MX_SHAPE(2, 3, 4, 5), MX_SHAPE(2, 2, 2, 5)};
+    upsample_multi(KV("scale", "2", "sample_type", "nearest", "num_args", "2"), 2, two, 4);
+    const mx_shape three[] = {MX_SHAPE(2, 3, 4, 6), MX_SHAPE(2, 3, 2, 3), MX_SHAPE(2, 3, 8, 12)};
+    upsample_multi(KV("scale", "2", "sample_type", "nearest", "num_args", "3", "multi_input_mode", "sum"), 3, three,
+                   5);
+    upsample_multi(KV("scale", "2", "sample_type", "nearest", "num_args", "3", "multi_input_mode", "concat"), 3,
+                   three, 6);
+    /* bilinear: a learned depthwise Deconvolution */
+    run2("UpSampling", KV("scale", "2", "sample_type", "bilinear", "num_filter", "3"), MX_SHAPE(2, 3, 5, 4),
+         (mx_shape){0}, NULL, 0, DECONV_RTOL, DECONV_ATOL, 7);
+    run2("UpSampling", KV("scale", "3", "sample_type", "bilinear", "num_filter", "2"), MX_SHAPE(1, 2, 4, 3),
+         (mx_shape){0}, NULL, 0, DECONV_RTOL, DECONV_ATOL, 8);
+}
+END_TEST
+
+START_TEST(test_take_one_hot_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run2("take", KV0, MX_SHAPE(7, 5), MX_SHAPE(3, 4), init_take, 0, 0, 0, 1);
+    run2("take", KV("axis", "1"), MX_SHAPE(3, 6, 4), MX_SHAPE(9), init_take, 0, 0, 0, 2);
+    run2("take", KV("axis", "-1", "mode", "wrap"), MX_SHAPE(3, 4, 5), MX_SHAPE(2, 7), init_take, 0, 0, 0, 3);
+    run2("take", KV("mode", "wrap"), MX_SHAPE(4), MX_SHAPE(30), init_take, 0, 0, 0, 4);
+    run2("take", KV("mode", "clip", "axis", "2"), MX_SHAPE(2, 3, 11), MX_SHAPE(5, 2), init_take, 0, 0, 0, 5);
+    run("one_hot", KV("depth", "7"), MX_SHAPE(3, 5), init_one_hot, 6);
+    run("one_hot", KV("depth", "4", "on_value", "2.5", "off_value", "-1"), MX_SHAPE(13), init_one_hot, 7);
+    run("one_hot", KV("depth", "1"), MX_SHAPE(2, 3, 4), init_one_hot, 8);
+}
+END_TEST
+
 /* ------------------------------------------------------------ registration */
 
 static const char *const gpu_ops[] = {
     "softmax", "log_softmax", "LeakyReLU", "LinearRegressionOutput", "LogisticRegressionOutput",
     "MAERegressionOutput", "SliceChannel", "transpose", "Embedding", "batch_dot", "Deconvolution",
     "expand_dims", "squeeze", "slice", "slice_axis", "slice_like", "stack", "tile", "repeat",
+    "Pad", "UpSampling", "take", "one_hot",
 };
 #define N_GPU_OPS ((int)(sizeof(gpu_ops) / sizeof(gpu_ops[0])))
 
@@ -404,6 +490,9 @@ int main(void)
         tcase_add_test(tc, test_slice_gpu_vs_cpu);
         tcase_add_test(tc, test_stack_gpu_vs_cpu);
         tcase_add_test(tc, test_tile_repeat_gpu_vs_cpu);
+        tcase_add_test(tc, test_pad_gpu_vs_cpu);
+        tcase_add_test(tc, test_upsampling_gpu_vs_cpu);
+        tcase_add_test(tc, test_take_one_hot_gpu_vs_cpu);
         suite_add_tcase(s, tc);
     }
     if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");
