@@ -13,16 +13,11 @@
  * var (N, C) hidden, as MXNet counts them.
  * Backward recomputes the statistics from data.
  */
+#include "ops/group_norm.h"
 #include "ops/layer_norm.h"
 
 #include <stddef.h>
 #include <stdio.h>
-
-typedef struct gn_params {
-    int64_t num_groups;
-    double eps;
-    bool output_mean_var;
-} gn_params;
 
 static const mx_param_desc gn_param_table[] = {
     {"num_groups", MX_PARAM_INT, "1", 1, 1e18, NULL, offsetof(gn_params, num_groups),
@@ -196,6 +191,9 @@ static mx_status in_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
                          req, in_grad);
 }
 
+MX_OP_GPU_DECLARE(group_norm);
+MX_OP_GPU_DECLARE(instance_norm);
+
 const mx_op_def mx_op_group_norm = {
     .name = "GroupNorm",
     .doc = "Group normalisation of (N, C, ...) data over groups of channels; gamma, beta per group.",
@@ -211,6 +209,7 @@ const mx_op_def mx_op_group_norm = {
     .backward_in_mask = 0x3,
     .forward = gn_forward,
     .backward = gn_backward,
+    .gpu = MX_OP_GPU(group_norm),
 };
 
 const mx_op_def mx_op_instance_norm = {
@@ -228,4 +227,5 @@ const mx_op_def mx_op_instance_norm = {
     .backward_in_mask = 0x3,
     .forward = in_forward,
     .backward = in_backward,
+    .gpu = MX_OP_GPU(instance_norm),
 };

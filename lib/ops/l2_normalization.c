@@ -8,18 +8,13 @@
  * instance, (N, spatial...) for channel, (N, C) for spatial.
  * Backward: dx = (dy - y sum(dy y)) / norm, recomputing norm from data.
  */
+#include "ops/l2_normalization.h"
 #include "ops/op.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 
-typedef struct l2n_params {
-    double eps;
-    int mode;
-} l2n_params;
-
-enum { L2N_CHANNEL, L2N_INSTANCE, L2N_SPATIAL };
 static const char *const l2n_mode_choices[] = {"channel", "instance", "spatial", NULL};
 
 static const mx_param_desc l2n_param_table[] = {
@@ -134,6 +129,8 @@ static mx_status l2n_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(l2_normalization);
+
 const mx_op_def mx_op_l2_normalization = {
     .name = "L2Normalization",
     .doc = "Divides data by its L2 norm per instance, channel or spatial map.",
@@ -147,4 +144,5 @@ const mx_op_def mx_op_l2_normalization = {
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .forward = l2n_forward,
     .backward = l2n_backward,
+    .gpu = MX_OP_GPU(l2_normalization),
 };

@@ -166,12 +166,6 @@ void mx_norm_backward(mx_threadpool *pool, const mx_norm_layout *l, double eps, 
 
 /* ------------------------------------------------------------ LayerNorm */
 
-typedef struct ln_params {
-    int64_t axis;
-    double eps;
-    bool output_mean_var;
-} ln_params;
-
 static const mx_param_desc ln_param_table[] = {
     {"axis", MX_PARAM_INT, "-1", 1, 0, NULL, offsetof(ln_params, axis), "the axis to normalise over"},
     {"eps", MX_PARAM_FLOAT, "1e-5", 0, 1e300, NULL, offsetof(ln_params, eps),
@@ -286,6 +280,8 @@ static mx_status ln_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(layer_norm);
+
 const mx_op_def mx_op_layer_norm = {
     .name = "LayerNorm",
     .doc = "Layer normalisation over one axis: (x - mean) / sqrt(var + eps) * gamma + beta.",
@@ -301,4 +297,5 @@ const mx_op_def mx_op_layer_norm = {
     .backward_in_mask = 0x3, /* data and gamma */
     .forward = ln_forward,
     .backward = ln_backward,
+    .gpu = MX_OP_GPU(layer_norm),
 };

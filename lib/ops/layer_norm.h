@@ -15,6 +15,13 @@
 #include "ops/op.h"
 #include "parallel/parallel.h"
 
+/* LayerNorm's parameters (layer_norm.c, layer_norm.cu). */
+typedef struct ln_params {
+    int64_t axis;
+    double eps;
+    bool output_mean_var;
+} ln_params;
+
 typedef struct mx_norm_layout {
     int64_t sets, len, inner;
     bool per_elem;
