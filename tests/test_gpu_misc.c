@@ -1,10 +1,13 @@
 /*
  * test_gpu_misc.c - the GPU kernels of softmax / log_softmax, LeakyReLU,
- * the regression outputs, SliceChannel, transpose, Embedding, batch_dot
- * and Deconvolution against their CPU twins (gpucheck): every parameter
- * value the GPU supports, odd sizes, forward and backward with write / add
- * / null requests. Without a visible GPU the comparisons are skipped; the
- * registration checks run in every build.
+ * the regression outputs, SliceChannel, transpose, Embedding, batch_dot,
+ * Deconvolution, expand_dims / squeeze, the slice family, stack, tile /
+ * repeat, Pad, UpSampling, take / one_hot and the normalisations
+ * (LayerNorm, GroupNorm, InstanceNorm, L2Normalization) against their CPU
+ * twins (gpucheck): every parameter value the GPU supports, odd sizes,
+ * forward and backward with write / add / null requests. Without a visible
+ * GPU the comparisons are skipped; the registration checks run in every
+ * build.
  */
 #include "support/gpucheck.h"
 
@@ -423,13 +426,41 @@ START_TEST(test_take_one_hot_gpu_vs_cpu)
 }
 END_TEST
 
+/* ------------------------------------------------------------ normalisations */
+
+START_TEST(test_norms_gpu_vs_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    run("LayerNorm", KV0, MX_SHAPE(3, 7), NULL, 1);
+    run("LayerNorm", KV("axis", "1"), MX_SHAPE(2, 5, 4), NULL, 2);
+    run("LayerNorm", KV("axis", "0", "eps", "1e-3"), MX_SHAPE(6, 3), NULL, 3);
+    run("LayerNorm", KV("output_mean_var", "True"), MX_SHAPE(4, 3, 9), NULL, 4);
+    run("LayerNorm", KV("axis", "-2", "output_mean_var", "True"), MX_SHAPE(2, 7, 5), NULL, 5);
+    run("LayerNorm", KV0, MX_SHAPE(2, 300), NULL, 6);
+    run("GroupNorm", KV("num_groups", "3"), MX_SHAPE(2, 6, 4, 3), NULL, 7);
+    run("GroupNorm", KV0, MX_SHAPE(3, 4, 5), NULL, 8);
+    run("GroupNorm", KV("num_groups", "4", "output_mean_var", "True", "eps", "1e-3"), MX_SHAPE(2, 4, 3, 3), NULL, 9);
+    run("GroupNorm", KV("num_groups", "2"), MX_SHAPE(3, 6, 2, 2, 3), NULL, 10);
+    run("InstanceNorm", KV0, MX_SHAPE(2, 3, 4, 5), NULL, 11);
+    run("InstanceNorm", KV("eps", "1e-5"), MX_SHAPE(3, 2, 7), NULL, 12);
+    run("InstanceNorm", KV0, MX_SHAPE(1, 5, 3, 3), NULL, 13);
+    static const char *const modes[] = {"instance", "channel", "spatial"};
+    for (int m = 0; m < 3; m++) {
+        const uint64_t s = 20 + 10 * (uint64_t)m;
+        run("L2Normalization", KV("mode", modes[m]), MX_SHAPE(2, 3, 4, 5), NULL, s + 1);
+        run("L2Normalization", KV("mode", modes[m], "eps", "1e-4"), MX_SHAPE(3, 4, 7), NULL, s + 2);
+    }
+    run("L2Normalization", KV0, MX_SHAPE(5, 9), NULL, 60);
+}
+END_TEST
+
 /* ------------------------------------------------------------ registration */
 
 static const char *const gpu_ops[] = {
     "softmax", "log_softmax", "LeakyReLU", "LinearRegressionOutput", "LogisticRegressionOutput",
     "MAERegressionOutput", "SliceChannel", "transpose", "Embedding", "batch_dot", "Deconvolution",
     "expand_dims", "squeeze", "slice", "slice_axis", "slice_like", "stack", "tile", "repeat",
-    "Pad", "UpSampling", "take", "one_hot",
+    "Pad", "UpSampling", "take", "one_hot", "LayerNorm", "GroupNorm", "InstanceNorm", "L2Normalization",
 };
 #define N_GPU_OPS ((int)(sizeof(gpu_ops) / sizeof(gpu_ops[0])))
 
@@ -493,6 +524,7 @@ int main(void)
         tcase_add_test(tc, test_pad_gpu_vs_cpu);
         tcase_add_test(tc, test_upsampling_gpu_vs_cpu);
         tcase_add_test(tc, test_take_one_hot_gpu_vs_cpu);
+        tcase_add_test(tc, test_norms_gpu_vs_cpu);
         suite_add_tcase(s, tc);
     }
     if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");
