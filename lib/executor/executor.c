@@ -13,6 +13,8 @@ typedef struct node_info {
     uint32_t id;
     const mx_node *node;     /* in the executor's graph */
     const mx_op_def *op;
+    mx_op_kernels kernels;   /* of the executor's device */
+    void *kernel_state;      /* the device kernels' instance state (cuDNN set-up) */
     const void *params;
     bool backward;
     int n_in, n_out, n_aux;  /* of the forward op */
@@ -88,6 +90,7 @@ static void executor_destroy(mx_executor *ex)
     if (ex->nodes)
         for (int i = 0; i < ex->eg.n_nodes; i++) {
             node_info *ni = &ex->nodes[i];
+            if (ni->kernel_state && ni->kernels.state_free) ni->kernels.state_free(ni->kernel_state);
             free(ni->in);
             free(ni->out);
             free(ni->out_grad);
@@ -208,6 +211,11 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     uint32_t fid = ni->backward ? n->forward_node : id;
     ni->op = f->op;
     ni->params = n->params;
+    mx_status ks = mx_op_kernels_for(f->op, ex->ctx, &ni->kernels);
+    if (ks == MX_OK && (ni->backward ? !ni->kernels.backward : !ni->kernels.forward))
+        ks = MX_ERROR(MX_ERR_UNSUPPORTED, "operator '%s' has no %s kernel", f->op->name,
+                      ni->backward ? "backward" : "forward");
+    if (ks != MX_OK) return mx_error_prefix(ks, "bind: layer '%s'", f->name);
     snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", f->name, f->op->name, ni->backward ? "bwd" : "fwd");
     ni->n_in = f->n_inputs;
     ni->n_out = f->n_outputs;
@@ -264,14 +272,9 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
 mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_config *cfg, mx_executor **out)
 {
     *out = NULL;
-    if (cfg->ctx.dev_type != MX_DEV_CPU) {
-        /* The operators run on the CPU only until their GPU kernels land:
-         * refuse rather than hand device memory to host code. */
-        char name[32];
-        MX_TRY(mx_device_check(cfg->ctx));
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "cannot run the network on %s: the operators have no GPU kernels in this "
-                                            "build yet", mx_context_str(cfg->ctx, name, sizeof(name)));
-    }
+    /* Each node's kernels for this device are resolved in setup_node: an
+     * operator without one is a bind error naming the layer and device. */
+    MX_TRY(mx_device_check(cfg->ctx));
     uint32_t *ids = mx_malloc(sizeof(uint32_t) * (size_t)(mx_graph_num_nodes(g) + 1));
     if (!ids) return MX_ERR_NOMEM;
     int n_args = mx_graph_list_arguments(g, ids);
@@ -436,15 +439,22 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     node_job *job = payload;
     node_info *ni = job->ni;
     mx_executor *ex = job->ex;
-    mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng};
+    mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
         ctx.workspace_bytes = ex->plan.workspace;
     }
     mx_tensor *aux = ni->n_aux ? &ni->in[ni->n_in - ni->n_aux] : NULL;
-    mx_status s = ni->backward
-                      ? ni->op->backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req, ni->in_grad, aux)
-                      : ni->op->forward(&ctx, ni->params, ni->in, ni->req, ni->out, aux);
+    mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,
+                                                      ni->in_grad, aux)
+                               : ni->kernels.forward(&ctx, ni->params, ni->in, ni->req, ni->out, aux);
+    /* Device kernels are queued on the worker's stream; the engine counts
+     * the op done when this returns, so wait here (one stream per worker:
+     * events between streams instead are the next step, see README). */
+    if (s == MX_OK && exec->ctx.dev_type != MX_DEV_CPU) {
+        const mx_device_ops *dev = mx_device_get(exec->ctx.dev_type);
+        s = dev ? dev->sync(exec->ctx.dev_id, exec->stream) : MX_ERR_UNSUPPORTED;
+    }
     if (s != MX_OK) mx_error_prefix(s, "layer '%s'", ni->node->name);
     return s;
 }

@@ -1,0 +1,304 @@
+/*
+ * test_gpu_executor.c - the device-aware runtime: kernels resolved per
+ * device at bind (an operator without a GPU kernel is a bind error naming
+ * it), the operators of every shipped config net have GPU kernels, and on
+ * a GPU whole networks (LeNet, a residual BatchNorm block) train for a few
+ * steps on gpu(0) exactly as on the CPU (outputs and every gradient within
+ * tolerance, weights updated by the same SGD step on the host).
+ */
+#include "device/device.h"
+#include "executor/executor.h"
+#include "support/gpucheck.h"
+#include "support/graphs.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MX_USE_CUDA
+/* Every operator the nets in configs/ use, plus the views. */
+static const char *const config_ops[] = {"Activation", "BatchNorm", "Concat", "Convolution", "Dropout",
+                                         "ElementWiseSum", "Flatten", "FullyConnected", "LRN", "Pooling",
+                                         "SoftmaxOutput", "Reshape", NULL};
+#endif
+
+START_TEST(test_kernels_for_cpu_are_the_ops_own)
+{
+    const mx_op_def *op = mx_op_find("Convolution");
+    ck_assert_ptr_nonnull(op);
+    mx_op_kernels k;
+    ck_assert_int_eq(mx_op_kernels_for(op, mx_cpu(), &k), MX_OK);
+    ck_assert(k.forward == op->forward && k.backward == op->backward);
+    /* An operator nobody has ported: the error names it and the device. */
+    const mx_op_def *gn = mx_op_find("GroupNorm");
+    ck_assert_ptr_nonnull(gn);
+    ck_assert_ptr_null(gn->gpu);
+    ck_assert_int_eq(mx_op_kernels_for(gn, mx_gpu(1), &k), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), "operator 'GroupNorm' has no kernel for gpu(1)"), "%s", mx_last_error());
+}
+END_TEST
+
+/* The registry listing: which operators have GPU kernels. Those of the
+ * shipped nets must; the count of the rest is printed for the notes. */
+START_TEST(test_config_net_ops_have_gpu_kernels)
+{
+#ifdef MX_USE_CUDA
+    for (int i = 0; config_ops[i]; i++) {
+        const mx_op_def *op = mx_op_find(config_ops[i]);
+        ck_assert_ptr_nonnull(op);
+        ck_assert_msg(op->gpu && op->gpu->forward && op->gpu->backward, "%s has no GPU kernels", config_ops[i]);
+    }
+    int with = 0;
+    for (int i = 0; i < mx_op_count(); i++) with += mx_op_at(i)->gpu != NULL;
+    printf("GPU kernels: %d of %d registered operators\n", with, mx_op_count());
+#else
+    for (int i = 0; i < mx_op_count(); i++) ck_assert_ptr_null(mx_op_at(i)->gpu);
+#endif
+}
+END_TEST
+
+/* ------------------------------------------------------------ on a GPU */
+
+typedef struct twin {
+    mx_runtime *rt;
+    mx_graph *g;
+    int n_args, n_aux;
+    uint32_t ids[128];
+    float *host[64];              /* argument and aux values, shared by both devices */
+    int64_t size[64];
+    mx_ndarray *arr[2][64], *grad[2][64];
+    mx_executor *ex[2];           /* [0] cpu, [1] gpu(0) */
+} twin;
+
+static uint64_t rng_state = 99;
+static float uniform(float lo, float hi)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return lo + (hi - lo) * (float)((rng_state >> 11) * 0x1.0p-53);
+}
+
+static void upload(twin *t)
+{
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < t->n_args + t->n_aux; i++)
+            ck_assert_int_eq(mx_ndarray_from_host(t->arr[d][i], t->host[i], sizeof(float) * (size_t)t->size[i]),
+                             MX_OK);
+}
+
+static void bind_twin(twin *t, mx_graph *g, mx_shape data_shape, int n_classes)
+{
+    memset(t, 0, sizeof(*t));
+    ck_assert_int_eq(mx_runtime_create(NULL, &t->rt), MX_OK);
+    t->g = g;
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    ck_assert_msg(mx_graph_infer_shapes(g, names, &data_shape, 1, &sh) == MX_OK, "%s", mx_last_error());
+    t->n_args = mx_graph_list_arguments(g, t->ids);
+    t->n_aux = mx_graph_list_aux(g, t->ids + t->n_args);
+    for (int i = 0; i < t->n_args + t->n_aux; i++) {
+        const mx_shape *s = mx_graph_entry_shape(&sh, test_entry(t->ids[i]));
+        const char *name = mx_graph_node(g, t->ids[i])->name;
+        t->size[i] = mx_shape_size(s);
+        t->host[i] = malloc(sizeof(float) * (size_t)t->size[i]);
+        for (int64_t k = 0; k < t->size[i]; k++)
+            t->host[i][k] = strstr(name, "label")        ? (float)(k % n_classes)
+                            : strstr(name, "moving_var")  ? 1.0f
+                            : strstr(name, "moving_mean") ? 0.0f
+                            : strstr(name, "gamma")       ? uniform(0.5f, 1.5f)
+                                                          : uniform(-0.5f, 0.5f);
+        for (int d = 0; d < 2; d++) {
+            mx_context ctx = d ? mx_gpu(0) : mx_cpu();
+            ck_assert_msg(mx_ndarray_create(t->rt, *s, MX_FLOAT32, ctx, &t->arr[d][i]) == MX_OK, "%s",
+                          mx_last_error());
+            if (i < t->n_args && !strstr(name, "label"))
+                ck_assert_int_eq(mx_ndarray_create(t->rt, *s, MX_FLOAT32, ctx, &t->grad[d][i]), MX_OK);
+        }
+    }
+    mx_graph_shapes_free(&sh);
+    upload(t);
+    for (int d = 0; d < 2; d++) {
+        mx_bind_config bc = {.ctx = d ? mx_gpu(0) : mx_cpu(), .args = t->arr[d], .arg_grads = t->grad[d],
+                             .aux = t->arr[d] + t->n_args, .for_training = true};
+        ck_assert_msg(mx_executor_bind(t->rt, g, &bc, &t->ex[d]) == MX_OK, "%s", mx_last_error());
+    }
+}
+
+static void unbind_twin(twin *t)
+{
+    ck_assert_int_eq(mx_engine_wait_all(mx_runtime_engine(t->rt)), MX_OK);
+    for (int d = 0; d < 2; d++) {
+        mx_executor_free(t->ex[d]);
+        for (int i = 0; i < t->n_args + t->n_aux; i++) {
+            mx_ndarray_free(t->arr[d][i]);
+            mx_ndarray_free(t->grad[d][i]);
+        }
+    }
+    for (int i = 0; i < t->n_args + t->n_aux; i++) free(t->host[i]);
+    mx_runtime_free(t->rt);
+    mx_graph_free(t->g);
+}
+
+static double worst_seen;
+
+static void expect_close(const char *what, int step, mx_ndarray *cpu, mx_ndarray *gpu, double rtol, double atol)
+{
+    int64_t n = mx_ndarray_size(cpu);
+    ck_assert_int_eq(n, mx_ndarray_size(gpu));
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    ck_assert_msg(mx_ndarray_to_host(cpu, a, sizeof(float) * (size_t)n) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_ndarray_to_host(gpu, b, sizeof(float) * (size_t)n) == MX_OK, "%s", mx_last_error());
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)a[i] - b[i]), tol = atol + rtol * fabs(a[i]);
+        ck_assert_msg(err <= tol, "step %d %s[%lld]: gpu %.9g cpu %.9g", step, what, (long long)i, b[i], a[i]);
+        if (err / tol > worst_seen) worst_seen = err / tol;
+    }
+    free(a);
+    free(b);
+}
+
+/* Forward, backward on both devices, compare, then one SGD step on the
+ * host values shared by both (so the next step starts equal again). */
+static void train_steps(twin *t, int steps, float lr, double rtol, double atol)
+{
+    for (int step = 0; step < steps; step++) {
+        for (int d = 0; d < 2; d++) {
+            ck_assert_msg(mx_executor_forward(t->ex[d], true) == MX_OK, "%s", mx_last_error());
+            ck_assert_msg(mx_executor_backward(t->ex[d], NULL) == MX_OK, "%s", mx_last_error());
+        }
+        expect_close("output", step, mx_executor_output(t->ex[0], 0), mx_executor_output(t->ex[1], 0), rtol, atol);
+        for (int i = 0; i < t->n_args + t->n_aux; i++) {
+            const char *name = mx_graph_node(t->g, t->ids[i])->name;
+            if (i >= t->n_args) { /* moving statistics, updated by training forward */
+                expect_close(name, step, t->arr[0][i], t->arr[1][i], rtol, atol);
+                ck_assert_int_eq(mx_ndarray_to_host(t->arr[0][i], t->host[i], sizeof(float) * (size_t)t->size[i]),
+                                 MX_OK);
+                continue;
+            }
+            if (!t->grad[0][i]) continue;
+            expect_close(name, step, t->grad[0][i], t->grad[1][i], rtol, atol);
+            if (!strcmp(name, "data")) continue;
+            float *g = malloc(sizeof(float) * (size_t)t->size[i]);
+            ck_assert_int_eq(mx_ndarray_to_host(t->grad[0][i], g, sizeof(float) * (size_t)t->size[i]), MX_OK);
+            for (int64_t k = 0; k < t->size[i]; k++) t->host[i][k] -= lr * g[k];
+            free(g);
+        }
+        upload(t);
+    }
+}
+
+static mx_graph *new_graph(mx_entry *data)
+{
+    mx_graph *g;
+    uint32_t id;
+    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
+    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &id), MX_OK);
+    *data = test_entry(id);
+    return g;
+}
+
+START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    mx_entry x;
+    mx_graph *g = new_graph(&x);
+    x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(5,5);num_filter=20", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "tanh1", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "Pooling", "pool1", "pool_type=max;kernel=(2,2);stride=(2,2)", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv2", "kernel=(5,5);num_filter=50", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "tanh2", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "Pooling", "pool2", "pool_type=max;kernel=(2,2);stride=(2,2)", &x, 1));
+    x = test_entry(test_graph_op(g, "Flatten", "flatten", NULL, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=500", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "relu1", "act_type=relu", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=10", &x, 1));
+    mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    twin t;
+    bind_twin(&t, g, MX_SHAPE(8, 1, 28, 28), 10);
+    train_steps(&t, 3, 0.1f, 1e-3, 1e-5);
+    unbind_twin(&t);
+    printf("GPU LeNet: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
+}
+END_TEST
+
+/* conv-BN-relu-conv-BN + shortcut (ElementWiseSum), avg pool, FC. */
+START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    mx_entry x;
+    mx_graph *g = new_graph(&x);
+    mx_entry stem = test_entry(test_graph_op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=8", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(3,3);pad=(1,1);num_filter=8;no_bias=1", &stem, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=0", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "relu1", "act_type=relu", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv2", "kernel=(3,3);pad=(1,1);num_filter=8;no_bias=1", &x, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn2", "fix_gamma=0", &x, 1));
+    mx_entry both[2] = {x, stem};
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "sum", "num_args=2", both, 2));
+    x = test_entry(test_graph_op(g, "Pooling", "pool", "pool_type=avg;global_pool=1;kernel=(1,1)", &x, 1));
+    x = test_entry(test_graph_op(g, "Flatten", "flatten", NULL, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1));
+    mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    twin t;
+    bind_twin(&t, g, MX_SHAPE(4, 3, 9, 9), 4);
+    train_steps(&t, 3, 0.1f, 1e-3, 1e-4);
+    unbind_twin(&t);
+}
+END_TEST
+
+/* An operator without a GPU kernel: bind fails naming layer, op, device. */
+START_TEST(test_bind_refuses_op_without_gpu_kernel)
+{
+    if (!gpucheck_gpu_visible()) return;
+    mx_entry x;
+    mx_graph *g = new_graph(&x);
+    x = test_entry(test_graph_op(g, "GroupNorm", "gn1", "num_groups=2", &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &x, 1), MX_OK);
+    mx_runtime *rt;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    mx_shape ds = MX_SHAPE(2, 4, 3, 3);
+    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &ds, 1, &sh), MX_OK);
+    uint32_t ids[8];
+    int n = mx_graph_list_arguments(g, ids);
+    mx_ndarray *args[8];
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(mx_ndarray_create(rt, *mx_graph_entry_shape(&sh, test_entry(ids[i])), MX_FLOAT32, mx_gpu(0),
+                                           &args[i]),
+                         MX_OK);
+    mx_graph_shapes_free(&sh);
+    mx_bind_config bc = {.ctx = mx_gpu(0), .args = args};
+    mx_executor *ex;
+    ck_assert_int_eq(mx_executor_bind(rt, g, &bc, &ex), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), "layer 'gn1'") && strstr(mx_last_error(), "'GroupNorm' has no kernel for gpu(0)"),
+                  "%s", mx_last_error());
+    for (int i = 0; i < n; i++) mx_ndarray_free(args[i]);
+    mx_runtime_free(rt);
+    mx_graph_free(g);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gpu_executor");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_kernels_for_cpu_are_the_ops_own);
+    tcase_add_test(tc, test_config_net_ops_have_gpu_kernels);
+    tcase_add_test(tc, test_lenet_trains_on_gpu_as_on_cpu);
+    tcase_add_test(tc, test_residual_block_trains_on_gpu_as_on_cpu);
+    tcase_add_test(tc, test_bind_refuses_op_without_gpu_kernel);
+    suite_add_tcase(s, tc);
+    if (!gpucheck_gpu_visible()) printf("GPU tests: SKIPPED (no GPU visible)\n");
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
