@@ -72,7 +72,7 @@ endif
 
 ifeq ($(CUDA),1)
   CFLAGS  += -DMX_USE_CUDA=1
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart -lstdc++
 endif
 
 Q := $(if $(filter 1,$(V)),,@)

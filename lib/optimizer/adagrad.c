@@ -52,4 +52,5 @@ const opt_kind_def mx_opt_adagrad = {
     .num_states = adagrad_num_states,
     .run_f32 = adagrad_run_f32,
     .run_f64 = adagrad_run_f64,
+    .run_gpu = OPT_GPU(adagrad),
 };

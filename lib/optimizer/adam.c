@@ -75,4 +75,5 @@ const opt_kind_def mx_opt_adam = {
     .adjust_lr = adam_adjust_lr,
     .run_f32 = adam_run_f32,
     .run_f64 = adam_run_f64,
+    .run_gpu = OPT_GPU(adam),
 };

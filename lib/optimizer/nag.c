@@ -56,4 +56,5 @@ const opt_kind_def mx_opt_nag = {
     .num_states = nag_num_states,
     .run_f32 = nag_run_f32,
     .run_f64 = nag_run_f64,
+    .run_gpu = OPT_GPU(nag),
 };

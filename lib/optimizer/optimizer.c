@@ -6,6 +6,7 @@
  * provide tables and kernels only.
  */
 #include "optimizer/optimizer_internal.h"
+#include "device/device.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -341,6 +342,15 @@ static mx_status upd_run(void *payload, const mx_exec_ctx *exec)
 {
     upd_op *op = payload;
     int64_t n = mx_ndarray_size(op->weight);
+    if (exec->ctx.dev_type == MX_DEV_GPU) {
+        float *st[OPT_MAX_STATES] = {NULL};
+        for (int j = 0; j < op->n_states; j++) st[j] = mx_ndarray_data(op->states[j]);
+        MX_TRY(op->kind->run_gpu(&op->step, mx_ndarray_data(op->weight), mx_ndarray_data(op->grad), st, n,
+                                 exec->stream));
+        /* Done when the engine hears so: wait for the stream. */
+        const mx_device_ops *dev = mx_device_get(MX_DEV_GPU);
+        return dev ? dev->sync(exec->ctx.dev_id, exec->stream) : mx_last_status();
+    }
     mx_threadpool *pool = n >= UPD_PARALLEL_MIN ? exec->pool : NULL;
     mx_parallel_for(pool, n, mx_parallel_grain(pool, n, 2, 4096), upd_range, op);
     return MX_OK;
@@ -353,10 +363,13 @@ static mx_status check_array(const mx_optimizer *opt, const char *what, mx_ndarr
     if (mx_ndarray_runtime(a) != opt->rt)
         return MX_ERROR(MX_ERR_INVALID, "%s: %s belongs to another runtime", opt->kind->name, what);
     mx_context ctx = mx_ndarray_context(a);
-    if (ctx.dev_type == MX_DEV_GPU)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: no update kernel for arrays on %s yet (%s)", opt->kind->name,
-                        mx_context_str(ctx, c, sizeof(c)), what);
     mx_dtype t = mx_ndarray_dtype(a);
+    if (ctx.dev_type == MX_DEV_GPU && !opt->kind->run_gpu)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: no update kernel for arrays on %s in this build (%s)",
+                        opt->kind->name, mx_context_str(ctx, c, sizeof(c)), what);
+    if (ctx.dev_type == MX_DEV_GPU && t != MX_FLOAT32)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: %s on %s has dtype %s (float32 only on GPUs)", opt->kind->name,
+                        what, mx_context_str(ctx, c, sizeof(c)), mx_dtype_name(t));
     if (t != MX_FLOAT32 && t != MX_FLOAT64)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: %s has dtype %s (float32 or float64 only)", opt->kind->name, what,
                         mx_dtype_name(t));
@@ -423,6 +436,10 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
     MX_TRY(check_index(opt, index));
     MX_TRY(check_array(opt, "weight", weight));
     MX_TRY(check_array(opt, "gradient", grad));
+    if (!mx_context_equal(mx_ndarray_context(weight), mx_ndarray_context(grad)))
+        return MX_ERROR(MX_ERR_INVALID, "%s: parameter %d: weight on %s, gradient on %s (copy it over first)",
+                        opt->kind->name, index, mx_context_str(mx_ndarray_context(weight), bw, sizeof(bw)),
+                        mx_context_str(mx_ndarray_context(grad), bg, sizeof(bg)));
     if (!mx_shape_equal(mx_ndarray_shape(weight), mx_ndarray_shape(grad)))
         return MX_ERROR(MX_ERR_INVALID, "%s: parameter %d: weight shape %s and gradient shape %s differ",
                         opt->kind->name, index, mx_shape_str(mx_ndarray_shape(weight), bw, sizeof(bw)),

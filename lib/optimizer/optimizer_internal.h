@@ -34,7 +34,22 @@ typedef struct opt_kind_def {
     /* The kernel over n elements; states[i] are num_states arrays. */
     void (*run_f32)(const opt_step *s, float *w, const float *g, float *const *states, int64_t n);
     void (*run_f64)(const opt_step *s, double *w, const double *g, double *const *states, int64_t n);
+    /* The float32 kernel on a GPU (update_kernels.cu), queued on the
+     * stream of `worker` (the engine worker's mx_cuda_worker); NULL in
+     * builds without CUDA (OPT_GPU). */
+    mx_status (*run_gpu)(const opt_step *s, float *w, const float *g, float *const *states, int64_t n, void *worker);
 } opt_kind_def;
+
+#ifdef MX_USE_CUDA
+#define OPT_GPU(x) mx_opt_gpu_##x
+mx_status mx_opt_gpu_sgd(const opt_step *, float *, const float *, float *const *, int64_t, void *);
+mx_status mx_opt_gpu_nag(const opt_step *, float *, const float *, float *const *, int64_t, void *);
+mx_status mx_opt_gpu_adam(const opt_step *, float *, const float *, float *const *, int64_t, void *);
+mx_status mx_opt_gpu_rmsprop(const opt_step *, float *, const float *, float *const *, int64_t, void *);
+mx_status mx_opt_gpu_adagrad(const opt_step *, float *, const float *, float *const *, int64_t, void *);
+#else
+#define OPT_GPU(x) NULL
+#endif
 
 extern const opt_kind_def mx_opt_sgd;
 extern const opt_kind_def mx_opt_nag;

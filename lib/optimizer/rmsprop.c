@@ -72,4 +72,5 @@ const opt_kind_def mx_opt_rmsprop = {
     .num_states = rmsprop_num_states,
     .run_f32 = rmsprop_run_f32,
     .run_f64 = rmsprop_run_f64,
+    .run_gpu = OPT_GPU(rmsprop),
 };

@@ -48,4 +48,5 @@ const opt_kind_def mx_opt_sgd = {
     .num_states = sgd_num_states,
     .run_f32 = sgd_run_f32,
     .run_f64 = sgd_run_f64,
+    .run_gpu = OPT_GPU(sgd),
 };

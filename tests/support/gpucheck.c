@@ -16,7 +16,12 @@ bool gpucheck_gpu_visible(void)
 {
 #ifdef MX_USE_CUDA
     const mx_device_ops *gpu = mx_device_get(MX_DEV_GPU);
-    return gpu && gpu->count() > 0;
+    bool visible = gpu && gpu->count() > 0;
+    /* Asking initialised CUDA in this process, and a CUDA context does
+     * not survive fork(): Check must run the tests in this process
+     * (Check reads CK_FORK when the runner starts). */
+    if (visible) setenv("CK_FORK", "no", 1);
+    return visible;
 #else
     return false;
 #endif

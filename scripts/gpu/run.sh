@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# run.sh - run ON THE LENT GPU MACHINE (see README.md here): unpacks what
+# prepare.sh packed, finds cuDNN and cuBLAS there, runs every GPU suite,
+# then compute-sanitizer (memcheck, racecheck) on them, and leaves the logs
+# under $OUT (env.txt, suite.log, sanitizer.log). The last lines printed
+# are a table: suite, result, seconds.
+#   MX_GPU_SANITIZE=0  skips the sanitizer; MX_GPU_TIMEOUT (s, default 150)
+#   bounds each suite.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/mxc-gpu-out}
+mkdir -p "$OUT"
+top=/tmp/mxc-gpu
+rm -rf "$top" && mkdir -p "$top"
+tar -C "$top" -xJf .gpu-carry/carry.tar.xz || { echo "run.sh: no .gpu-carry/carry.tar.xz (run prepare.sh here, carry .gpu-carry)"; exit 2; }
+libdir() { find /usr/local/cuda/ /usr/local/cuda*/ /opt /usr/lib /usr/local/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname; }
+cudnn=$(libdir 'libcudnn.so.9')
+cublas=$(libdir 'libcublas.so.13')
+export LD_LIBRARY_PATH="$top/lib:${cudnn}:${cublas}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+{
+    date -u; uname -a; head -2 /etc/os-release; ldd --version | head -1
+    nvidia-smi; nvcc --version 2>&1 | tail -2
+    echo "cuDNN: $cudnn"; echo "cuBLAS: $cublas"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    which compute-sanitizer ncu 2>&1
+    for b in "$top"/bin/*; do ldd "$b" | grep -E "not found|cudnn|cublas|cudart" | sed "s|^|$(basename "$b"): |"; done
+} > "$OUT/env.txt" 2>&1
+grep -E "not found|cuDNN:|cuBLAS:|NVIDIA H|Driver" "$OUT/env.txt"
+
+table=()
+: > "$OUT/suite.log"
+for t in "$top"/bin/test_gpu_*; do
+    name=$(basename "$t")
+    start=$(date +%s)
+    timeout "${MX_GPU_TIMEOUT:-150}" "$t" > "$OUT/$name.tmp" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    { echo "=== $name rc=$rc ${secs}s"; cat "$OUT/$name.tmp"; } >> "$OUT/suite.log"
+    grep -E "GPU |Checks:|:F:|:E:" "$OUT/$name.tmp" | head -20
+    rm -f "$OUT/$name.tmp"
+    table+=("$(printf '%-24s %-6s %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$secs")")
+done
+
+if [ "${MX_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+    : > "$OUT/sanitizer.log"
+    for tool in memcheck racecheck; do
+        for t in "$top"/bin/test_gpu_*; do
+            name=$(basename "$t")
+            start=$(date +%s)
+            CK_FORK=no timeout "${MX_GPU_SAN_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+                "$t" > "$OUT/san.tmp" 2>&1
+            rc=$?
+            secs=$(( $(date +%s) - start ))
+            { echo "=== $tool $name rc=$rc ${secs}s"; tail -40 "$OUT/san.tmp"; } >> "$OUT/sanitizer.log"
+            grep -E "ERROR SUMMARY|Checks:" "$OUT/san.tmp" | tail -2 | sed "s|^|$tool $name: |"
+            table+=("$(printf '%-24s %-6s %4ss' "$tool:$name" "$([ $rc = 0 ] && echo clean || echo "FAIL($rc)")" "$secs")")
+        done
+    done
+    rm -f "$OUT/san.tmp"
+fi
+echo "---- GPU check summary"
+printf '%s\n' "${table[@]}"
