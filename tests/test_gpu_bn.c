@@ -63,10 +63,10 @@ START_TEST(test_activation)
     if (!gpucheck_gpu_visible()) return;
     static const char *const types[] = {"relu", "sigmoid", "tanh", "softrelu", "softsign"};
     static const char *const keys[] = {"act_type"};
-    const mx_shape shapes[] = {MX_SHAPE(3, 4, 7, 5), MX_SHAPE(1), MX_SHAPE(13, 257), MX_SHAPE(2, 3, 4, 5, 6)};
+    const mx_shape shapes[] = {MX_SHAPE(3, 4, 7, 5), MX_SHAPE(1), MX_SHAPE(2, 3, 4, 5, 37)};
     for (int t = 0; t < 5; t++) {
         const char *values[] = {types[t]};
-        for (int s = 0; s < 4; s++) {
+        for (int s = 0; s < 3; s++) {
             for (int wide = 0; wide < 2; wide++) {
                 gpucheck_case c = {.op = "Activation", .keys = keys, .values = values, .n_params = 1,
                                    .in_shapes = {shapes[s]}, .init = wide ? act_init : NULL,
