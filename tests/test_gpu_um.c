@@ -176,7 +176,8 @@ START_TEST(every_operator_names_a_gpu_kernel)
 {
 #ifdef MX_USE_CUDA
     for (int i = 0; i < NKV(unary_ops); i++) ck_assert_msg(mx_op_find(unary_ops[i].op)->gpu, "%s", unary_ops[i].op);
-    for (int i = 0; i < NKV(broadcast_ops); i++) ck_assert_msg(mx_op_find(broadcast_ops[i])->gpu, "%s", broadcast_ops[i]);
+    for (int i = 0; i < NKV(broadcast_ops); i++)
+        ck_assert_msg(mx_op_find(broadcast_ops[i])->gpu, "%s", broadcast_ops[i]);
     for (int i = 0; i < NKV(reduce_ops); i++) ck_assert_msg(mx_op_find(reduce_ops[i])->gpu, "%s", reduce_ops[i]);
     for (int i = 0; i < NKV(misc_ops); i++) ck_assert_msg(mx_op_find(misc_ops[i])->gpu, "%s", misc_ops[i]);
     const char *alias[] = {"_sparse_relu", "_npx_erfinv", "broadcast_plus", "_npi_maximum", "sum_axis", "max_axis",
