@@ -144,6 +144,10 @@ static void unbind_twin(twin *t)
 
 static double worst_seen;
 
+/* Elementwise within atol + rtol*|cpu| + 1e-4 * max|cpu|: cuDNN's FFT and
+ * Winograd algorithms (chosen by timing) err relative to a tensor's scale,
+ * not to each element, so a small element of a large gradient may differ
+ * by more than rtol of itself. */
 static void expect_close(const char *what, int step, mx_ndarray *cpu, mx_ndarray *gpu, double rtol, double atol)
 {
     int64_t n = mx_ndarray_size(cpu);
@@ -151,9 +155,12 @@ static void expect_close(const char *what, int step, mx_ndarray *cpu, mx_ndarray
     float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
     ck_assert_msg(mx_ndarray_to_host(cpu, a, sizeof(float) * (size_t)n) == MX_OK, "%s", mx_last_error());
     ck_assert_msg(mx_ndarray_to_host(gpu, b, sizeof(float) * (size_t)n) == MX_OK, "%s", mx_last_error());
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
     for (int64_t i = 0; i < n; i++) {
-        double err = fabs((double)a[i] - b[i]), tol = atol + rtol * fabs(a[i]);
-        ck_assert_msg(err <= tol, "step %d %s[%lld]: gpu %.9g cpu %.9g", step, what, (long long)i, b[i], a[i]);
+        double err = fabs((double)a[i] - b[i]), tol = atol + rtol * fabs(a[i]) + 1e-4 * scale;
+        ck_assert_msg(err <= tol, "step %d %s[%lld]: gpu %.9g cpu %.9g (max |cpu| %.3g)", step, what, (long long)i,
+                      b[i], a[i], scale);
         if (err / tol > worst_seen) worst_seen = err / tol;
     }
     free(a);
@@ -222,6 +229,7 @@ START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
     train_steps(&t, 3, 0.1f, 1e-3, 1e-5);
     unbind_twin(&t);
     printf("GPU LeNet: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
+    worst_seen = 0;
 }
 END_TEST
 
@@ -248,6 +256,7 @@ START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
     bind_twin(&t, g, MX_SHAPE(4, 3, 9, 9), 4);
     train_steps(&t, 3, 0.1f, 1e-3, 1e-4);
     unbind_twin(&t);
+    printf("GPU residual block: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
 }
 END_TEST
 

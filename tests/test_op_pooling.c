@@ -430,6 +430,38 @@ static void run_direct(const char *const *keys, const char *const *values, int n
 
 /* Ties: MXNet's CPU kernel gives the gradient to the first maximum of the
  * window in raster order, and only to it. */
+/* 1x1 windows at stride 1 tile the input, so backward writes every input
+ * gradient once; a write request must not add onto what dx held (it did
+ * on rows too wide for the short-row path, and in 3-D). */
+START_TEST(unit_windows_write_not_add)
+{
+    const char *types[] = {"avg", "sum"};
+    const mx_shape shapes[] = {MX_SHAPE(1, 1, 3, 40), MX_SHAPE(1, 2, 2, 3, 20)};
+    const char *kernels[] = {"(1,1)", "(1,1,1)"};
+    const mx_op_def *op = mx_op_find("Pooling");
+    for (int t = 0; t < 2; t++)
+        for (int s = 0; s < 2; s++) {
+            const char *keys[] = {"kernel", "stride", "pool_type"}, *values[] = {kernels[s], kernels[s], types[t]};
+            void *params = calloc(1, op->params_size);
+            ck_assert_int_eq(mx_op_parse_params(op, keys, values, 3, params), MX_OK);
+            const int64_t n = mx_shape_size(&shapes[s]);
+            float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
+            float *dx = malloc(sizeof(float) * n);
+            for (int64_t i = 0; i < n; i++) x[i] = (float)i, y[i] = (float)i, dy[i] = 0.5f + (float)i, dx[i] = 77.0f;
+            mx_tensor tx = {x, shapes[s], MX_FLOAT32, mx_cpu()}, ty = {y, shapes[s], MX_FLOAT32, mx_cpu()};
+            mx_tensor tdy = {dy, shapes[s], MX_FLOAT32, mx_cpu()}, tdx = {dx, shapes[s], MX_FLOAT32, mx_cpu()};
+            mx_exec_ctx exec = {.ctx = mx_cpu()};
+            mx_op_ctx ctx = {.exec = &exec, .is_train = true};
+            mx_req req = MX_REQ_WRITE;
+            ck_assert_int_eq(op->backward(&ctx, params, &tdy, &tx, &ty, &req, &tdx, NULL), MX_OK);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_msg(dx[i] == dy[i], "%s %dd: dx[%lld] = %g, want %g", types[t], s + 2, (long long)i, dx[i],
+                              dy[i]);
+            free(x), free(y), free(dy), free(dx), free(params);
+        }
+}
+END_TEST
+
 START_TEST(max_ties_route_to_first_maximum)
 {
     const char *k1[] = {"kernel", "stride"}, *v1[] = {"(1,2)", "(1,1)"};
@@ -610,6 +642,7 @@ int main(void)
     tcase_add_test(tc, specialised_kernels_odd_sizes_and_threads);
     tcase_add_test(tc, max_ties_route_to_first_maximum);
     tcase_add_test(tc, windows_of_only_padding);
+    tcase_add_test(tc, unit_windows_write_not_add);
     tcase_add_test(tc, global_max_of_negative_planes);
     tcase_add_test(tc, output_shapes_follow_mxnet_formulas);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);

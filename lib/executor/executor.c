@@ -378,7 +378,10 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
                             ex->n_buffers, layer);
         }
     }
-    if (s == MX_OK && ex->plan.workspace) {
+    /* The shared workspace is sized by the CPU kernels (im2col and the
+     * like); device kernels take theirs from their worker's scratch
+     * (cuDNN's choice of algorithm decides how much). */
+    if (s == MX_OK && ex->plan.workspace && cfg->ctx.dev_type == MX_DEV_CPU) {
         s = mx_ndarray_create(rt, MX_SHAPE((int64_t)((ex->plan.workspace + 3) / 4)), MX_FLOAT32, cfg->ctx,
                               &ex->workspace);
         if (s != MX_OK) mx_error_prefix(s, "binding: the operators' shared workspace");

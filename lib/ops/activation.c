@@ -14,16 +14,11 @@
  * boundary falls.
  */
 #include "ops/op.h"
+#include "ops/activation.h"
 #include "ops/simd.h"
 
 #include <math.h>
 #include <stddef.h>
-
-enum { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SOFTRELU, ACT_SOFTSIGN };
-
-typedef struct act_params {
-    int act_type;
-} act_params;
 
 static const char *const act_types[] = {"relu", "sigmoid", "tanh", "softrelu", "softsign", NULL};
 
@@ -167,6 +162,8 @@ static mx_status act_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
 
 static const mx_inplace act_inplace[] = {{0, 0}, {-1, -1}};
 
+MX_OP_GPU_DECLARE(activation);
+
 const mx_op_def mx_op_activation = {
     .name = "Activation",
     .doc = "Applies an activation function element-wise: relu, sigmoid, tanh, softrelu or softsign.",
@@ -181,4 +178,5 @@ const mx_op_def mx_op_activation = {
     .backward_inplace = act_inplace,
     .forward = act_forward,
     .backward = act_backward,
+    .gpu = MX_OP_GPU(activation),
 };

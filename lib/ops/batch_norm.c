@@ -18,20 +18,11 @@
  * does not write 1 into the gamma array.
  */
 #include "ops/op.h"
+#include "ops/batch_norm.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
-
-typedef struct bn_params {
-    double eps;
-    double momentum;
-    bool fix_gamma;
-    bool use_global_stats;
-    bool output_mean_var;
-    bool cudnn_off;
-    int64_t axis;
-} bn_params;
 
 static const mx_param_desc bn_param_table[] = {
     {"eps", MX_PARAM_FLOAT, "0.001", 0, 1e30, NULL, offsetof(bn_params, eps), "added to the variance"},
@@ -298,6 +289,8 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(batch_norm);
+
 const mx_op_def mx_op_batch_norm = {
     .name = "BatchNorm",
     .doc = "Batch normalization over the channel axis, with moving mean/variance as aux states.",
@@ -314,4 +307,5 @@ const mx_op_def mx_op_batch_norm = {
     .backward_out_mask = (1u << 1) | (1u << 2), /* saved mean and inverse std, not the output */
     .forward = bn_forward,
     .backward = bn_backward,
+    .gpu = MX_OP_GPU(batch_norm),
 };

@@ -24,6 +24,15 @@
 #include <math.h>
 #include <stdbool.h>
 
+/* The element functions compile for the host and, under nvcc, for the
+ * device too: the GPU kernels (cuda/binary_math.cuh) run these very
+ * formulas. */
+#ifdef __CUDACC__
+#define MX_BIN_HD __host__ __device__
+#else
+#define MX_BIN_HD
+#endif
+
 typedef enum mx_bin_kind {
     MX_BIN_ADD,
     MX_BIN_SUB,
@@ -46,14 +55,14 @@ typedef enum mx_bin_kind {
 } mx_bin_kind;
 
 /* Comparisons and logical ops: outputs 0/1, gradients zero. */
-static inline bool mx_bin_no_grad(mx_bin_kind k) { return k >= MX_BIN_EQUAL; }
+MX_BIN_HD static inline bool mx_bin_no_grad(mx_bin_kind k) { return k >= MX_BIN_EQUAL; }
 
 /* Whether backward reads the operands (besides out_grad): add and sub
  * do not, nor ops without a gradient. A constant expression (op tables). */
 #define MX_BIN_GRAD_READS_INPUTS(k) ((k) >= MX_BIN_MUL && (k) < MX_BIN_EQUAL)
 
 /* Python's a % b, as MXNet's mshadow_op::mod (in double, then float). */
-static inline float mx_bin_mod(float a, float b)
+MX_BIN_HD static inline float mx_bin_mod(float a, float b)
 {
     double x = a, y = b;
     if (y == 0) return 0.0f;
@@ -69,7 +78,7 @@ static inline float mx_bin_mod(float a, float b)
     return (float)fmod(x, y);
 }
 
-static inline float mx_bin_f(mx_bin_kind k, float a, float b)
+MX_BIN_HD static inline float mx_bin_f(mx_bin_kind k, float a, float b)
 {
     switch (k) {
     case MX_BIN_ADD: return a + b;
@@ -95,7 +104,7 @@ static inline float mx_bin_f(mx_bin_kind k, float a, float b)
 }
 
 /* d f / d a at (a, b). */
-static inline float mx_bin_da(mx_bin_kind k, float a, float b)
+MX_BIN_HD static inline float mx_bin_da(mx_bin_kind k, float a, float b)
 {
     switch (k) {
     case MX_BIN_ADD:
@@ -112,7 +121,7 @@ static inline float mx_bin_da(mx_bin_kind k, float a, float b)
 }
 
 /* d f / d b at (a, b). */
-static inline float mx_bin_db(mx_bin_kind k, float a, float b)
+MX_BIN_HD static inline float mx_bin_db(mx_bin_kind k, float a, float b)
 {
     switch (k) {
     case MX_BIN_ADD: return 1.0f;

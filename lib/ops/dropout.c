@@ -10,18 +10,10 @@
  * MX_ERR_UNSUPPORTED.
  */
 #include "ops/op.h"
+#include "ops/dropout.h"
 
 #include <stddef.h>
 #include <string.h>
-
-enum { DROP_TRAINING, DROP_ALWAYS };
-
-typedef struct dropout_params {
-    double p;
-    int mode;
-    mx_tuple axes;
-    bool cudnn_off;
-} dropout_params;
 
 static const char *const dropout_modes[] = {"training", "always", NULL};
 
@@ -147,6 +139,8 @@ static mx_status dropout_backward(const mx_op_ctx *ctx, const void *p, const mx_
 
 static const mx_inplace dropout_inplace[] = {{0, 0}, {-1, -1}};
 
+MX_OP_GPU_DECLARE(dropout);
+
 const mx_op_def mx_op_dropout = {
     .name = "Dropout",
     .doc = "Zeroes elements with probability p in training and scales the rest by 1/(1-p).",
@@ -166,4 +160,5 @@ const mx_op_def mx_op_dropout = {
     .uses_rng = dropout_uses_rng,
     .forward = dropout_forward,
     .backward = dropout_backward,
+    .gpu = MX_OP_GPU(dropout),
 };

@@ -92,7 +92,9 @@ typedef mx_status (*mx_op_backward_fn)(const mx_op_ctx *ctx, const void *params,
 
 /* The kernels of one device (MXNet's FCompute<gpu>): same contract as the
  * CPU forward/backward of mx_op_def, on device memory, launched on the
- * stream of ctx->exec (lib/ops/cuda/cuda_op.h). */
+ * stream of ctx->exec (lib/ops/cuda/cuda_op.h). ctx->workspace is NULL
+ * for them: the op's workspace() sizes the CPU kernels' needs, and device
+ * kernels take temporary memory from their worker's scratch. */
 typedef struct mx_op_kernels {
     mx_op_forward_fn forward;
     mx_op_backward_fn backward;

@@ -646,8 +646,9 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
                     const float size = j->type == POOL_AVG ? r.f * (float)kx : 1.0f;                                \
                     for (int64_t ow0 = j->c0; ow0 < j->c1; ow0 += POOL_CHUNK) {                                     \
                         const int64_t n = j->c1 - ow0 < POOL_CHUNK ? j->c1 - ow0 : POOL_CHUNK, o0 = ow0 * sx - px;  \
-                        if (!is_max && sx == 1 && kx <= POOL_BOX_MAX) {                                             \
-                            /* avg / sum at stride 1: the contributions to an input row,                            \
+                        if (!is_max && sx == 1 && kx <= POOL_BOX_MAX && !direct) {                                  \
+                            /* avg / sum at stride 1 (not 1x1 windows that tile: they write),                       \
+                             * the contributions to an input row,                                                   \
                              * t[i] = sum over taps k of gs[i - k], once (a box filter of                           \
                              * the chunk's gradients, zero-padded), then added to each                              \
                              * input row of the window. */                                                          \

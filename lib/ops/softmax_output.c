@@ -17,25 +17,13 @@
  * by grad_scale and the normalization (null / batch / valid).
  */
 #include "ops/op.h"
+#include "ops/softmax_output.h"
 #include "ops/softmax_simd.h"
 #include "parallel/parallel.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
-
-enum { SO_NORM_NULL, SO_NORM_BATCH, SO_NORM_VALID };
-
-typedef struct so_params {
-    double grad_scale;
-    double ignore_label;
-    bool multi_output;
-    bool use_ignore;
-    bool preserve_shape;
-    int normalization;
-    bool out_grad;
-    double smooth_alpha;
-} so_params;
 
 static const char *const so_norm_choices[] = {"null", "batch", "valid", NULL};
 
@@ -340,6 +328,8 @@ static const mx_inplace so_forward_inplace[] = {{0, 0}, {-1, -1}};
  * it); lower-case "softmax" is the plain differentiable op (softmax.c). */
 static const char *const so_aliases[] = {"Softmax", NULL};
 
+MX_OP_GPU_DECLARE(softmax_output);
+
 const mx_op_def mx_op_softmax_output = {
     .name = "SoftmaxOutput",
     .aliases = so_aliases,
@@ -356,4 +346,5 @@ const mx_op_def mx_op_softmax_output = {
     .forward_inplace = so_forward_inplace,
     .forward = so_forward,
     .backward = so_backward,
+    .gpu = MX_OP_GPU(softmax_output),
 };

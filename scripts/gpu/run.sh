@@ -62,7 +62,7 @@ if [ "${MX_GPU_TORCH:-1}" != 0 ]; then
     timeout 120 python3 scripts/bench/torch_lenet.py --device cuda --threads 16 --data-dir "$d" --batches 400 \
         --warmup 40 --window 100 >> "$OUT/train.log" 2>&1
     echo "torch: $(tail -1 "$OUT/train.log" | grep -o '"samples_per_sec": [0-9.]*')"
-    grep -h "Speed" "$OUT/train.log" | grep -v "^Batch" | tail -3 | sed 's|^|mxtrain: |'
+    awk '/^=== mxtrain/ {ctx=$4} /Epoch\[1\] Batch.*Speed/ {print "mxtrain " ctx ": " $0}' "$OUT/train.log"
 fi
 
 if [ "${MX_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then

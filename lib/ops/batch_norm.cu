@@ -1,0 +1,199 @@
+/*
+ * batch_norm.cu - BatchNorm on the GPU, the same arithmetic as
+ * batch_norm.c: one block per channel; the channel's sums (mean, centred
+ * sum of squares in forward; sum of dy and dot((x - mean), dy) in backward)
+ * accumulate in double, each thread over a strided share of the channel's
+ * elements and then a shared-memory tree, so only the summation order
+ * differs from the CPU. Every thread of the block gets the same totals and
+ * so the same mean and inverse std; thread 0 alone writes the per-channel
+ * outputs (moving statistics, saved mean / inverse std, gamma and beta
+ * gradients). Element-wise formulas round each product as the CPU does
+ * (__fmul_rn / __dmul_rn: no fused multiply-add).
+ *
+ * Outputs as the CPU defines them: `mean` holds the batch mean (or the
+ * moving mean), `var` the inverse standard deviation 1/sqrt(var + eps);
+ * an output with request null is neither written nor read (it may have no
+ * memory). The moving statistics move in training forward.
+ */
+#include "ops/cuda/cuda_op.h"
+
+extern "C" {
+#include "ops/batch_norm.h"
+}
+
+#include <math.h>
+
+enum { BN_THREADS = 256 }; /* a power of two: the tree halves it */
+
+/* The block's total of v (every thread passes its partial sum and gets the
+ * total); sh holds BN_THREADS doubles. */
+__device__ double bn_block_sum(double v, double *sh)
+{
+    const unsigned t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (unsigned s = BN_THREADS / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] += sh[t + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads(); /* sh is reused by the next sum */
+    return r;
+}
+
+struct bn_geom {
+    int64_t outer, C, inner;
+};
+
+/* The offset of the j-th element (of outer * inner) of channel c. */
+__device__ __forceinline__ int64_t bn_at(const bn_geom g, int64_t c, int64_t j)
+{
+    return (j / g.inner * g.C + c) * g.inner + j % g.inner;
+}
+
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_forward_kernel(bn_geom g, bool train, bool fix_gamma, double eps, double momentum, mx_req req_y,
+                      mx_req req_mean, mx_req req_invstd, const float *x, const float *gamma, const float *beta,
+                      float *mm, float *mv, float *y, float *save_mean, float *save_invstd)
+{
+    __shared__ double sh[BN_THREADS];
+    const int64_t c = blockIdx.x;
+    const int64_t m = g.outer * g.inner;
+    double mean, invstd;
+    if (train) {
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < m; j += BN_THREADS) s += (double)x[bn_at(g, c, j)];
+        s = bn_block_sum(s, sh);
+        mean = m > 0 ? s / (double)m : 0;
+        double ss = 0;
+        for (int64_t j = threadIdx.x; j < m; j += BN_THREADS) {
+            double d = (double)x[bn_at(g, c, j)] - mean;
+            ss = __dadd_rn(ss, __dmul_rn(d, d));
+        }
+        ss = bn_block_sum(ss, sh);
+        double var = m > 0 ? ss / (double)m : 0;
+        invstd = ss == 0 && eps == 0 ? 0 : 1 / sqrt(var + eps);
+        if (threadIdx.x == 0) {
+            mm[c] = (float)__dadd_rn(__dmul_rn((double)mm[c], momentum), __dmul_rn(mean, 1 - momentum));
+            mv[c] = (float)__dadd_rn(__dmul_rn((double)mv[c], momentum), __dmul_rn(var, 1 - momentum));
+        }
+    } else {
+        mean = mm[c];
+        invstd = 1 / sqrt((double)mv[c] + eps);
+    }
+    if (threadIdx.x == 0) {
+        if (req_mean != MX_REQ_NULL) mx_cuda_assign(req_mean, &save_mean[c], (float)mean);
+        if (req_invstd != MX_REQ_NULL) mx_cuda_assign(req_invstd, &save_invstd[c], (float)invstd);
+    }
+    if (req_y == MX_REQ_NULL) return;
+    const double w = fix_gamma ? 1.0 : (double)gamma[c];
+    const float scale = (float)__dmul_rn(w, invstd);
+    const float shift = (float)__dsub_rn((double)beta[c], __dmul_rn(__dmul_rn(mean, w), invstd));
+    for (int64_t j = threadIdx.x; j < m; j += BN_THREADS) {
+        const int64_t i = bn_at(g, c, j);
+        mx_cuda_assign(req_y, &y[i], __fadd_rn(__fmul_rn(x[i], scale), shift));
+    }
+}
+
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_backward_kernel(bn_geom g, bool train, bool fix_gamma, double eps, mx_req req_dx, mx_req req_dgamma,
+                       mx_req req_dbeta, const float *x, const float *gamma, const float *dy, const float *mm,
+                       const float *mv, const float *save_mean, const float *save_invstd, float *dx,
+                       float *dgamma, float *dbeta)
+{
+    __shared__ double sh[BN_THREADS];
+    const int64_t c = blockIdx.x;
+    const int64_t m = g.outer * g.inner;
+    double mean, invstd;
+    if (train) {
+        mean = save_mean[c];
+        invstd = save_invstd[c];
+    } else {
+        mean = mm[c];
+        invstd = 1 / sqrt((double)mv[c] + eps);
+    }
+    double sdy = 0, dot = 0;
+    for (int64_t j = threadIdx.x; j < m; j += BN_THREADS) {
+        const int64_t i = bn_at(g, c, j);
+        sdy += (double)dy[i];
+        dot = __dadd_rn(dot, __dmul_rn((double)x[i] - mean, (double)dy[i]));
+    }
+    const double sum_dy = bn_block_sum(sdy, sh);
+    const double dotp = bn_block_sum(dot, sh);
+    const double w = fix_gamma ? 1.0 : (double)gamma[c];
+    if (req_dx != MX_REQ_NULL) {
+        /* train: dx = (dy - mean(dy) - (x-mean) * dot/m * invstd^2) * invstd * w;
+         * global statistics: dx = dy * invstd * w. */
+        const float k = train && m > 0 ? (float)(__dmul_rn(__dmul_rn(dotp, invstd), invstd) / (double)m) : 0.0f;
+        const float gmean = train && m > 0 ? (float)(sum_dy / (double)m) : 0.0f;
+        const float iw = (float)__dmul_rn(invstd, w), fmean = (float)mean;
+        for (int64_t j = threadIdx.x; j < m; j += BN_THREADS) {
+            const int64_t i = bn_at(g, c, j);
+            const float v = __fmul_rn(__fsub_rn(__fsub_rn(dy[i], gmean), __fmul_rn(__fsub_rn(x[i], fmean), k)), iw);
+            mx_cuda_assign(req_dx, &dx[i], v);
+        }
+    }
+    if (threadIdx.x == 0) {
+        if (fix_gamma) {
+            if (req_dgamma == MX_REQ_WRITE || req_dgamma == MX_REQ_INPLACE) dgamma[c] = 0.0f;
+        } else if (req_dgamma != MX_REQ_NULL) {
+            mx_cuda_assign(req_dgamma, &dgamma[c], (float)__dmul_rn(dotp, invstd));
+        }
+        if (req_dbeta != MX_REQ_NULL) mx_cuda_assign(req_dbeta, &dbeta[c], (float)sum_dy);
+    }
+}
+
+/* (outer, channels, inner) around the channel axis, as batch_norm.c. */
+static mx_status bn_gpu_geom(const bn_params *bp, const mx_shape *d, bn_geom *g)
+{
+    int64_t a = bp->axis < 0 ? bp->axis + d->ndim : bp->axis;
+    if (a < 0 || a >= d->ndim)
+        return MX_ERROR(MX_ERR_INVALID, "BatchNorm: parameter 'axis' has bad value '%lld' for data of %d dimensions",
+                        (long long)bp->axis, d->ndim);
+    g->outer = 1;
+    g->inner = 1;
+    for (int64_t i = 0; i < a; i++) g->outer *= d->dims[i];
+    for (int64_t i = a + 1; i < d->ndim; i++) g->inner *= d->dims[i];
+    g->C = d->dims[a];
+    if (g->C > 2147483647)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "BatchNorm: %lld channels exceed the GPU kernel's grid",
+                        (long long)g->C);
+    return MX_OK;
+}
+
+static mx_status bn_gpu_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                                mx_tensor *out, mx_tensor *aux)
+{
+    const bn_params *bp = (const bn_params *)p;
+    bn_geom g;
+    MX_TRY(bn_gpu_geom(bp, &in[0].shape, &g));
+    if (g.C == 0) return MX_OK;
+    const bool train = ctx->is_train && !bp->use_global_stats;
+    bn_forward_kernel<<<(unsigned)g.C, BN_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+        g, train, bp->fix_gamma, bp->eps, bp->momentum, req[0], req[1], req[2], (const float *)in[0].data,
+        (const float *)in[1].data, (const float *)in[2].data, (float *)aux[0].data, (float *)aux[1].data,
+        (float *)out[0].data, (float *)out[1].data, (float *)out[2].data);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+static mx_status bn_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
+                                 const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
+                                 mx_tensor *aux)
+{
+    const bn_params *bp = (const bn_params *)p;
+    bn_geom g;
+    MX_TRY(bn_gpu_geom(bp, &in[0].shape, &g));
+    if (g.C == 0) return MX_OK;
+    if (req[0] == MX_REQ_NULL && req[1] == MX_REQ_NULL && req[2] == MX_REQ_NULL) return MX_OK;
+    const bool train = ctx->is_train && !bp->use_global_stats;
+    bn_backward_kernel<<<(unsigned)g.C, BN_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+        g, train, bp->fix_gamma, bp->eps, req[0], req[1], req[2], (const float *)in[0].data,
+        (const float *)in[1].data, (const float *)out_grad[0].data, (const float *)aux[0].data,
+        (const float *)aux[1].data, (const float *)out[1].data, (const float *)out[2].data,
+        (float *)in_grad[0].data, (float *)in_grad[1].data, (float *)in_grad[2].data);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+extern "C" const mx_op_kernels mx_op_gpu_batch_norm = {bn_gpu_forward, bn_gpu_backward, NULL};
