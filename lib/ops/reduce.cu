@@ -8,8 +8,8 @@
  * CPU does; max/min keep the CPU's NaN rule (a NaN sticks). Backward: one
  * thread per data element, reading its output's dy (and x, y as the op's
  * backward_deps allow). prod first gathers, per output, the product of the
- * non-zero elements and the count of zeros (in the workspace, as the CPU),
- * so no division by zero happens.
+ * non-zero elements and the count of zeros (in the worker's scratch memory;
+ * the CPU uses its workspace), so no division by zero happens.
  */
 #include "ops/cuda/cuda_op.h"
 #include "ops/reduce.h"
@@ -208,9 +208,10 @@ static mx_status redg_backward(const char *op, const mx_op_ctx *ctx, const void 
     const float *y = K == RED_MAX || K == RED_MIN || K == RED_NORM ? (const float *)out[0].data : NULL;
     double *prod = NULL, *zeros = NULL;
     if constexpr (K == RED_PROD) {
-        if (ctx->workspace_bytes < 2 * (size_t)n_out * sizeof(double) || !ctx->workspace)
-            return MX_ERROR(MX_ERR_RUNTIME, "%s: workspace of %zu bytes is too small", op, ctx->workspace_bytes);
-        prod = (double *)ctx->workspace;
+        /* Device kernels get no shared workspace: the worker's scratch. */
+        void *ws = NULL;
+        MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), 2 * (size_t)n_out * sizeof(double), &ws));
+        prod = (double *)ws;
         zeros = prod + n_out;
         redg_prod_stats_k<<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, st>>>(n_out, g, x, prod, zeros);
         MX_CUDA_LAUNCHED();
