@@ -9,6 +9,7 @@
 #include "support/gpucheck.h"
 
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -244,10 +245,16 @@ START_TEST(broadcast_binary)
         {MX_SHAPE(3, 1, 5), MX_SHAPE(3, 4, 5)},      /* middle axis */
         {MX_SHAPE(1, 1), MX_SHAPE(1)},               /* one element */
     };
-    for (int o = 0; o < NKV(broadcast_ops); o++)
-        for (int i = 0; i < NKV(cases); i++)
+    for (int o = 0; o < NKV(broadcast_ops); o++) {
+        /* Comparisons and logical ops (zero gradients) on fewer shapes,
+         * to stay quick under compute-sanitizer. */
+        bool no_grad = o >= 9;
+        for (int i = 0; i < NKV(cases); i++) {
+            if (no_grad && i % 2 == 0 && i != 0) continue;
             run2(broadcast_ops[o], cases[i].l, cases[i].r, broadcast_init(broadcast_ops[o], i % 2),
                  1000 + (uint64_t)(o * 16 + i));
+        }
+    }
 }
 END_TEST
 
