@@ -331,6 +331,7 @@ static const mx_inplace bc_forward_inplace[] = {{0, 0}, {1, 0}, {-1, -1}};
         return bc_backward(ctx, bc_##id##_brow, mx_bin_no_grad(KIND), MX_BIN_GRAD_READS_INPUTS(KIND), out_grad, in,  \
                            req, in_grad);                                                                           \
     }                                                                                                               \
+    MX_OP_GPU_DECLARE(id);                                                                                          \
     const mx_op_def mx_op_##id = {                                                                                  \
         .name = opname,                                                                                             \
         .aliases = aliases_,                                                                                        \
@@ -343,6 +344,7 @@ static const mx_inplace bc_forward_inplace[] = {{0, 0}, {1, 0}, {-1, -1}};
         .forward_inplace = bc_forward_inplace,                                                                      \
         .forward = bc_##id##_forward,                                                                               \
         .backward = bc_##id##_backward,                                                                             \
+        .gpu = MX_OP_GPU(id),                                                                                       \
     };
 
 BC_OPS(BC_DEF)

@@ -9,14 +9,12 @@
  * NaN to 0 where C (and MXNet) leave it undefined.
  */
 #include "ops/op.h"
+#include "ops/cast.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-typedef struct cast_params {
-    int dtype;
-} cast_params;
 
 /* MXNet's names; bfloat16 and bool are recognised but not supported. */
 static const char *const cast_choices[] = {"float32", "float64", "float16", "uint8", "int32",
@@ -191,6 +189,8 @@ static mx_status cast_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
 
 static const char *const cast_aliases[] = {"cast", NULL};
 
+MX_OP_GPU_DECLARE(cast);
+
 const mx_op_def mx_op_cast = {
     .name = "Cast",
     .aliases = cast_aliases,
@@ -205,4 +205,5 @@ const mx_op_def mx_op_cast = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = cast_forward,
     .backward = cast_backward,
+    .gpu = MX_OP_GPU(cast),
 };

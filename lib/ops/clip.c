@@ -3,13 +3,10 @@
  * passes where a_min <= x <= a_max and is zero outside (MXNet's clip_grad).
  */
 #include "ops/op.h"
+#include "ops/clip.h"
 
 #include <stddef.h>
 
-typedef struct clip_params {
-    double a_min;
-    double a_max;
-} clip_params;
 
 static const mx_param_desc clip_param_table[] = {
     {"a_min", MX_PARAM_FLOAT, NULL, 1, 0, NULL, offsetof(clip_params, a_min), "minimum value"},
@@ -83,6 +80,8 @@ static mx_status clip_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
 
 static const mx_inplace clip_inplace[] = {{0, 0}, {-1, -1}};
 
+MX_OP_GPU_DECLARE(clip);
+
 const mx_op_def mx_op_clip = {
     .name = "clip",
     .doc = "Clips values to [a_min, a_max].",
@@ -98,4 +97,5 @@ const mx_op_def mx_op_clip = {
     .backward_inplace = clip_inplace,
     .forward = clip_forward,
     .backward = clip_backward,
+    .gpu = MX_OP_GPU(clip),
 };

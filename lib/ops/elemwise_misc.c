@@ -117,6 +117,7 @@ COPY_FUNCS(ones_like, "ones_like", FILL_ONE)
 #define A(...) ((const char *const[]){__VA_ARGS__ NULL})
 
 #define COPY_DEF(id, opname, aliases_, docstr)                                                                      \
+    MX_OP_GPU_DECLARE(id);                                                                                          \
     const mx_op_def mx_op_##id = {                                                                                  \
         .name = opname,                                                                                             \
         .aliases = aliases_,                                                                                        \
@@ -130,6 +131,7 @@ COPY_FUNCS(ones_like, "ones_like", FILL_ONE)
         .backward_inplace = inplace00,                                                                              \
         .forward = id##_forward,                                                                                    \
         .backward = id##_backward,                                                                                  \
+        .gpu = MX_OP_GPU(id),                                                                                       \
     }
 
 COPY_DEF(block_grad, "BlockGrad", A("stop_gradient", "_sparse_stop_gradient", ),
@@ -165,6 +167,8 @@ static mx_status amp_check(const void *p)
 
 COPY_FUNCS(amp_cast, "amp_cast", COPY_PASS)
 
+MX_OP_GPU_DECLARE(amp_cast);
+
 const mx_op_def mx_op_amp_cast = {
     .name = "amp_cast",
     .doc = "Casts data to dtype for mixed precision (float32 here: a copy).",
@@ -180,6 +184,7 @@ const mx_op_def mx_op_amp_cast = {
     .backward_inplace = inplace00,
     .forward = amp_cast_forward,
     .backward = amp_cast_backward,
+    .gpu = MX_OP_GPU(amp_cast),
 };
 
 /* ------------------------------------------------------- _identity_with_attr_like_rhs */
@@ -226,6 +231,8 @@ static mx_status iwalr_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return MX_OK;
 }
 
+MX_OP_GPU_DECLARE(identity_with_attr_like_rhs);
+
 const mx_op_def mx_op_identity_with_attr_like_rhs = {
     .name = "_identity_with_attr_like_rhs",
     .doc = "Returns lhs (rhs, of the same shape, only lends its attributes); rhs gets no gradient.",
@@ -238,6 +245,7 @@ const mx_op_def mx_op_identity_with_attr_like_rhs = {
     .backward_inplace = inplace00,
     .forward = iwalr_forward,
     .backward = iwalr_backward,
+    .gpu = MX_OP_GPU(identity_with_attr_like_rhs),
 };
 
 /* ------------------------------------------------------- where */
@@ -330,6 +338,8 @@ static mx_status where_backward(const mx_op_ctx *ctx, const void *p, const mx_te
 static const mx_inplace where_forward_inplace[] = {{1, 0}, {2, 0}, {-1, -1}};
 static const mx_inplace where_backward_inplace[] = {{1, 0}, {2, 0}, {-1, -1}};
 
+MX_OP_GPU_DECLARE(where);
+
 const mx_op_def mx_op_where = {
     .name = "where",
     .aliases = A("_sparse_where", ),
@@ -344,4 +354,5 @@ const mx_op_def mx_op_where = {
     .backward_inplace = where_backward_inplace,
     .forward = where_forward,
     .backward = where_backward,
+    .gpu = MX_OP_GPU(where),
 };

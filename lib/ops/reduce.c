@@ -18,6 +18,7 @@
  * slices (disjoint outputs) are split across the kernel pool.
  */
 #include "ops/op.h"
+#include "ops/reduce.h"
 #include "parallel/parallel.h"
 
 #include <math.h>
@@ -26,15 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX, RED_MIN, RED_PROD, RED_NORM } red_kind;
-
-typedef struct red_params {
-    mx_tuple axis;
-    bool keepdims;
-    bool exclude;
-    int64_t ord;   /* norm */
-    int out_dtype; /* norm */
-} red_params;
 
 static const mx_param_desc red_param_table[] = {
     {"axis", MX_PARAM_TUPLE, "None", 1, 0, NULL, offsetof(red_params, axis),
@@ -349,6 +341,7 @@ static mx_status red_backward_kind(red_kind kind, const char *op, const mx_op_ct
         (void)aux;                                                                                               \
         return red_backward_kind(KIND, mxname, ctx, p, out_grad, in, out, req, in_grad);                         \
     }                                                                                                            \
+    MX_OP_GPU_DECLARE(sym);                                                                                      \
     const mx_op_def mx_op_##sym = {                                                                              \
         .name = mxname,                                                                                          \
         .aliases = alias_list,                                                                                   \
@@ -364,6 +357,7 @@ static mx_status red_backward_kind(red_kind kind, const char *op, const mx_op_ct
         .backward_deps = deps,                                                                                   \
         .forward = sym##_forward,                                                                                \
         .backward = sym##_backward,                                                                              \
+        .gpu = MX_OP_GPU(sym),                                                                                   \
     }
 
 static const char *const sum_aliases[] = {"sum_axis", NULL};
