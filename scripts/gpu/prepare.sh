@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prepare.sh - run HERE (no GPU needed): builds the GPU suite with CUDA=1 and
 # packs what the lent GPU machine lacks into .gpu-carry/carry.tar.xz (about
-# 10 MB): the test binaries, mxtrain, mxpredict (debug info stripped,
+# 21 MB) and .gpu-carry/fashion (30 MB): the test binaries, mxtrain, mxpredict (debug info stripped,
 # symbols kept) and every shared library they load that is not glibc or
 # CUDA (OpenBLAS and its Fortran run-time, libstdc++, Check's subunit, ...),
 # plus libcudart 13 so the run-time matches what nvcc built against.
@@ -43,6 +43,10 @@ for name, n in (("train", 3000), ("t10k", 1000)):
         f.write(struct.pack(">II", magic, n) + labels)
 PY
 tar -C "$stage" -cJf .gpu-carry/carry.tar.xz .
+# The whole Fashion-MNIST (30 MB, already gzip'd: outside the tarball) for
+# run.sh's full LeNet training on the GPU (MX_GPU_LENET_FULL=1).
+mkdir -p .gpu-carry/fashion
+cp /usr/share/datasets/fashion-mnist/*.gz .gpu-carry/fashion/
 rm -rf "$stage"
 ls -la .gpu-carry/carry.tar.xz
 echo "device: run command 'bash scripts/gpu/run.sh' with carry [\".gpu-carry\"]"

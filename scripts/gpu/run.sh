@@ -5,7 +5,9 @@
 # under $OUT (env.txt, suite.log, train.log, sanitizer.log). The last lines printed
 # are a table: suite, result, seconds.
 #   MX_GPU_SANITIZE=0  skips the sanitizer; MX_GPU_TIMEOUT (s, default 150)
-#   bounds each suite.
+#   bounds each suite; MX_GPU_LENET_FULL=1 trains configs/lenet.conf whole
+#   on gpu:0 and predicts the test set on gpu(0) and the CPU (lenet-full.log);
+#   MX_GPU_BENCH=1 runs scripts/bench/gpu.sh (bench-gpu.log).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/mxc-gpu-out}
@@ -65,13 +67,47 @@ if [ "${MX_GPU_TORCH:-1}" != 0 ]; then
     awk '/^=== mxtrain/ {ctx=$4} /Epoch\[1\] Batch.*Speed/ {print "mxtrain " ctx ": " $0}' "$OUT/train.log"
 fi
 
+# The whole configs/lenet.conf (10 epochs of Fashion-MNIST) on gpu:0, then
+# mxpredict on the test set on gpu(0) and on the CPU: accuracy, agreement.
+if [ "${MX_GPU_LENET_FULL:-0}" != 0 ] && [ -d .gpu-carry/fashion ]; then
+    f=$PWD/.gpu-carry/fashion
+    start=$(date +%s%N)
+    timeout 300 "$top/bin/mxtrain" configs/lenet.conf fit.ctx=gpu:0 fit.model_prefix=/tmp/mxc-gpu/full/lenet \
+        train.image=$f/train-images-idx3-ubyte.gz train.label=$f/train-labels-idx1-ubyte.gz \
+        val.image=$f/t10k-images-idx3-ubyte.gz val.label=$f/t10k-labels-idx1-ubyte.gz > "$OUT/lenet-full.log" 2>&1
+    rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    grep -E "Epoch\[9\] (Validation|Train)-accuracy|Time cost" "$OUT/lenet-full.log" | tail -3 | sed 's|^|lenet full gpu:0: |'
+    table+=("$(printf '%-24s %-6s %4ss' "lenet full gpu:0" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$(( ms / 1000 ))")")
+    for c in 'gpu(0)' cpu; do
+        "$top/bin/mxpredict" --model /tmp/mxc-gpu/full/lenet --ctx "$c" "$f/t10k-images-idx3-ubyte.gz" \
+            > "/tmp/mxc-gpu/pred-${c%%(*}.csv" 2>> "$OUT/lenet-full.log"
+        echo "mxpredict --ctx $c rc=$?"
+    done
+    python3 - "$f/t10k-labels-idx1-ubyte.gz" /tmp/mxc-gpu/pred-gpu.csv /tmp/mxc-gpu/pred-cpu.csv <<'PY'
+import csv, gzip, sys
+labels = gzip.open(sys.argv[1]).read()[8:]
+g = list(csv.DictReader(open(sys.argv[2])))
+c = list(csv.DictReader(open(sys.argv[3])))
+acc = sum(int(r["top1"]) == labels[int(r["id"])] for r in g) / max(len(g), 1)
+agree = sum(a["top1"] == b["top1"] for a, b in zip(g, c))
+worst = max((abs(float(a["prob1"]) - float(b["prob1"])) for a, b in zip(g, c)), default=0)
+print(f"mxpredict gpu(0): {len(g)} images, accuracy {acc:.4f}; top-1 equal to the CPU's on {agree} of {len(c)}, "
+      f"largest top-1 probability difference {worst:.2g}")
+PY
+fi
+
+if [ "${MX_GPU_BENCH:-0}" != 0 ]; then
+    bash scripts/bench/gpu.sh --bin "$top/bin" --out "$OUT" --batches "${MX_GPU_BENCH_BATCHES:-40}" | sed 's|^|bench: |'
+fi
+
 if [ "${MX_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     : > "$OUT/sanitizer.log"
     for tool in memcheck racecheck; do
         for t in "$top"/bin/test_gpu_*; do
             name=$(basename "$t")
             start=$(date +%s)
-            CK_FORK=no timeout "${MX_GPU_SAN_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+            CK_FORK=no timeout "${MX_GPU_SAN_TIMEOUT:-60}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
                 "$t" > "$OUT/san.tmp" 2>&1
             rc=$?
             secs=$(( $(date +%s) - start ))

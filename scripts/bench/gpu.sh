@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# gpu.sh - training-step throughput on one GPU, mxtrain beside PyTorch in
+# one run (run on the lent GPU machine; scripts/gpu/run.sh calls it with
+# MX_GPU_BENCH=1). For each net (LeNet, ResNet-20, ResNet-50 at batch 64,
+# float32): mxtrain with the net of configs/NET.conf on synthetic data
+# (made once, as MXNet's --benchmark 1), fit.ctx=gpu:0, sgd momentum 0.9;
+# its speed is the median of the Speed lines after the first window (the
+# first holds cuDNN's algorithm search); the peak GPU memory is the most
+# nvidia-smi saw in use during the run (the whole process, CUDA context
+# included, so above what the program itself allocated). Then
+# scripts/bench/torch_gpu.py on the same nets, batch, optimizer and card
+# (eager mode; torch.compile too with --compile).
+#   usage: gpu.sh [--bin DIR] [--batches N (ResNet-50's, default 40)] [--out DIR] [--compile]
+#   (MX_BENCH_CTX=cpu runs the mxtrain side on the CPU, to try the script
+#   where there is no GPU)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=build/bin batches=40 out=${OUT:-/tmp} compile=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --bin) bin=$2; shift 2 ;;
+    --batches) batches=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --compile) compile=--compile; shift ;;
+    *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log=$out/bench-gpu.log
+: > "$log"
+results=()
+# net:sample shape:classes:batches (ResNet-50's scaled by --batches / 60)
+for spec in lenet:1,28,28:10:200 resnet-20:3,32,32:10:100 resnet-50:3,224,224:1000:$batches; do
+    IFS=: read -r net shape classes nb <<< "$spec"
+    conf=$work/$net.conf
+    awk '/^\[(train|val|optimizer|fit)\]/ { skip = 1 } /^\[/ && !/^\[(train|val|optimizer|fit)\]/ { skip = 0 } !skip' \
+        "configs/$net.conf" > "$conf"
+    cat >> "$conf" <<EOC
+[train]
+iter = synthetic
+data_shape = $shape
+num_classes = $classes
+num_samples = $((nb * 64))
+batch_size = 64
+[optimizer]
+type = sgd
+lr = 0.05
+momentum = 0.9
+wd = 0.0001
+[fit]
+num_epoch = 1
+ctx = ${MX_BENCH_CTX:-gpu:0}
+model_prefix = $work/$net
+initializer = xavier(rnd_type=gaussian, factor_type=in, magnitude=2)
+metric = acc
+disp_batches = 10
+EOC
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$work/mem.txt" 2>/dev/null &
+    smi=$!
+    start=$(date +%s%N)
+    timeout 200 "$bin/mxtrain" "$conf" > "$work/run.txt" 2>&1
+    rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
+    { echo "=== mxtrain $net rc=$rc ${ms} ms"; cat "$work/run.txt"; } >> "$log"
+    speed=$(grep -o 'Speed: [0-9.]*' "$work/run.txt" | awk 'NR > 1 {print $2}' | sort -n |
+            awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print 0}')
+    peak=$(sort -n "$work/mem.txt" | tail -1)
+    results+=("$(printf '{"side": "mxc", "net": "%s", "batch": 64, "rc": %d, "images_per_sec": %s, "peak_mib_process": %s}' \
+        "${net//-/}" "$rc" "${speed:-0}" "${peak:-0}")")
+done
+printf '%s\n' "${results[@]}" | tee -a "$log"
+timeout 300 python3 scripts/bench/torch_gpu.py --nets lenet,resnet20,resnet50 --batch 64 --steps 50 $compile 2>> "$log" |
+    tee -a "$log"
