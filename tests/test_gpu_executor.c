@@ -151,10 +151,13 @@ static void unbind_twin(twin *t)
 
 static double worst_seen;
 
-/* Elementwise within atol + rtol*|cpu| + 1e-4 * max|cpu|: cuDNN's FFT and
+/* Elementwise within atol + rtol*|cpu| + 5e-3 * max|cpu|: cuDNN's FFT and
  * Winograd algorithms (chosen by timing) err relative to a tensor's scale,
- * not to each element, so a small element of a large gradient may differ
- * by more than rtol of itself. */
+ * not to each element. Under compute-sanitizer, whose timings make cuDNN
+ * pick WINOGRAD_NONFUSED for LeNet's 5x5 layers, the data gradient was off
+ * by 2.9e-3 of its largest element (H200, cuDNN 9.19); implicit GEMM, the
+ * usual pick, stays under 1e-5. A wrong index or a missed write errs by
+ * the tensor's own scale. */
 static void expect_close(const char *what, int step, mx_ndarray *cpu, mx_ndarray *gpu, double rtol, double atol)
 {
     int64_t n = mx_ndarray_size(cpu);
@@ -165,7 +168,7 @@ static void expect_close(const char *what, int step, mx_ndarray *cpu, mx_ndarray
     double scale = 0;
     for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
     for (int64_t i = 0; i < n; i++) {
-        double err = fabs((double)a[i] - b[i]), tol = atol + rtol * fabs(a[i]) + 1e-4 * scale;
+        double err = fabs((double)a[i] - b[i]), tol = atol + rtol * fabs(a[i]) + 5e-3 * scale;
         ck_assert_msg(err <= tol, "step %d %s[%lld]: gpu %.9g cpu %.9g (max |cpu| %.3g)", step, what, (long long)i,
                       b[i], a[i], scale);
         if (err / tol > worst_seen) worst_seen = err / tol;
