@@ -65,6 +65,16 @@ static const mx_device_ops device_cpu = {
     .sync = cpu_sync,
 };
 
+#ifndef MX_USE_CUDA
+mx_status mx_device_workers_create(mx_device_workers **out)
+{
+    *out = NULL;
+    return MX_OK;
+}
+
+void mx_device_workers_free(mx_device_workers *workers) { (void)workers; }
+#endif
+
 /* Indexed by mx_dev_type. */
 static const mx_device_ops *const device_table[] = {
     [MX_DEV_CPU] = &device_cpu,

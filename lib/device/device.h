@@ -23,6 +23,13 @@ typedef struct mx_device_ops {
                       size_t bytes, void *stream);
     mx_status (*zero)(void *dst, int dev_id, size_t bytes, void *stream);
     mx_status (*sync)(int dev_id, void *stream);
+    /* An operation of a compute worker has queued its kernels on `stream`:
+     * what must happen before the engine counts it done. CUDA: nothing
+     * while the device has one compute worker (its stream orders every
+     * later operation there, and copies first wait for the device's
+     * compute streams), a wait for the stream otherwise or with
+     * MX_GPU_SYNC_OPS=1 (each error then names its layer). NULL: none. */
+    mx_status (*op_done)(int dev_id, void *stream);
     /* Engine worker hooks (NULL on the CPU). */
     mx_engine_worker_init worker_init;
     mx_engine_worker_exit worker_exit;
@@ -47,7 +54,15 @@ mx_status mx_device_parse_list(const char *text, mx_context **out, int *n);
  * give is the error. */
 mx_status mx_device_check_list(const mx_context *ctx, int n);
 
-/* Engine hooks that dispatch to the device of the worker's context. */
+/* The device workers of one runtime (its engine's worker_user), so that a
+ * copy can wait for the work queued on the compute streams of the devices
+ * it touches. NULL (and MX_OK) in builds without CUDA. */
+typedef struct mx_device_workers mx_device_workers;
+mx_status mx_device_workers_create(mx_device_workers **out);
+void mx_device_workers_free(mx_device_workers *workers);
+
+/* Engine hooks that dispatch to the device of the worker's context; `user`
+ * is the runtime's mx_device_workers. */
 mx_status mx_device_worker_init(mx_context ctx, mx_engine_lane lane, void **stream, void *user);
 void mx_device_worker_exit(mx_context ctx, mx_engine_lane lane, void *stream, void *user);
 

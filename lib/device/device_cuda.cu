@@ -1,9 +1,22 @@
 /* device_cuda.cu - the GPU entry of the device table, on the CUDA runtime.
  * Each engine worker of a GPU context owns that device and a non-blocking
- * stream (an mx_cuda_worker, cuda_worker.h); copies and zeroing run on the
- * worker's stream and are complete when the call returns, so engine
- * ordering stays the only ordering. */
+ * stream (an mx_cuda_worker, cuda_worker.h).
+ *
+ * Ordering: an operation of a compute worker queues its kernels and is
+ * done for the engine at once (op_done), so a device's operations follow
+ * each other on its compute stream without a host round trip each. What
+ * runs elsewhere waits explicitly: a copy or zeroing from any other worker
+ * (the copy lane, another device's, or none) first waits for the compute
+ * streams of the devices it touches, found in the runtime's registry of
+ * workers (mx_device_workers), and is complete when it returns, so host
+ * memory and the host's reads are safe. Operations of a device with more
+ * than one compute worker (streams that do not order each other), and all
+ * of them under MX_GPU_SYNC_OPS=1, wait for their stream before they are
+ * done. */
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "device/device.h"
@@ -33,14 +46,91 @@ extern "C" {
                                 cudnnGetErrorString(mx_cudnn_err_));                             \
     } while (0)
 
+struct mx_device_workers {
+    pthread_mutex_t mu;
+    bool sync_ops;                /* MX_GPU_SYNC_OPS=1 */
+    int n_compute;
+    mx_cuda_worker **compute;     /* every device's compute workers */
+};
+
 struct mx_cuda_worker {
     int dev_id;
+    bool compute;                 /* a compute-lane worker (registered) */
+    mx_device_workers *registry;  /* NULL: made outside an engine */
     cudaStream_t stream;
     cublasHandle_t cublas; /* NULL until first asked for */
     cudnnHandle_t cudnn;
     void *scratch;
     size_t scratch_bytes;
 };
+
+extern "C" mx_status mx_device_workers_create(mx_device_workers **out)
+{
+    mx_device_workers *r = (mx_device_workers *)calloc(1, sizeof(*r));
+    if (!r) return MX_ERR_NOMEM;
+    pthread_mutex_init(&r->mu, NULL);
+    const char *e = getenv("MX_GPU_SYNC_OPS");
+    r->sync_ops = e && *e && strcmp(e, "0") != 0;
+    *out = r;
+    return MX_OK;
+}
+
+extern "C" void mx_device_workers_free(mx_device_workers *r)
+{
+    if (!r) return;
+    pthread_mutex_destroy(&r->mu);
+    free(r->compute);
+    free(r);
+}
+
+static mx_status registry_add(mx_device_workers *r, mx_cuda_worker *w)
+{
+    pthread_mutex_lock(&r->mu);
+    mx_cuda_worker **grown = (mx_cuda_worker **)realloc(r->compute, sizeof(*grown) * (size_t)(r->n_compute + 1));
+    if (grown) {
+        r->compute = grown;
+        r->compute[r->n_compute++] = w;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return grown ? MX_OK : MX_ERR_NOMEM;
+}
+
+static void registry_remove(mx_device_workers *r, mx_cuda_worker *w)
+{
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_compute; i++)
+        if (r->compute[i] == w) {
+            r->compute[i] = r->compute[--r->n_compute];
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Before `self` (a worker, or NULL) touches memory of gpu(dev_id): waits
+ * for what the device's other compute workers have queued. Without a
+ * registry (a worker made outside an engine, or none) the whole device. */
+static mx_status wait_compute(const mx_cuda_worker *self, int dev_id)
+{
+    mx_device_workers *r = self ? self->registry : NULL;
+    if (!r) {
+        if (self && self->dev_id == dev_id) return MX_OK; /* outside an engine: the caller orders */
+        CUDA_TRY(cudaSetDevice(dev_id));
+        CUDA_TRY(cudaDeviceSynchronize());
+        return MX_OK;
+    }
+    mx_status s = MX_OK;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_compute && s == MX_OK; i++) {
+        const mx_cuda_worker *c = r->compute[i];
+        if (c == self || c->dev_id != dev_id) continue;
+        cudaError_t err = cudaStreamSynchronize(c->stream);
+        if (err != cudaSuccess)
+            s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "waiting for gpu(%d)'s kernels: %s", dev_id,
+                             cudaGetErrorString(err));
+    }
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
 
 extern "C" mx_status mx_cuda_worker_create(int dev_id, mx_cuda_worker **out)
 {
@@ -152,8 +242,12 @@ static mx_status cuda_copy(void *dst, mx_context dst_ctx, const void *src, mx_co
                            size_t bytes, void *stream)
 {
     if (bytes == 0) return MX_OK;
-    cudaStream_t s = mx_cuda_worker_stream((mx_cuda_worker *)stream);
+    const mx_cuda_worker *w = (const mx_cuda_worker *)stream;
+    cudaStream_t s = mx_cuda_worker_stream(w);
     bool dst_gpu = dst_ctx.dev_type == MX_DEV_GPU, src_gpu = src_ctx.dev_type == MX_DEV_GPU;
+    if (src_gpu) MX_TRY(wait_compute(w, src_ctx.dev_id));
+    if (dst_gpu && !(src_gpu && src_ctx.dev_id == dst_ctx.dev_id)) MX_TRY(wait_compute(w, dst_ctx.dev_id));
+    if (w) CUDA_TRY(cudaSetDevice(w->dev_id));
     if (dst_gpu && src_gpu && dst_ctx.dev_id != src_ctx.dev_id) {
         CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_ctx.dev_id, src, src_ctx.dev_id, bytes, s));
     } else {
@@ -165,8 +259,10 @@ static mx_status cuda_copy(void *dst, mx_context dst_ctx, const void *src, mx_co
 
 static mx_status cuda_zero(void *dst, int dev_id, size_t bytes, void *stream)
 {
+    const mx_cuda_worker *w = (const mx_cuda_worker *)stream;
+    MX_TRY(wait_compute(w, dev_id));
     CUDA_TRY(cudaSetDevice(dev_id));
-    cudaStream_t s = mx_cuda_worker_stream((mx_cuda_worker *)stream);
+    cudaStream_t s = mx_cuda_worker_stream(w);
     CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, s));
     CUDA_TRY(cudaStreamSynchronize(s));
     return MX_OK;
@@ -180,12 +276,38 @@ static mx_status cuda_sync(int dev_id, void *stream)
     return MX_OK;
 }
 
+static mx_status cuda_op_done(int dev_id, void *stream)
+{
+    const mx_cuda_worker *w = (const mx_cuda_worker *)stream;
+    bool alone = false;
+    if (w && w->registry && w->compute && !w->registry->sync_ops) {
+        mx_device_workers *r = w->registry;
+        int on_device = 0;
+        pthread_mutex_lock(&r->mu);
+        for (int i = 0; i < r->n_compute; i++) on_device += r->compute[i]->dev_id == dev_id;
+        pthread_mutex_unlock(&r->mu);
+        alone = on_device == 1;
+    }
+    if (alone) {
+        CUDA_TRY(cudaPeekAtLastError()); /* a launch that failed; faults show at the next wait */
+        return MX_OK;
+    }
+    return cuda_sync(dev_id, stream);
+}
+
 static mx_status cuda_worker_init(mx_context ctx, mx_engine_lane lane, void **stream, void *user)
 {
-    (void)lane;
-    (void)user;
     mx_cuda_worker *w;
     MX_TRY(mx_cuda_worker_create(ctx.dev_id, &w));
+    w->registry = (mx_device_workers *)user;
+    w->compute = lane == MX_LANE_COMPUTE;
+    if (w->registry && w->compute) {
+        mx_status s = registry_add(w->registry, w);
+        if (s != MX_OK) {
+            mx_cuda_worker_destroy(w);
+            return s;
+        }
+    }
     *stream = w;
     return MX_OK;
 }
@@ -195,10 +317,12 @@ static void cuda_worker_exit(mx_context ctx, mx_engine_lane lane, void *stream, 
     (void)ctx;
     (void)lane;
     (void)user;
-    mx_cuda_worker_destroy((mx_cuda_worker *)stream);
+    mx_cuda_worker *w = (mx_cuda_worker *)stream;
+    if (w && w->registry && w->compute) registry_remove(w->registry, w);
+    mx_cuda_worker_destroy(w);
 }
 
 extern "C" const mx_device_ops mx_device_cuda = {
-    "gpu", cuda_count, cuda_alloc, cuda_free, cuda_copy, cuda_zero, cuda_sync,
+    "gpu", cuda_count, cuda_alloc, cuda_free, cuda_copy, cuda_zero, cuda_sync, cuda_op_done,
     cuda_worker_init, cuda_worker_exit,
 };

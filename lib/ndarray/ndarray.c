@@ -92,6 +92,7 @@ typedef struct pool_entry {
 
 struct mx_runtime {
     mx_engine *engine;
+    mx_device_workers *device_workers; /* the engine's GPU workers (NULL without CUDA) */
     pthread_mutex_t mu;
     pool_entry *pools;
     int n_pools;
@@ -101,14 +102,21 @@ mx_status mx_runtime_create(const mx_engine_config *config, mx_runtime **out)
 {
     *out = NULL;
     mx_engine_config c = config ? *config : mx_engine_config_default();
-    if (!c.worker_init) {
-        c.worker_init = mx_device_worker_init;
-        c.worker_exit = mx_device_worker_exit;
-    }
     mx_runtime *rt = mx_calloc(1, sizeof(*rt));
     if (!rt) return MX_ERR_NOMEM;
+    if (!c.worker_init) {
+        mx_status ws = mx_device_workers_create(&rt->device_workers);
+        if (ws != MX_OK) {
+            free(rt);
+            return ws;
+        }
+        c.worker_init = mx_device_worker_init;
+        c.worker_exit = mx_device_worker_exit;
+        c.worker_user = rt->device_workers;
+    }
     mx_status s = mx_engine_create(&c, &rt->engine);
     if (s != MX_OK) {
+        mx_device_workers_free(rt->device_workers);
         free(rt);
         return s;
     }
@@ -121,6 +129,7 @@ void mx_runtime_free(mx_runtime *rt)
 {
     if (!rt) return;
     mx_engine_free(rt->engine); /* waits for everything, including frees */
+    mx_device_workers_free(rt->device_workers); /* after the workers left */
     for (int i = 0; i < rt->n_pools; i++) mx_storage_pool_free(rt->pools[i].pool);
     free(rt->pools);
     pthread_mutex_destroy(&rt->mu);
