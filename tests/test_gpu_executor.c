@@ -217,15 +217,20 @@ static mx_graph *new_graph(mx_entry *data)
     return g;
 }
 
+/* cuDNN's heuristics choose LeNet's algorithms (cudnn_tune=off): timed
+ * choices change with the machine's load (and under compute-sanitizer
+ * pick Winograd, whose error on the data gradient reached 1.8% of its
+ * scale), which would make this test's outcome depend on timing. The
+ * residual block keeps the timed default. */
 START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
 {
     if (!gpucheck_gpu_visible()) return;
     mx_entry x;
     mx_graph *g = new_graph(&x);
-    x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(5,5);num_filter=20", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(5,5);num_filter=20;cudnn_tune=off", &x, 1));
     x = test_entry(test_graph_op(g, "Activation", "tanh1", "act_type=tanh", &x, 1));
     x = test_entry(test_graph_op(g, "Pooling", "pool1", "pool_type=max;kernel=(2,2);stride=(2,2)", &x, 1));
-    x = test_entry(test_graph_op(g, "Convolution", "conv2", "kernel=(5,5);num_filter=50", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "conv2", "kernel=(5,5);num_filter=50;cudnn_tune=off", &x, 1));
     x = test_entry(test_graph_op(g, "Activation", "tanh2", "act_type=tanh", &x, 1));
     x = test_entry(test_graph_op(g, "Pooling", "pool2", "pool_type=max;kernel=(2,2);stride=(2,2)", &x, 1));
     x = test_entry(test_graph_op(g, "Flatten", "flatten", NULL, &x, 1));
