@@ -77,7 +77,7 @@ endif
 
 Q := $(if $(filter 1,$(V)),,@)
 
-LIB_SRCS  := $(sort $(wildcard lib/*/*.c))
+LIB_SRCS  := $(sort $(wildcard lib/*/*.c lib/ops/cpu/*.c))
 ifeq ($(SAN),fuzz)
   # The fuzz build (CI compiles it in make sanitize) leaves out the modules
   # no harness links, which only cost build time.
@@ -206,7 +206,7 @@ FUZZ_MAKE    := $(MAKE) --no-print-directory BUILD=build-fuzz SAN=fuzz CUDA=0 CC
 # The hand-unrolled convolution kernels take minutes to compile with ASan
 # and coverage, and no harness runs a convolution: they are built plain.
 ifeq ($(SAN),fuzz)
-$(BUILD)/obj/lib/ops/conv_direct.o $(BUILD)/obj/lib/ops/winograd.o: \
+$(BUILD)/obj/lib/ops/cpu/conv_direct.o $(BUILD)/obj/lib/ops/cpu/winograd.o: \
   private CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
 endif
 

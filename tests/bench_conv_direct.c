@@ -1,5 +1,5 @@
 /* bench_conv_direct.c - single-threaded direct strided convolution
- * (lib/ops/conv_direct.c) vs im2col + SGEMM on the strided layers of the
+ * (lib/ops/cpu/conv_direct.c) vs im2col + SGEMM on the strided layers of the
  * layer benchmark, per thread: half the batch (the caller splits the batch
  * by images across the 2 cores), OpenBLAS at one thread.
  *
@@ -24,8 +24,8 @@
  * 2*F*C*KH*KW*OH*OW per image and direction; "x" = im2col time / direct
  * time. The results are checked against im2col's on the way.
  */
-#include "ops/conv_direct.h"
-#include "ops/im2col.h"
+#include "ops/cpu/conv_direct.h"
+#include "ops/cpu/im2col.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -23,8 +23,8 @@
  * all three products (+ half the filter transforms). The bias gradient is
  * the same either way and left out.
  */
-#include "ops/im2col.h"
-#include "ops/winograd.h"
+#include "ops/cpu/im2col.h"
+#include "ops/cpu/winograd.h"
 
 #include <cblas.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-/* test_conv_direct.c - the direct strided convolution (lib/ops/conv_direct.c)
+/* test_conv_direct.c - the direct strided convolution (lib/ops/cpu/conv_direct.c)
  * forward, backward-data and weight gradient against a float64 direct
  * convolution: random shapes (strides 1..4 per axis, kernels 1..7 and
  * non-square, pads 0..k-1, odd sizes, 1..40 channels, batches 1..3), the
@@ -15,8 +15,8 @@
  * direction (float32 sums of up to ~10^4 products, each rounded once by
  * FMA); the measured maxima are printed.
  */
-#include "ops/conv_direct.h"
-#include "ops/im2col.h"
+#include "ops/cpu/conv_direct.h"
+#include "ops/cpu/im2col.h"
 #include "support/testrand.h"
 
 #include <cblas.h>

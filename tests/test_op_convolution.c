@@ -116,7 +116,7 @@ START_TEST(grouped_and_depthwise)
 END_TEST
 
 /* Depthwise layers with channel multiplier 1 (MobileNet's) take the direct
- * kernels of lib/ops/conv_depthwise.c in both directions: rows wider than
+ * kernels of lib/ops/cpu/conv_depthwise.c in both directions: rows wider than
  * one vector with a partial last one, more output rows than a block of 8,
  * stride 2, odd sizes, asymmetric kernels and dilation, 1-D; in the
  * portable width (the fallback elsewhere) and the CPU's widest. */
@@ -184,7 +184,7 @@ START_TEST(threaded_lowering)
 END_TEST
 
 /* 3x3 stride-1 layers with channels enough take Winograd F(4x4, 3x3)
- * (lib/ops/winograd.c) for the forward, the data gradient (as the
+ * (lib/ops/cpu/winograd.c) for the forward, the data gradient (as the
  * convolution of dy with the flipped filters) and the weight gradient.
  * Its rounding error scales with the sum of |terms| of an output, not with
  * the output: about 3.5e-6 of that sum (tests/test_winograd.c), so the

@@ -16,8 +16,8 @@
  * error); the tensor-wide scale is the right one. Both have bounds per tile
  * size (err_bound, err_bound_max); the measured maxima are printed.
  */
-#include "ops/im2col.h"
-#include "ops/winograd.h"
+#include "ops/cpu/im2col.h"
+#include "ops/cpu/winograd.h"
 #include "support/testrand.h"
 
 #include <cblas.h>

@@ -15,7 +15,7 @@
  */
 #include "ops/op.h"
 #include "ops/activation.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -10,9 +10,9 @@
  * MXNet. cudnn_tune and cudnn_off are accepted for compatibility and do
  * not change the CPU path.
  */
-#include "ops/conv_depthwise.h"
+#include "ops/cpu/conv_depthwise.h"
 #include "ops/convolution.h"
-#include "ops/im2col.h"
+#include "ops/cpu/im2col.h"
 #include "ops/op.h"
 
 #include <limits.h>

@@ -14,7 +14,7 @@
  * output-gradient exchanged.
  */
 #include "ops/deconvolution.h"
-#include "ops/im2col.h"
+#include "ops/cpu/im2col.h"
 #include "ops/op.h"
 
 #include <limits.h>

@@ -5,7 +5,7 @@
  * (simd.h), large tensors split across the kernel pool.
  */
 #include "ops/elementwise_sum.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -21,7 +21,7 @@
  */
 #include "ops/op.h"
 #include "ops/binary_math.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <string.h>
 

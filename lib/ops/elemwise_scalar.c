@@ -26,7 +26,7 @@
  */
 #include "ops/elemwise_scalar.h"
 #include "ops/binary_math.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <stddef.h>
 

@@ -17,7 +17,7 @@
  */
 #include "ops/op.h"
 #include "ops/leaky_relu.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <math.h>
 #include <stddef.h>

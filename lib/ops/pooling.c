@@ -21,7 +21,7 @@
  */
 #include "ops/op.h"
 #include "ops/pooling.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <float.h>
 #include <math.h>

@@ -18,7 +18,7 @@
  */
 #include "ops/op.h"
 #include "ops/softmax_output.h"
-#include "ops/softmax_simd.h"
+#include "ops/cpu/softmax_simd.h"
 #include "parallel/parallel.h"
 
 #include <math.h>

@@ -18,7 +18,7 @@
  * dx = alpha dy inside (0, 1), 0 at and beyond the clip.
  */
 #include "ops/op.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 #include "ops/unary_math.h"
 
 #include <math.h>

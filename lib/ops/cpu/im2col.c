@@ -14,12 +14,12 @@
  * ops/winograd.h) and direct implicit-GEMM kernels (strided layers;
  * ops/conv_direct.h).
  */
-#include "ops/im2col.h"
+#include "ops/cpu/im2col.h"
 
 #include "blas/blas.h"
-#include "ops/conv_depthwise.h"
-#include "ops/conv_direct.h"
-#include "ops/winograd.h"
+#include "ops/cpu/conv_depthwise.h"
+#include "ops/cpu/conv_direct.h"
+#include "ops/cpu/winograd.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

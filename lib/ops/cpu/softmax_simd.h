@@ -14,7 +14,7 @@
 #ifndef MX_OPS_SOFTMAX_SIMD_H
 #define MX_OPS_SOFTMAX_SIMD_H
 
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -19,7 +19,7 @@
 #ifndef MX_OPS_CONV_DEPTHWISE_H
 #define MX_OPS_CONV_DEPTHWISE_H
 
-#include "ops/im2col.h"
+#include "ops/cpu/im2col.h"
 
 #include <stdbool.h>
 

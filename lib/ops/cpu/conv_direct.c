@@ -26,8 +26,8 @@
  * 90-105 GFLOP/s with warm caches, 75-95 in the benchmark's interleaved
  * runs; OpenBLAS SGEMM reaches about 97 on 1024^3.
  */
-#include "ops/conv_direct.h"
-#include "ops/transpose16.h"
+#include "ops/cpu/conv_direct.h"
+#include "ops/cpu/transpose16.h"
 
 #include <immintrin.h>
 #include <stdint.h>

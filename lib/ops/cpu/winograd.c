@@ -20,8 +20,8 @@
  * the same u layout, so the transforms and the products may come from
  * different variants.
  */
-#include "ops/winograd.h"
-#include "ops/transpose16.h"
+#include "ops/cpu/winograd.h"
+#include "ops/cpu/transpose16.h"
 
 #include <cblas.h>
 #include <immintrin.h>

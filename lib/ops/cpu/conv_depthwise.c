@@ -17,8 +17,8 @@
  * last row and are not stored): eight independent FMA chains hide the FMA
  * latency, and each weight is broadcast once per eight vectors.
  */
-#include "ops/conv_depthwise.h"
-#include "ops/simd.h"
+#include "ops/cpu/conv_depthwise.h"
+#include "ops/cpu/simd.h"
 
 #include <stdatomic.h>
 #include <string.h>

@@ -51,7 +51,7 @@
 #ifndef MX_OPS_CONV_DIRECT_H
 #define MX_OPS_CONV_DIRECT_H
 
-#include "ops/im2col.h"
+#include "ops/cpu/im2col.h"
 
 #include <stdbool.h>
 #include <stddef.h>

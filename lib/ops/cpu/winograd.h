@@ -47,7 +47,7 @@
 #ifndef MX_OPS_WINOGRAD_H
 #define MX_OPS_WINOGRAD_H
 
-#include "ops/im2col.h"
+#include "ops/cpu/im2col.h"
 
 #include <stdbool.h>
 #include <stddef.h>
