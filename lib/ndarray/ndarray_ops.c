@@ -8,6 +8,8 @@
 
 #include "blas/blas.h"
 #include "device/device.h"
+#include "ops/op.h"
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -173,9 +175,79 @@ static mx_status run_dot(nd_op *op, const mx_exec_ctx *exec)
     return MX_OK;
 }
 
+/* NDArray math on a GPU runs the operators' own device kernels (one
+ * kernel path: elemwise_*, _*_scalar, batch_dot), on the op's worker. */
+static mx_status run_device_op(const char *name, const char *key, const char *value, mx_tensor *in,
+                               mx_tensor *out, const mx_exec_ctx *exec)
+{
+    const mx_op_def *def;
+    mx_op_kernels k;
+    MX_TRY(mx_op_lookup(name, &def));
+    MX_TRY(mx_op_kernels_for(def, exec->ctx, &k));
+    void *params = mx_calloc(1, def->params_size + 1);
+    if (!params) return MX_ERR_NOMEM;
+    mx_status s = mx_op_parse_params(def, key ? &key : NULL, key ? &value : NULL, key ? 1 : 0, params);
+    mx_req req = MX_REQ_WRITE;
+    mx_op_ctx ctx = {.exec = exec};
+    if (s == MX_OK) s = k.forward(&ctx, params, in, &req, out, NULL);
+    free(params);
+    const mx_device_ops *dev = mx_device_get(exec->ctx.dev_type);
+    if (s == MX_OK && dev && dev->op_done) s = dev->op_done(exec->ctx.dev_id, exec->stream);
+    return s;
+}
+
+static mx_tensor nd_tensor(mx_ndarray *a, mx_shape shape)
+{
+    return (mx_tensor){.data = mx_ndarray_data(a), .shape = shape, .dtype = a->dtype, .ctx = mx_ndarray_context(a)};
+}
+
+static mx_status run_on_device(nd_op *op, const mx_exec_ctx *exec)
+{
+    static const char *const binary_names[] = {"elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div"};
+    static const char *const scalar_names[] = {"_plus_scalar", "_minus_scalar", "_mul_scalar", "_div_scalar"};
+    static const char *const scalar_first_names[] = {"_plus_scalar", "_rminus_scalar", "_mul_scalar",
+                                                     "_rdiv_scalar"};
+    const mx_shape flat = MX_SHAPE(mx_ndarray_size(op->out));
+    mx_tensor out = nd_tensor(op->out, flat);
+    if (op->kind == ND_BINARY) {
+        mx_tensor in[2] = {nd_tensor(op->a, flat), nd_tensor(op->b, flat)};
+        return run_device_op(binary_names[op->binary], NULL, NULL, in, &out, exec);
+    }
+    if (op->kind == ND_BINARY_SCALAR) {
+        char value[32];
+        snprintf(value, sizeof(value), "%.9g", (double)(float)op->scalar);
+        mx_tensor in = nd_tensor(op->a, flat);
+        return run_device_op((op->scalar_first ? scalar_first_names : scalar_names)[op->binary], "scalar", value,
+                             &in, &out, exec);
+    }
+    /* dot: one batch of batch_dot, (1, M, K) x (1, K, N) -> (1, M, N). */
+    const mx_shape *sa = mx_ndarray_shape(op->a), *sb = mx_ndarray_shape(op->b), *so = mx_ndarray_shape(op->out);
+    mx_tensor in[2] = {nd_tensor(op->a, MX_SHAPE(1, sa->dims[0], sa->dims[1])),
+                       nd_tensor(op->b, MX_SHAPE(1, sb->dims[0], sb->dims[1]))};
+    out = nd_tensor(op->out, MX_SHAPE(1, so->dims[0], so->dims[1]));
+    const mx_op_def *def;
+    mx_op_kernels k;
+    MX_TRY(mx_op_lookup("batch_dot", &def));
+    MX_TRY(mx_op_kernels_for(def, exec->ctx, &k));
+    void *params = mx_calloc(1, def->params_size + 1);
+    if (!params) return MX_ERR_NOMEM;
+    const char *keys[] = {"transpose_a", "transpose_b"};
+    const char *values[] = {op->transpose_a ? "True" : "False", op->transpose_b ? "True" : "False"};
+    mx_status s = mx_op_parse_params(def, keys, values, 2, params);
+    mx_req req = MX_REQ_WRITE;
+    mx_op_ctx ctx = {.exec = exec};
+    if (s == MX_OK) s = k.forward(&ctx, params, in, &req, &out, NULL);
+    free(params);
+    const mx_device_ops *dev = mx_device_get(exec->ctx.dev_type);
+    if (s == MX_OK && dev && dev->op_done) s = dev->op_done(exec->ctx.dev_id, exec->stream);
+    return s;
+}
+
 static mx_status nd_op_run(void *payload, const mx_exec_ctx *exec)
 {
     nd_op *op = payload;
+    if (exec->ctx.dev_type == MX_DEV_GPU && (op->kind == ND_BINARY || op->kind == ND_BINARY_SCALAR || op->kind == ND_DOT))
+        return run_on_device(op, exec);
     switch (op->kind) {
     case ND_COPY: return run_copy(op, exec);
     case ND_FILL: return run_fill(op, exec);
@@ -222,6 +294,17 @@ static mx_status require_same_runtime(const char *what, mx_ndarray *x, mx_ndarra
     return MX_OK;
 }
 
+/* Arithmetic reads and writes on one device (copy first otherwise). */
+static mx_status require_same_context(const char *what, mx_ndarray *x, mx_ndarray *y)
+{
+    char cx[32], cy[32];
+    if (!mx_context_equal(mx_ndarray_context(x), mx_ndarray_context(y)))
+        return MX_ERROR(MX_ERR_INVALID, "%s: arrays on %s and %s (copy one over first)", what,
+                        mx_context_str(mx_ndarray_context(x), cx, sizeof(cx)),
+                        mx_context_str(mx_ndarray_context(y), cy, sizeof(cy)));
+    return MX_OK;
+}
+
 static mx_status require_same_shape(const char *what, mx_ndarray *x, mx_ndarray *y)
 {
     char bx[160], by[160];
@@ -232,14 +315,14 @@ static mx_status require_same_shape(const char *what, mx_ndarray *x, mx_ndarray 
     return MX_OK;
 }
 
-/* Arithmetic kernels exist for float32/float64 on the host in this build;
- * GPU kernels come with the operator library. */
-static mx_status require_host_float(const char *what, mx_ndarray *x)
+/* Arithmetic runs on float32/float64 on the host, and on float32 on a GPU
+ * (through the operators' kernels). */
+static mx_status require_float(const char *what, mx_ndarray *x)
 {
     char c[32];
-    if (mx_ndarray_context(x).dev_type == MX_DEV_GPU)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: no kernel for arrays on %s yet", what,
-                        mx_context_str(mx_ndarray_context(x), c, sizeof(c)));
+    if (mx_ndarray_context(x).dev_type == MX_DEV_GPU && x->dtype != MX_FLOAT32)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: dtype %s on %s is not supported (float32)", what,
+                        mx_dtype_name(x->dtype), mx_context_str(mx_ndarray_context(x), c, sizeof(c)));
     if (x->dtype != MX_FLOAT32 && x->dtype != MX_FLOAT64)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64)", what,
                         mx_dtype_name(x->dtype));
@@ -291,9 +374,11 @@ mx_status mx_nd_binary(mx_binary_op k, mx_ndarray *out, mx_ndarray *a, mx_ndarra
     MX_TRY(require_same_shape("elemwise", out, a));
     MX_TRY(require_same_dtype("elemwise", a, b));
     MX_TRY(require_same_dtype("elemwise", out, a));
-    MX_TRY(require_host_float("elemwise", out));
-    MX_TRY(require_host_float("elemwise", a));
-    MX_TRY(require_host_float("elemwise", b));
+    MX_TRY(require_float("elemwise", out));
+    MX_TRY(require_float("elemwise", a));
+    MX_TRY(require_float("elemwise", b));
+    MX_TRY(require_same_context("elemwise", out, a));
+    MX_TRY(require_same_context("elemwise", out, b));
     return nd_push((nd_op){.kind = ND_BINARY, .binary = k, .out = out, .a = a, .b = b},
                    mx_ndarray_context(out), MX_LANE_COMPUTE);
 }
@@ -304,8 +389,9 @@ mx_status mx_nd_binary_scalar(mx_binary_op k, mx_ndarray *out, mx_ndarray *a, do
     MX_TRY(require_same_runtime("scalar", out, a));
     MX_TRY(require_same_shape("scalar", out, a));
     MX_TRY(require_same_dtype("scalar", out, a));
-    MX_TRY(require_host_float("scalar", out));
-    MX_TRY(require_host_float("scalar", a));
+    MX_TRY(require_float("scalar", out));
+    MX_TRY(require_float("scalar", a));
+    MX_TRY(require_same_context("scalar", out, a));
     return nd_push((nd_op){.kind = ND_BINARY_SCALAR, .binary = k, .out = out, .a = a, .scalar = s,
                            .scalar_first = scalar_first},
                    mx_ndarray_context(out), MX_LANE_COMPUTE);
@@ -317,7 +403,9 @@ mx_status mx_nd_dot(mx_ndarray *out, mx_ndarray *a, mx_ndarray *b, bool transpos
     MX_TRY(require_same_runtime("dot", out, b));
     MX_TRY(require_same_dtype("dot", a, b));
     MX_TRY(require_same_dtype("dot", out, a));
-    MX_TRY(require_host_float("dot", out));
+    MX_TRY(require_float("dot", out));
+    MX_TRY(require_same_context("dot", out, a));
+    MX_TRY(require_same_context("dot", out, b));
     const mx_shape *sa = mx_ndarray_shape(a), *sb = mx_ndarray_shape(b), *so = mx_ndarray_shape(out);
     char ba[160], bb[160], bo[160];
     if (sa->ndim != 2 || sb->ndim != 2 || so->ndim != 2)

@@ -5,6 +5,7 @@
  * same numbers with any number of workers.
  */
 #include "ndarray/ndarray_internal.h"
+#include "device/device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -91,29 +92,43 @@ static mx_status draw_run(void *payload, const mx_exec_ctx *exec)
     }
     int64_t n = mx_ndarray_size(d->out);
     bool f32 = mx_ndarray_dtype(d->out) == MX_FLOAT32;
-    float *of = mx_ndarray_data(d->out);
-    double *od = mx_ndarray_data(d->out);
+    /* A GPU array gets the very numbers a CPU array would (drawn here in
+     * push order, then copied over): a seed means the same values on any
+     * device. */
+    mx_context ctx = mx_ndarray_context(d->out);
+    void *host = NULL;
+    if (ctx.dev_type == MX_DEV_GPU) {
+        host = mx_malloc(mx_ndarray_nbytes(d->out) ? mx_ndarray_nbytes(d->out) : 1);
+        if (!host) return MX_ERR_NOMEM;
+    }
+    float *of = host ? host : mx_ndarray_data(d->out);
+    double *od = host ? host : mx_ndarray_data(d->out);
     if (d->kind == DRAW_UNIFORM) {
         for (int64_t i = 0; i < n; i++) {
             double v = d->a + (d->b - d->a) * mx_rng_next_double(d->rng);
             if (f32) of[i] = (float)v;
             else od[i] = v;
         }
-        return MX_OK;
-    }
-    /* Box-Muller: each pair of uniforms gives two independent normals. */
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = 1.0 - mx_rng_next_double(d->rng); /* (0, 1]: log is finite */
-        double u2 = mx_rng_next_double(d->rng);
-        double r = sqrt(-2.0 * log(u1));
-        double z0 = r * cos(2.0 * M_PI * u2), z1 = r * sin(2.0 * M_PI * u2);
-        if (f32) {
-            of[i] = (float)(d->a + d->b * z0);
-            if (i + 1 < n) of[i + 1] = (float)(d->a + d->b * z1);
-        } else {
-            od[i] = d->a + d->b * z0;
-            if (i + 1 < n) od[i + 1] = d->a + d->b * z1;
+    } else {
+        /* Box-Muller: each pair of uniforms gives two independent normals. */
+        for (int64_t i = 0; i < n; i += 2) {
+            double u1 = 1.0 - mx_rng_next_double(d->rng); /* (0, 1]: log is finite */
+            double u2 = mx_rng_next_double(d->rng);
+            double r = sqrt(-2.0 * log(u1));
+            double z0 = r * cos(2.0 * M_PI * u2), z1 = r * sin(2.0 * M_PI * u2);
+            if (f32) {
+                of[i] = (float)(d->a + d->b * z0);
+                if (i + 1 < n) of[i + 1] = (float)(d->a + d->b * z1);
+            } else {
+                od[i] = d->a + d->b * z0;
+                if (i + 1 < n) od[i + 1] = d->a + d->b * z1;
+            }
         }
+    }
+    if (host) {
+        mx_status s = mx_device_copy(mx_ndarray_data(d->out), ctx, host, mx_cpu(), mx_ndarray_nbytes(d->out), NULL);
+        free(host);
+        return s;
     }
     return MX_OK;
 }
@@ -124,8 +139,8 @@ static mx_status draw_push(draw_op proto)
         char c[32];
         mx_context ctx = mx_ndarray_context(proto.out);
         mx_dtype t = mx_ndarray_dtype(proto.out);
-        if (ctx.dev_type == MX_DEV_GPU)
-            return MX_ERROR(MX_ERR_UNSUPPORTED, "random: no generator for arrays on %s yet; draw on the CPU and copy",
+        if (ctx.dev_type == MX_DEV_GPU && t != MX_FLOAT32)
+            return MX_ERROR(MX_ERR_UNSUPPORTED, "random: dtype %s on %s is not supported (float32)", mx_dtype_name(t),
                             mx_context_str(ctx, c, sizeof(c)));
         if (t != MX_FLOAT32 && t != MX_FLOAT64)
             return MX_ERROR(MX_ERR_UNSUPPORTED, "random: dtype %s is not supported (float32, float64)",
