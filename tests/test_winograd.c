@@ -18,6 +18,7 @@
  */
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/winograd.h"
+#include "support/conv_ref.h"
 #include "support/testrand.h"
 
 #include <cblas.h>
@@ -80,91 +81,6 @@ static mx_conv_geom geom_r(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w
 static mx_conv_geom geom(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, int64_t ph, int64_t pw)
 {
     return geom_r(n, c, f, h, w, ph, pw, 3);
-}
-
-/* ref[n,f,oy,ox] = bias[f] + sum x * w in float64, and abs = the sum of |terms|. */
-static void ref_forward(const mx_conv_geom *g, const float *x, const float *w, const float *bias, double *ref,
-                        double *abs_sum)
-{
-    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w, r = g->k_h;
-    for (int64_t n = 0; n < g->batch; n++)
-        for (int64_t f = 0; f < f_n; f++)
-            for (int64_t oy = 0; oy < oh; oy++)
-                for (int64_t ox = 0; ox < ow; ox++) {
-                    double acc = bias ? bias[f] : 0.0, a = bias ? fabs(bias[f]) : 0.0;
-                    for (int64_t c = 0; c < c_n; c++)
-                        for (int64_t i = 0; i < r; i++) {
-                            int64_t iy = oy - g->pad_h + i;
-                            if (iy < 0 || iy >= h) continue;
-                            for (int64_t j = 0; j < r; j++) {
-                                int64_t ix = ox - g->pad_w + j;
-                                if (ix < 0 || ix >= wd) continue;
-                                double t = (double)x[((n * c_n + c) * h + iy) * wd + ix] *
-                                           (double)w[((f * c_n + c) * r + i) * r + j];
-                                acc += t;
-                                a += fabs(t);
-                            }
-                        }
-                    int64_t at = ((n * f_n + f) * oh + oy) * ow + ox;
-                    ref[at] = acc;
-                    abs_sum[at] = a;
-                }
-}
-
-/* dx[n,c,iy,ix] = sum over f, i, j of dy[n,f,iy+ph-i,ix+pw-j] * w[f,c,i,j] */
-static void ref_backward(const mx_conv_geom *g, const float *dy, const float *w, double *ref, double *abs_sum)
-{
-    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w, r = g->k_h;
-    for (int64_t n = 0; n < g->batch; n++)
-        for (int64_t c = 0; c < c_n; c++)
-            for (int64_t iy = 0; iy < h; iy++)
-                for (int64_t ix = 0; ix < wd; ix++) {
-                    double acc = 0, a = 0;
-                    for (int64_t f = 0; f < f_n; f++)
-                        for (int64_t i = 0; i < r; i++) {
-                            int64_t oy = iy + g->pad_h - i;
-                            if (oy < 0 || oy >= oh) continue;
-                            for (int64_t j = 0; j < r; j++) {
-                                int64_t ox = ix + g->pad_w - j;
-                                if (ox < 0 || ox >= ow) continue;
-                                double t = (double)dy[((n * f_n + f) * oh + oy) * ow + ox] *
-                                           (double)w[((f * c_n + c) * r + i) * r + j];
-                                acc += t;
-                                a += fabs(t);
-                            }
-                        }
-                    int64_t at = ((n * c_n + c) * h + iy) * wd + ix;
-                    ref[at] = acc;
-                    abs_sum[at] = a;
-                }
-}
-
-/* dw[f,c,i,j] = sum over n, oy, ox of dy[n,f,oy,ox] * x[n,c,oy-ph+i,ox-pw+j] */
-static void ref_weight(const mx_conv_geom *g, const float *x, const float *dy, double *ref, double *abs_sum)
-{
-    const int64_t c_n = g->in_c, f_n = g->out_c, h = g->in_h, wd = g->in_w, oh = g->out_h, ow = g->out_w, r = g->k_h;
-    for (int64_t f = 0; f < f_n; f++)
-        for (int64_t c = 0; c < c_n; c++)
-            for (int64_t i = 0; i < r; i++)
-                for (int64_t j = 0; j < r; j++) {
-                    double acc = 0, a = 0;
-                    for (int64_t n = 0; n < g->batch; n++)
-                        for (int64_t oy = 0; oy < oh; oy++) {
-                            int64_t iy = oy - g->pad_h + i;
-                            if (iy < 0 || iy >= h) continue;
-                            for (int64_t ox = 0; ox < ow; ox++) {
-                                int64_t ix = ox - g->pad_w + j;
-                                if (ix < 0 || ix >= wd) continue;
-                                double t = (double)dy[((n * f_n + f) * oh + oy) * ow + ox] *
-                                           (double)x[((n * c_n + c) * h + iy) * wd + ix];
-                                acc += t;
-                                a += fabs(t);
-                            }
-                        }
-                    int64_t at = ((f * c_n + c) * r + i) * r + j;
-                    ref[at] = acc;
-                    abs_sum[at] = a;
-                }
 }
 
 typedef struct errs {
@@ -251,13 +167,13 @@ static void check_shape(int64_t n, int64_t c, int64_t f, int64_t h, int64_t w, i
     double *ref_y = malloc((size_t)ny * sizeof(double)), *abs_y = malloc((size_t)ny * sizeof(double));
     double *ref_dx = malloc((size_t)nx * sizeof(double)), *abs_dx = malloc((size_t)nx * sizeof(double));
     ck_assert(y && dx && ref_y && abs_y && ref_dx && abs_dx);
-    ref_forward(&g, x, wt, bias, ref_y, abs_y);
-    ref_backward(&g, dy, wt, ref_dx, abs_dx);
+    conv_ref_forward(&g, x, wt, bias, ref_y, abs_y);
+    conv_ref_backward(&g, dy, wt, ref_dx, abs_dx);
     const int64_t nw = f * c * r * r;
     float *dw = malloc((size_t)nw * sizeof(float)), *dw0 = test_rand_floats(nw);
     double *ref_w = malloc((size_t)nw * sizeof(double)), *abs_w = malloc((size_t)nw * sizeof(double));
     ck_assert(dw && ref_w && abs_w);
-    ref_weight(&g, x, dy, ref_w, abs_w);
+    conv_ref_weight(&g, x, dy, ref_w, abs_w);
 
     for (int kind = 0; kind < KINDS; kind++) {
         const int m = kinds[kind].m;
