@@ -381,26 +381,21 @@ START_TEST(test_softmax_output)
 }
 END_TEST
 
-int main(void)
+static void tests_everywhere(TCase *tc)
 {
-    Suite *s = suite_create("gpu_bn");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_gpu_kernels_present);
+}
+
+static void tests_on_gpu(TCase *tc)
+{
     tcase_add_test(tc, test_activation);
     tcase_add_test(tc, test_batch_norm);
     tcase_add_test(tc, test_dropout_identity);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_test(tc, test_softmax_output);
-    suite_add_tcase(s, tc);
-    const bool gpu = gpucheck_gpu_visible();
-    if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");
-    SRunner *sr = srunner_create(s);
-    /* One process, so the cases' summary adds up across tests. */
-    if (gpu) srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (gpu) gpucheck_print_summary("bn", &sum);
-    return failed ? 1 : 0;
+}
+
+int main(void)
+{
+    return gpucheck_main("bn", tests_everywhere, tests_on_gpu, 300, &sum);
 }

@@ -313,21 +313,20 @@ START_TEST(test_bind_refuses_op_without_gpu_kernel)
 }
 END_TEST
 
-int main(void)
+static void tests_everywhere(TCase *tc)
 {
-    Suite *s = suite_create("gpu_executor");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_kernels_for_cpu_are_the_ops_own);
     tcase_add_test(tc, test_every_op_has_gpu_kernels);
+}
+
+static void tests_on_gpu(TCase *tc)
+{
     tcase_add_test(tc, test_lenet_trains_on_gpu_as_on_cpu);
     tcase_add_test(tc, test_residual_block_trains_on_gpu_as_on_cpu);
     tcase_add_test(tc, test_bind_refuses_op_without_gpu_kernel);
-    suite_add_tcase(s, tc);
-    if (!gpucheck_gpu_visible()) printf("GPU tests: SKIPPED (no GPU visible)\n");
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+}
+
+int main(void)
+{
+    return gpucheck_main("executor", tests_everywhere, tests_on_gpu, 300, NULL);
 }

@@ -272,39 +272,22 @@ START_TEST(elemwise_scalar)
 }
 END_TEST
 
-int main(void)
+static void tests_everywhere(TCase *tc)
 {
-    /* Everywhere: the kernels are named. */
-    Suite *s0 = suite_create("gpu_fc_registry");
-    TCase *t0 = tcase_create("registry");
-    tcase_add_test(t0, every_operator_names_a_gpu_kernel);
-    suite_add_tcase(s0, t0);
-    SRunner *r0 = srunner_create(s0);
-    srunner_run_all(r0, CK_NORMAL);
-    int failed = srunner_ntests_failed(r0);
-    srunner_free(r0);
-    if (!gpucheck_gpu_visible()) {
-        printf("GPU tests: SKIPPED (no GPU visible)\n");
-        return failed ? 1 : 0;
-    }
+    tcase_add_test(tc, every_operator_names_a_gpu_kernel);
+}
 
-    Suite *s = suite_create("gpu_fc");
-    TCase *tc = tcase_create("gpu");
-    tcase_set_timeout(tc, 300);
+static void tests_on_gpu(TCase *tc)
+{
     tcase_add_test(tc, fully_connected);
     tcase_add_test(tc, concat);
     tcase_add_test(tc, elementwise_sum);
     tcase_add_test(tc, flatten_and_reshape);
     tcase_add_test(tc, elemwise_binary);
     tcase_add_test(tc, elemwise_scalar);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* In this process: CUDA is already initialised here (a forked child
-     * could not use it) and the summary accumulates across tests. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed += srunner_ntests_failed(sr);
-    srunner_free(sr);
-    gpucheck_print_summary("fc", &g_sum);
-    return failed ? 1 : 0;
+}
+
+int main(void)
+{
+    return gpucheck_main("fc", tests_everywhere, tests_on_gpu, 300, &g_sum);
 }

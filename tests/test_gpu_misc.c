@@ -512,42 +512,32 @@ START_TEST(test_gpu_kernels_registered)
 }
 END_TEST
 
+static void tests_everywhere(TCase *tc)
+{
+    tcase_add_test(tc, test_gpu_kernels_registered);
+}
+
+static void tests_on_gpu(TCase *tc)
+{
+    tcase_add_test(tc, test_softmax_gpu_vs_cpu);
+    tcase_add_test(tc, test_leaky_relu_gpu_vs_cpu);
+    tcase_add_test(tc, test_regression_output_gpu_vs_cpu);
+    tcase_add_test(tc, test_slice_channel_gpu_vs_cpu);
+    tcase_add_test(tc, test_transpose_gpu_vs_cpu);
+    tcase_add_test(tc, test_embedding_gpu_vs_cpu);
+    tcase_add_test(tc, test_batch_dot_gpu_vs_cpu);
+    tcase_add_test(tc, test_deconvolution_gpu_vs_cpu);
+    tcase_add_test(tc, test_expand_squeeze_gpu_vs_cpu);
+    tcase_add_test(tc, test_slice_gpu_vs_cpu);
+    tcase_add_test(tc, test_stack_gpu_vs_cpu);
+    tcase_add_test(tc, test_tile_repeat_gpu_vs_cpu);
+    tcase_add_test(tc, test_pad_gpu_vs_cpu);
+    tcase_add_test(tc, test_upsampling_gpu_vs_cpu);
+    tcase_add_test(tc, test_take_one_hot_gpu_vs_cpu);
+    tcase_add_test(tc, test_norms_gpu_vs_cpu);
+}
+
 int main(void)
 {
-    Suite *s = suite_create("gpu_misc");
-    TCase *reg = tcase_create("registration");
-    tcase_add_test(reg, test_gpu_kernels_registered);
-    suite_add_tcase(s, reg);
-    const bool gpu = gpucheck_gpu_visible();
-    if (gpu) {
-        TCase *tc = tcase_create("consistency");
-        tcase_set_timeout(tc, 300);
-        tcase_add_test(tc, test_softmax_gpu_vs_cpu);
-        tcase_add_test(tc, test_leaky_relu_gpu_vs_cpu);
-        tcase_add_test(tc, test_regression_output_gpu_vs_cpu);
-        tcase_add_test(tc, test_slice_channel_gpu_vs_cpu);
-        tcase_add_test(tc, test_transpose_gpu_vs_cpu);
-        tcase_add_test(tc, test_embedding_gpu_vs_cpu);
-        tcase_add_test(tc, test_batch_dot_gpu_vs_cpu);
-        tcase_add_test(tc, test_deconvolution_gpu_vs_cpu);
-        tcase_add_test(tc, test_expand_squeeze_gpu_vs_cpu);
-        tcase_add_test(tc, test_slice_gpu_vs_cpu);
-        tcase_add_test(tc, test_stack_gpu_vs_cpu);
-        tcase_add_test(tc, test_tile_repeat_gpu_vs_cpu);
-        tcase_add_test(tc, test_pad_gpu_vs_cpu);
-        tcase_add_test(tc, test_upsampling_gpu_vs_cpu);
-        tcase_add_test(tc, test_take_one_hot_gpu_vs_cpu);
-        tcase_add_test(tc, test_norms_gpu_vs_cpu);
-        suite_add_tcase(s, tc);
-    }
-    if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");
-    SRunner *sr = srunner_create(s);
-    /* One process: the summary accumulates across tests (and a CUDA
-     * context does not survive fork). */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (gpu) gpucheck_print_summary("misc", &sum);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return gpucheck_main("misc", tests_everywhere, tests_on_gpu, 300, &sum);
 }

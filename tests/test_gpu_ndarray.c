@@ -134,20 +134,15 @@ START_TEST(test_two_devices_refused)
 }
 END_TEST
 
-int main(void)
+static void tests_on_gpu(TCase *tc)
 {
-    Suite *s = suite_create("gpu_ndarray");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_arithmetic_matches_cpu);
     tcase_add_test(tc, test_dot_matches_cpu);
     tcase_add_test(tc, test_random_draws_equal_cpu_for_a_seed);
     tcase_add_test(tc, test_two_devices_refused);
-    suite_add_tcase(s, tc);
-    if (!gpucheck_gpu_visible()) printf("GPU tests: SKIPPED (no GPU visible)\n");
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+}
+
+int main(void)
+{
+    return gpucheck_main("ndarray", NULL, tests_on_gpu, 120, NULL);
 }

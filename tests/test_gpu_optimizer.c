@@ -114,18 +114,13 @@ START_TEST(test_mixed_devices_refused)
 }
 END_TEST
 
-int main(void)
+static void tests_on_gpu(TCase *tc)
 {
-    Suite *s = suite_create("gpu_optimizer");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_updates_match_cpu, 0, (int)(sizeof(cases) / sizeof(cases[0])));
     tcase_add_test(tc, test_mixed_devices_refused);
-    suite_add_tcase(s, tc);
-    if (!gpucheck_gpu_visible()) printf("GPU tests: SKIPPED (no GPU visible)\n");
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+}
+
+int main(void)
+{
+    return gpucheck_main("optimizer", NULL, tests_on_gpu, 120, NULL);
 }

@@ -352,37 +352,20 @@ START_TEST(clip_cast_misc)
 }
 END_TEST
 
-int main(void)
+static void tests_everywhere(TCase *tc)
 {
-    /* Everywhere: the kernels are named. */
-    Suite *s0 = suite_create("gpu_um_registry");
-    TCase *t0 = tcase_create("registry");
-    tcase_add_test(t0, every_operator_names_a_gpu_kernel);
-    suite_add_tcase(s0, t0);
-    SRunner *r0 = srunner_create(s0);
-    srunner_run_all(r0, CK_NORMAL);
-    int failed = srunner_ntests_failed(r0);
-    srunner_free(r0);
-    if (!gpucheck_gpu_visible()) {
-        printf("GPU tests: SKIPPED (no GPU visible)\n");
-        return failed ? 1 : 0;
-    }
+    tcase_add_test(tc, every_operator_names_a_gpu_kernel);
+}
 
-    Suite *s = suite_create("gpu_um");
-    TCase *tc = tcase_create("gpu");
-    tcase_set_timeout(tc, 300);
+static void tests_on_gpu(TCase *tc)
+{
     tcase_add_test(tc, unary_math);
     tcase_add_test(tc, broadcast_binary);
     tcase_add_test(tc, reduce);
     tcase_add_test(tc, clip_cast_misc);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* In this process: CUDA is already initialised here (a forked child
-     * could not use it) and the summary accumulates across tests. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed += srunner_ntests_failed(sr);
-    srunner_free(sr);
-    gpucheck_print_summary("um", &g_sum);
-    return failed ? 1 : 0;
+}
+
+int main(void)
+{
+    return gpucheck_main("um", tests_everywhere, tests_on_gpu, 300, &g_sum);
 }

@@ -34,6 +34,35 @@ void gpucheck_print_summary(const char *suite, const gpucheck_summary *sum)
            sum->worst_op[0] ? ")" : "");
 }
 
+int gpucheck_main(const char *name, void (*everywhere)(TCase *tc), void (*on_gpu)(TCase *tc), int timeout_s,
+                  const gpucheck_summary *sum)
+{
+    char suite_name[64];
+    snprintf(suite_name, sizeof(suite_name), "gpu_%s", name);
+    Suite *s = suite_create(suite_name);
+    if (everywhere) {
+        TCase *tc = tcase_create("everywhere");
+        everywhere(tc);
+        suite_add_tcase(s, tc);
+    }
+    /* Asking sets CK_FORK=no where a GPU is found: a CUDA context does not
+     * survive fork, and the summary adds up across tests in one process. */
+    const bool gpu = gpucheck_gpu_visible();
+    if (gpu && on_gpu) {
+        TCase *tc = tcase_create("gpu");
+        tcase_set_timeout(tc, timeout_s);
+        on_gpu(tc);
+        suite_add_tcase(s, tc);
+    }
+    if (!gpu) printf("GPU tests: SKIPPED (no GPU visible)\n");
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (gpu && sum) gpucheck_print_summary(name, sum);
+    return failed ? 1 : 0;
+}
+
 #ifdef MX_USE_CUDA
 
 /* A float that no kernel computes: outputs start as this so an element a

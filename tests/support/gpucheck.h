@@ -16,6 +16,8 @@
 #include "ops/op.h"
 #include "support/opcheck.h"
 
+#include <check.h>
+
 typedef struct gpucheck_case {
     const char *op;
     const char *const *keys, *const *values;
@@ -41,5 +43,13 @@ bool gpucheck_gpu_visible(void);
 void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum);
 /* "GPU consistency: N cases, M comparisons, worst X of tolerance (op)". */
 void gpucheck_print_summary(const char *suite, const gpucheck_summary *sum);
+
+/* A GPU suite's main: suite "gpu_NAME" with the tests `everywhere` adds
+ * (no GPU needed; may be NULL) and, where a GPU is visible, those `on_gpu`
+ * adds (timeout_s each); without one it prints the loud line
+ * "GPU tests: SKIPPED (no GPU visible)". Prints sum's line after a GPU
+ * run when sum is given. Returns the exit status. */
+int gpucheck_main(const char *name, void (*everywhere)(TCase *tc), void (*on_gpu)(TCase *tc), int timeout_s,
+                  const gpucheck_summary *sum);
 
 #endif
