@@ -32,6 +32,29 @@ mx_status mx_cuda_worker_sync(mx_cuda_worker *w);
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+/* Return MX_ERR_DEVICE from the calling function, naming the failed call
+ * and CUDA's, cuBLAS's or cuDNN's own message. */
+#define MX_CUDA_TRY(call)                                                                         \
+    do {                                                                                          \
+        cudaError_t mx_cuda_err_ = (call);                                                        \
+        if (mx_cuda_err_ != cudaSuccess)                                                          \
+            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,         \
+                                cudaGetErrorString(mx_cuda_err_));                                \
+    } while (0)
+#define MX_CUBLAS_TRY(call)                                                                       \
+    do {                                                                                          \
+        cublasStatus_t mx_cublas_err_ = (call);                                                   \
+        if (mx_cublas_err_ != CUBLAS_STATUS_SUCCESS)                                              \
+            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,         \
+                                cublasGetStatusString(mx_cublas_err_));                           \
+    } while (0)
+#define MX_CUDNN_TRY(call)                                                                        \
+    do {                                                                                          \
+        cudnnStatus_t mx_cudnn_err_ = (call);                                                     \
+        if (mx_cudnn_err_ != CUDNN_STATUS_SUCCESS)                                                \
+            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,         \
+                                cudnnGetErrorString(mx_cudnn_err_));                              \
+    } while (0)
 int mx_cuda_worker_device(const mx_cuda_worker *w);
 cudaStream_t mx_cuda_worker_stream(const mx_cuda_worker *w);
 mx_status mx_cuda_worker_cublas(mx_cuda_worker *w, cublasHandle_t *out);

@@ -23,29 +23,6 @@ extern "C" {
 }
 #include "device/cuda_worker.h"
 
-#define CUDA_TRY(call)                                                                  \
-    do {                                                                                \
-        cudaError_t mx_cuda_err_ = (call);                                              \
-        if (mx_cuda_err_ != cudaSuccess)                                                \
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call, \
-                                cudaGetErrorString(mx_cuda_err_));                      \
-    } while (0)
-
-#define CUBLAS_TRY(call)                                                                         \
-    do {                                                                                         \
-        cublasStatus_t mx_cublas_err_ = (call);                                                  \
-        if (mx_cublas_err_ != CUBLAS_STATUS_SUCCESS)                                             \
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,        \
-                                cublasGetStatusString(mx_cublas_err_));                          \
-    } while (0)
-#define CUDNN_TRY(call)                                                                          \
-    do {                                                                                         \
-        cudnnStatus_t mx_cudnn_err_ = (call);                                                    \
-        if (mx_cudnn_err_ != CUDNN_STATUS_SUCCESS)                                               \
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,        \
-                                cudnnGetErrorString(mx_cudnn_err_));                             \
-    } while (0)
-
 struct mx_device_workers {
     pthread_mutex_t mu;
     bool sync_ops;                /* MX_GPU_SYNC_OPS=1 */
@@ -114,8 +91,8 @@ static mx_status wait_compute(const mx_cuda_worker *self, int dev_id)
     mx_device_workers *r = self ? self->registry : NULL;
     if (!r) {
         if (self && self->dev_id == dev_id) return MX_OK; /* outside an engine: the caller orders */
-        CUDA_TRY(cudaSetDevice(dev_id));
-        CUDA_TRY(cudaDeviceSynchronize());
+        MX_CUDA_TRY(cudaSetDevice(dev_id));
+        MX_CUDA_TRY(cudaDeviceSynchronize());
         return MX_OK;
     }
     mx_status s = MX_OK;
@@ -135,7 +112,7 @@ static mx_status wait_compute(const mx_cuda_worker *self, int dev_id)
 extern "C" mx_status mx_cuda_worker_create(int dev_id, mx_cuda_worker **out)
 {
     *out = NULL;
-    CUDA_TRY(cudaSetDevice(dev_id));
+    MX_CUDA_TRY(cudaSetDevice(dev_id));
     mx_cuda_worker *w = (mx_cuda_worker *)calloc(1, sizeof(*w));
     if (!w) return MX_ERR_NOMEM;
     w->dev_id = dev_id;
@@ -164,8 +141,8 @@ extern "C" void mx_cuda_worker_destroy(mx_cuda_worker *w)
 
 extern "C" mx_status mx_cuda_worker_sync(mx_cuda_worker *w)
 {
-    CUDA_TRY(cudaStreamSynchronize(w->stream));
-    CUDA_TRY(cudaGetLastError());
+    MX_CUDA_TRY(cudaStreamSynchronize(w->stream));
+    MX_CUDA_TRY(cudaGetLastError());
     return MX_OK;
 }
 
@@ -175,10 +152,10 @@ cudaStream_t mx_cuda_worker_stream(const mx_cuda_worker *w) { return w ? w->stre
 mx_status mx_cuda_worker_cublas(mx_cuda_worker *w, cublasHandle_t *out)
 {
     if (!w->cublas) {
-        CUBLAS_TRY(cublasCreate(&w->cublas));
-        CUBLAS_TRY(cublasSetStream(w->cublas, w->stream));
+        MX_CUBLAS_TRY(cublasCreate(&w->cublas));
+        MX_CUBLAS_TRY(cublasSetStream(w->cublas, w->stream));
         /* float32 stays float32: no TF32 unless a caller asks for it. */
-        CUBLAS_TRY(cublasSetMathMode(w->cublas, CUBLAS_PEDANTIC_MATH));
+        MX_CUBLAS_TRY(cublasSetMathMode(w->cublas, CUBLAS_PEDANTIC_MATH));
     }
     *out = w->cublas;
     return MX_OK;
@@ -187,8 +164,8 @@ mx_status mx_cuda_worker_cublas(mx_cuda_worker *w, cublasHandle_t *out)
 mx_status mx_cuda_worker_cudnn(mx_cuda_worker *w, cudnnHandle_t *out)
 {
     if (!w->cudnn) {
-        CUDNN_TRY(cudnnCreate(&w->cudnn));
-        CUDNN_TRY(cudnnSetStream(w->cudnn, w->stream));
+        MX_CUDNN_TRY(cudnnCreate(&w->cudnn));
+        MX_CUDNN_TRY(cudnnSetStream(w->cudnn, w->stream));
     }
     *out = w->cudnn;
     return MX_OK;
@@ -197,7 +174,7 @@ mx_status mx_cuda_worker_cudnn(mx_cuda_worker *w, cudnnHandle_t *out)
 mx_status mx_cuda_worker_scratch(mx_cuda_worker *w, size_t bytes, void **out)
 {
     if (bytes > w->scratch_bytes) {
-        CUDA_TRY(cudaStreamSynchronize(w->stream)); /* queued kernels may still use the old one */
+        MX_CUDA_TRY(cudaStreamSynchronize(w->stream)); /* queued kernels may still use the old one */
         cudaFree(w->scratch);
         w->scratch = NULL;
         w->scratch_bytes = 0;
@@ -223,7 +200,7 @@ static int cuda_count(void)
 
 static mx_status cuda_alloc(int dev_id, size_t bytes, void **out)
 {
-    CUDA_TRY(cudaSetDevice(dev_id));
+    MX_CUDA_TRY(cudaSetDevice(dev_id));
     cudaError_t err = cudaMalloc(out, bytes ? bytes : 1);
     if (err != cudaSuccess) {
         *out = NULL;
@@ -247,13 +224,13 @@ static mx_status cuda_copy(void *dst, mx_context dst_ctx, const void *src, mx_co
     bool dst_gpu = dst_ctx.dev_type == MX_DEV_GPU, src_gpu = src_ctx.dev_type == MX_DEV_GPU;
     if (src_gpu) MX_TRY(wait_compute(w, src_ctx.dev_id));
     if (dst_gpu && !(src_gpu && src_ctx.dev_id == dst_ctx.dev_id)) MX_TRY(wait_compute(w, dst_ctx.dev_id));
-    if (w) CUDA_TRY(cudaSetDevice(w->dev_id));
+    if (w) MX_CUDA_TRY(cudaSetDevice(w->dev_id));
     if (dst_gpu && src_gpu && dst_ctx.dev_id != src_ctx.dev_id) {
-        CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_ctx.dev_id, src, src_ctx.dev_id, bytes, s));
+        MX_CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_ctx.dev_id, src, src_ctx.dev_id, bytes, s));
     } else {
-        CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+        MX_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
     }
-    CUDA_TRY(cudaStreamSynchronize(s));
+    MX_CUDA_TRY(cudaStreamSynchronize(s));
     return MX_OK;
 }
 
@@ -261,18 +238,18 @@ static mx_status cuda_zero(void *dst, int dev_id, size_t bytes, void *stream)
 {
     const mx_cuda_worker *w = (const mx_cuda_worker *)stream;
     MX_TRY(wait_compute(w, dev_id));
-    CUDA_TRY(cudaSetDevice(dev_id));
+    MX_CUDA_TRY(cudaSetDevice(dev_id));
     cudaStream_t s = mx_cuda_worker_stream(w);
-    CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, s));
-    CUDA_TRY(cudaStreamSynchronize(s));
+    MX_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, s));
+    MX_CUDA_TRY(cudaStreamSynchronize(s));
     return MX_OK;
 }
 
 static mx_status cuda_sync(int dev_id, void *stream)
 {
-    CUDA_TRY(cudaSetDevice(dev_id));
-    if (stream) CUDA_TRY(cudaStreamSynchronize(mx_cuda_worker_stream((mx_cuda_worker *)stream)));
-    else CUDA_TRY(cudaDeviceSynchronize());
+    MX_CUDA_TRY(cudaSetDevice(dev_id));
+    if (stream) MX_CUDA_TRY(cudaStreamSynchronize(mx_cuda_worker_stream((mx_cuda_worker *)stream)));
+    else MX_CUDA_TRY(cudaDeviceSynchronize());
     return MX_OK;
 }
 
@@ -289,7 +266,7 @@ static mx_status cuda_op_done(int dev_id, void *stream)
         alone = on_device == 1;
     }
     if (alone) {
-        CUDA_TRY(cudaPeekAtLastError()); /* a launch that failed; faults show at the next wait */
+        MX_CUDA_TRY(cudaPeekAtLastError()); /* a launch that failed; faults show at the next wait */
         return MX_OK;
     }
     return cuda_sync(dev_id, stream);

@@ -16,27 +16,6 @@ extern "C" {
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#define MX_CUDA_TRY(call)                                                                         \
-    do {                                                                                          \
-        cudaError_t mx_cuda_err_ = (call);                                                        \
-        if (mx_cuda_err_ != cudaSuccess)                                                          \
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,         \
-                                cudaGetErrorString(mx_cuda_err_));                                \
-    } while (0)
-#define MX_CUBLAS_TRY(call)                                                                       \
-    do {                                                                                          \
-        cublasStatus_t mx_cublas_err_ = (call);                                                   \
-        if (mx_cublas_err_ != CUBLAS_STATUS_SUCCESS)                                              \
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,         \
-                                cublasGetStatusString(mx_cublas_err_));                           \
-    } while (0)
-#define MX_CUDNN_TRY(call)                                                                        \
-    do {                                                                                          \
-        cudnnStatus_t mx_cudnn_err_ = (call);                                                     \
-        if (mx_cudnn_err_ != CUDNN_STATUS_SUCCESS)                                                \
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", #call,         \
-                                cudnnGetErrorString(mx_cudnn_err_));                              \
-    } while (0)
 /* After a kernel launch: a bad configuration shows here, a fault later at
  * the worker's sync. */
 #define MX_CUDA_LAUNCHED() MX_CUDA_TRY(cudaGetLastError())
