@@ -24,6 +24,7 @@
  * MX_ERR_UNSUPPORTED.
  */
 #include "ops/cuda/cuda_op.h"
+#include "ops/cuda/cudnn_conv.cuh"
 
 extern "C" {
 #include "ops/convolution.h"
@@ -67,43 +68,16 @@ static conv_gpu_geom conv_gpu_geometry(const conv_params *p, const mx_shape *d)
     return g;
 }
 
-/* The descriptors of one call, destroyed when it returns. */
-struct conv_descs {
-    cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
-    cudnnFilterDescriptor_t w = nullptr;
-    cudnnConvolutionDescriptor_t conv = nullptr;
-    conv_descs() = default;
-    conv_descs(const conv_descs &) = delete;
-    conv_descs &operator=(const conv_descs &) = delete;
-    ~conv_descs()
-    {
-        if (x) cudnnDestroyTensorDescriptor(x);
-        if (y) cudnnDestroyTensorDescriptor(y);
-        if (b) cudnnDestroyTensorDescriptor(b);
-        if (w) cudnnDestroyFilterDescriptor(w);
-        if (conv) cudnnDestroyConvolutionDescriptor(conv);
-    }
-};
+using conv_descs = mx_cudnn_conv;
 
 static mx_status conv_descs_init(conv_descs *d, const conv_gpu_geom &g)
 {
-    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
-    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->y));
-    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->b));
-    MX_CUDNN_TRY(cudnnCreateFilterDescriptor(&d->w));
-    MX_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.c, g.h, g.w));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.f, g.oh, g.ow));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.f, 1, 1));
-    MX_CUDNN_TRY(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.f, g.c / g.groups, g.kh,
-                                            g.kw));
-    MX_CUDNN_TRY(cudnnSetConvolution2dDescriptor(d->conv, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw,
-                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    MX_CUDNN_TRY(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
-    MX_CUDNN_TRY(cudnnSetConvolutionGroupCount(d->conv, g.groups));
+    const mx_cudnn_conv_shape shape = {g.n,  g.c,  g.h,  g.w,  g.f,  g.oh, g.ow,      g.kh, g.kw,
+                                       g.ph, g.pw, g.sh, g.sw, g.dh, g.dw, g.groups, g.f};
+    int dims[4];
+    MX_TRY(mx_cudnn_conv_init(d, shape, dims));
     /* cuDNN's own output size must be the one Convolution inferred. */
-    int n, c, h, w;
-    MX_CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &c, &h, &w));
+    const int n = dims[0], c = dims[1], h = dims[2], w = dims[3];
     if (n != g.n || c != g.f || h != g.oh || w != g.ow)
         return MX_ERROR(MX_ERR_DEVICE,
                         "Convolution: cuDNN's output shape (%d, %d, %d, %d) differs from (%d, %d, %d, %d)", n, c, h,

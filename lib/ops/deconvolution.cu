@@ -17,6 +17,7 @@
  * MX_ERR_UNSUPPORTED (no non-cuDNN GPU path).
  */
 #include "ops/cuda/cuda_op.h"
+#include "ops/cuda/cudnn_conv.cuh"
 
 extern "C" {
 #include "ops/deconvolution.h"
@@ -45,44 +46,19 @@ static mx_status deconv_gpu_geometry(const deconv_params *p, const mx_shape *d, 
     return MX_OK;
 }
 
-/* The descriptors of one call, destroyed when it returns. */
-struct deconv_descs {
-    cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr; /* conv input, conv output, bias */
-    cudnnFilterDescriptor_t w = nullptr;
-    cudnnConvolutionDescriptor_t conv = nullptr;
-    deconv_descs() = default;
-    deconv_descs(const deconv_descs &) = delete;
-    deconv_descs &operator=(const deconv_descs &) = delete;
-    ~deconv_descs()
-    {
-        if (x) cudnnDestroyTensorDescriptor(x);
-        if (y) cudnnDestroyTensorDescriptor(y);
-        if (b) cudnnDestroyTensorDescriptor(b);
-        if (w) cudnnDestroyFilterDescriptor(w);
-        if (conv) cudnnDestroyConvolutionDescriptor(conv);
-    }
-};
+using deconv_descs = mx_cudnn_conv;
 
 static mx_status deconv_descs_init(deconv_descs *d, const deconv_gpu_geom &g)
 {
-    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
-    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->y));
-    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->b));
-    MX_CUDNN_TRY(cudnnCreateFilterDescriptor(&d->w));
-    MX_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.f, g.oh, g.ow));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.c, g.h, g.w));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.f, 1, 1));
-    /* cuDNN's filter (K, C/groups, kh, kw) of the convolution: K = c, C = f. */
-    MX_CUDNN_TRY(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.c, g.f / g.groups, g.kh,
-                                            g.kw));
-    MX_CUDNN_TRY(cudnnSetConvolution2dDescriptor(d->conv, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw,
-                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    MX_CUDNN_TRY(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
-    MX_CUDNN_TRY(cudnnSetConvolutionGroupCount(d->conv, g.groups));
+    /* The convolution whose backward data is this forward: input (n, f, oh,
+     * ow), output the data shape (n, c, h, w), cuDNN's filter (K, C/groups,
+     * kh, kw) with K = c, C = f; the bias is over f. */
+    const mx_cudnn_conv_shape shape = {g.n,  g.f,  g.oh, g.ow, g.c,  g.h,  g.w,      g.kh, g.kw,
+                                       g.ph, g.pw, g.sh, g.sw, g.dh, g.dw, g.groups, g.f};
+    int dims[4];
+    MX_TRY(mx_cudnn_conv_init(d, shape, dims));
     /* The convolution of the output shape must give back the data shape. */
-    int n, c, h, w;
-    MX_CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &c, &h, &w));
+    const int n = dims[0], c = dims[1], h = dims[2], w = dims[3];
     if (n != g.n || c != g.c || h != g.h || w != g.w)
         return MX_ERROR(MX_ERR_DEVICE,
                         "Deconvolution: cuDNN's convolution of the output (%d, %d, %d, %d) gives (%d, %d, %d, %d), "
