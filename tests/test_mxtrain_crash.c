@@ -61,8 +61,9 @@ static void write_config(const char *dir)
 
 /* Starts mxtrain in dir (output to dir/log.txt); with fsize_limit > 0 the
  * child's file size limit is that many bytes and SIGXFSZ is ignored, so a
- * write past it fails with EFBIG. */
-static pid_t start(const char *dir, const char *extra, long fsize_limit)
+ * write past it fails with EFBIG; with as_limit > 0 its address space is
+ * limited to that many bytes (ulimit -v). */
+static pid_t start_limited(const char *dir, const char *extra, long fsize_limit, long as_limit)
 {
     char conf[400], log[400];
     snprintf(conf, sizeof(conf), "%s/small.conf", dir);
@@ -85,6 +86,10 @@ static pid_t start(const char *dir, const char *extra, long fsize_limit)
             signal(SIGXFSZ, SIG_IGN);
             if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(127);
         }
+        if (as_limit > 0) {
+            struct rlimit rl = {(rlim_t)as_limit, (rlim_t)as_limit};
+            if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(127);
+        }
         /* extra: arguments separated by single spaces. */
         char words[512];
         char *argv[8] = {bin, conf};
@@ -96,6 +101,11 @@ static pid_t start(const char *dir, const char *extra, long fsize_limit)
         _exit(127);
     }
     return pid;
+}
+
+static pid_t start(const char *dir, const char *extra, long fsize_limit)
+{
+    return start_limited(dir, extra, fsize_limit, 0);
 }
 
 static int finish(pid_t pid)
@@ -336,17 +346,72 @@ START_TEST(failed_allocation_names_the_array)
 }
 END_TEST
 
+/* An address-space limit (ulimit -v) at any level ends a run with an
+ * error or lets it train, never hangs it: OpenBLAS retries a failed work
+ * buffer allocation forever, so the engine reserves its buffers when it
+ * starts (blas.h). Limits from this process's own size (the same
+ * libraries) plus 256 MiB up by 96 MiB steps: below that OpenBLAS's own
+ * threads, made when the library loads, cannot take their buffers and
+ * hang the process's exit, out of our reach (README: OPENBLAS_NUM_THREADS=1
+ * avoids them). */
+START_TEST(address_space_limits_end_in_an_error_not_a_hang)
+{
+    if (TOOL_SANITIZED) return; /* the sanitizers reserve terabytes of address space */
+    char dir[300];
+    make_dir(dir, sizeof(dir), "aslimit");
+    long base_kib = 0;
+    FILE *st = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(st);
+    char line[256];
+    while (fgets(line, sizeof(line), st))
+        if (sscanf(line, "VmSize: %ld kB", &base_kib) == 1) break;
+    fclose(st);
+    ck_assert_int_gt(base_kib, 0);
+    int blas_errors = 0, trained = 0;
+    for (int step = 0; step <= 16; step++) {
+        long limit = (base_kib << 10) + (256L << 20) + (long)step * (96L << 20);
+        pid_t pid = start_limited(dir, NULL, 0, limit);
+        int status = -1;
+        for (double waited = 0; waited < 90; waited += 0.05) {
+            int st_raw;
+            pid_t r = waitpid(pid, &st_raw, WNOHANG);
+            if (r == pid) {
+                status = WIFEXITED(st_raw) ? WEXITSTATUS(st_raw) : 128 + WTERMSIG(st_raw);
+                break;
+            }
+            usleep(50000);
+        }
+        if (status < 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        char *log = log_of(dir);
+        ck_assert_msg(status >= 0, "mxtrain hung under an address-space limit of %ld MiB:\n%s", limit >> 20, log);
+        ck_assert_msg(status == 0 || status == 1 || status == 127,
+                      "mxtrain under an address-space limit of %ld MiB: status %d\n%s", limit >> 20, status, log);
+        blas_errors += strstr(log, "OpenBLAS needs a") != NULL;
+        trained += status == 0;
+        free(log);
+        if (trained) break;
+    }
+    printf("address-space limits: %d runs ended in the OpenBLAS error, %d trained, none hung\n", blas_errors, trained);
+    ck_assert_msg(blas_errors > 0 && trained > 0, "%d runs ended in the OpenBLAS error, %d trained", blas_errors,
+                  trained);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mxtrain_crash");
     TCase *tc = tcase_create("stops");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 600);
     tcase_add_test(tc, incomplete_newest_checkpoint_is_skipped);
     tcase_add_test(tc, sigkill_at_any_moment_then_resume_matches);
     tcase_add_test(tc, full_disk_during_save_keeps_the_previous_checkpoint);
     tcase_add_test(tc, corrupt_records_are_summed_up_and_heavy_loss_fails);
     tcase_add_test(tc, failed_allocation_names_the_array);
+    tcase_add_test(tc, address_space_limits_end_in_an_error_not_a_hang);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -4,8 +4,101 @@
 #include "blas/blas.h"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+
+/* At least OpenBLAS's work buffer (BUFFER_SIZE, 128 MiB on x86-64, plus
+ * a page: the malloc seen failing under `ulimit -v` asked for 134221824
+ * bytes). */
+#define BLAS_BUFFER_PROBE ((size_t)136 << 20)
+/* Big enough that OpenBLAS takes a buffer (not its small-matrix path) and
+ * that the warm-up products overlap in time. */
+#define BLAS_WARMUP_N 192
+
+typedef struct warmup {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, total;
+    int go; /* 0: wait, 1: multiply, -1: leave without multiplying */
+} warmup;
+
+/* One warm-up product, started when every warm-up thread is ready (its
+ * stack and malloc arena already taken) and the buffers are known to fit,
+ * so they run at once and OpenBLAS takes one buffer for each. */
+static void *warmup_main(void *arg)
+{
+    warmup *w = arg;
+    const int n = BLAS_WARMUP_N;
+    float *m = calloc((size_t)3 * n * n, sizeof(float));
+    pthread_mutex_lock(&w->mu);
+    w->arrived++;
+    pthread_cond_broadcast(&w->cv);
+    while (w->go == 0) pthread_cond_wait(&w->cv, &w->mu);
+    int go = w->go;
+    pthread_mutex_unlock(&w->mu);
+    if (go > 0 && m)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, m, n, m + n * n, n, 0.0f,
+                    m + 2 * n * n, n);
+    free(m);
+    return NULL;
+}
+
+/* How many of `want` buffers fit in the address space at once. */
+static int buffers_that_fit(int want)
+{
+    void **probe = calloc((size_t)want, sizeof(void *));
+    if (!probe) return 0;
+    int got = 0;
+    while (got < want && (probe[got] = malloc(BLAS_BUFFER_PROBE)) != NULL) got++;
+    for (int i = 0; i < got; i++) free(probe[i]);
+    free(probe);
+    return got;
+}
+
+mx_status mx_blas_reserve(int threads)
+{
+    if (threads < 1) return MX_OK;
+    warmup w = {.arrived = 0, .total = threads, .go = 0};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    pthread_t *t = calloc((size_t)threads, sizeof(pthread_t));
+    int started = 0;
+    mx_status s = t ? MX_OK : MX_ERROR(MX_ERR_NOMEM, "out of memory reserving OpenBLAS's work buffers");
+    for (; s == MX_OK && started < threads; started++) {
+        int e = pthread_create(&t[started], NULL, warmup_main, &w);
+        if (e != 0) {
+            s = MX_ERROR(MX_ERR_RUNTIME, "reserving OpenBLAS's work buffers: cannot start a thread: %s", strerror(e));
+            break;
+        }
+    }
+    /* With every warm-up thread alive: room for all the buffers at once,
+     * or a clear error (and no product, which would hang). */
+    pthread_mutex_lock(&w.mu);
+    while (w.arrived < started) pthread_cond_wait(&w.cv, &w.mu);
+    int fit = s == MX_OK ? buffers_that_fit(threads) : 0;
+    w.go = s == MX_OK && fit == threads ? 1 : -1;
+    pthread_cond_broadcast(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+    free(t);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    if (s == MX_OK && fit < threads) {
+        struct rlimit lim;
+        char limit[64] = "none";
+        if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+            snprintf(limit, sizeof(limit), "%llu MiB", (unsigned long long)(lim.rlim_cur >> 20));
+        s = MX_ERROR(MX_ERR_NOMEM,
+                     "out of memory: OpenBLAS needs a %zu MiB work buffer for each of the %d threads that may "
+                     "multiply at once and only %d fit (address-space limit, ulimit -v: %s); raise the limit or "
+                     "use fewer threads (OMP_NUM_THREADS, MXNET_CPU_WORKER_NTHREADS)",
+                     BLAS_BUFFER_PROBE >> 20, threads, fit, limit);
+    }
+    return s;
+}
 
 /* Below this many multiply-adds a product runs whole on the caller: the
  * hand-over to another thread (a few microseconds) would not pay. */

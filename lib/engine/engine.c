@@ -18,6 +18,7 @@
  * from inside the body cannot free the payload under it.
  */
 #include "engine/engine.h"
+#include "blas/blas.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -180,6 +181,18 @@ mx_status mx_engine_create(const mx_engine_config *config, mx_engine **out)
             free(e);
             return ps;
         }
+    }
+    /* OpenBLAS's buffers for every thread that may multiply at once: the
+     * pools' helpers (a pool of N has N-1; its caller is the N-th) and
+     * every CPU worker, each of which may be a pool's caller or multiply
+     * on its own while the pool is taken. */
+    int cpu_workers = c.cpu_workers / e->n_cpu > 1 ? c.cpu_workers / e->n_cpu : 1;
+    mx_status bs = mx_blas_reserve(e->n_cpu * (kernel_each - 1) + e->n_cpu * cpu_workers);
+    if (bs != MX_OK) {
+        for (int k = 0; k < e->n_cpu; k++) mx_threadpool_free(e->kernel_pools[k]);
+        free(e->kernel_pools);
+        free(e);
+        return bs;
     }
     pthread_mutex_init(&e->push_mu, NULL);
     pthread_mutex_init(&e->state_mu, NULL);
