@@ -15,8 +15,15 @@
  * bytes). */
 #define BLAS_BUFFER_PROBE ((size_t)136 << 20)
 /* Big enough that OpenBLAS takes a buffer (not its small-matrix path) and
- * that the warm-up products overlap in time. */
-#define BLAS_WARMUP_N 192
+ * that the warm-up products, tens of milliseconds each, all run at once
+ * (a shorter one could end before another starts and hand it its buffer). */
+#define BLAS_WARMUP_N 768
+
+/* OpenBLAS's buffers belong to the process and are kept for its life: so
+ * is the count of those reserved (the one piece of state here that no
+ * object owns, as OpenBLAS's own is global). */
+static pthread_mutex_t reserve_mu = PTHREAD_MUTEX_INITIALIZER;
+static int reserved;
 
 typedef struct warmup {
     pthread_mutex_t mu;
@@ -58,9 +65,19 @@ static int buffers_that_fit(int want)
     return got;
 }
 
+static mx_status reserve_locked(int threads);
+
 mx_status mx_blas_reserve(int threads)
 {
-    if (threads < 1) return MX_OK;
+    pthread_mutex_lock(&reserve_mu);
+    mx_status s = threads <= reserved ? MX_OK : reserve_locked(threads);
+    if (s == MX_OK && threads > reserved) reserved = threads;
+    pthread_mutex_unlock(&reserve_mu);
+    return s;
+}
+
+static mx_status reserve_locked(int threads)
+{
     warmup w = {.arrived = 0, .total = threads, .go = 0};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);

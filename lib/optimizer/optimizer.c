@@ -406,7 +406,12 @@ static mx_status prepare_states(mx_optimizer *opt, int index, opt_slot *slot, mx
     for (int j = 0; j < n_states; j++) {
         mx_ndarray *st = slot->states[j];
         if (!st) {
-            MX_TRY(new_zeros(weight, &slot->states[j]));
+            mx_status s = new_zeros(weight, &slot->states[j]);
+            if (s != MX_OK)
+                return slot->name ? mx_error_prefix(s, "%s: state '%s' of '%s'", opt->kind->name,
+                                                    opt->kind->state_names[j], slot->name)
+                                  : mx_error_prefix(s, "%s: state '%s' of parameter %d", opt->kind->name,
+                                                    opt->kind->state_names[j], index);
             continue;
         }
         if (!mx_shape_equal(mx_ndarray_shape(st), mx_ndarray_shape(weight)))
