@@ -15,6 +15,7 @@
  */
 #include "comm/comm.h"
 #include "support/tooltest.h"
+#include "support/mpichild.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -41,27 +42,6 @@ const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
 
 /* ===================================================== the ranks' side */
 
-static mx_comm *child_comm; /* for child_fail's abort */
-static int child_rank = -1;
-
-static void child_fail(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void child_fail(int line, const char *fmt, ...)
-{
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    printf("CHILD-FAIL rank %d (test_comm.c:%d): %s\n", child_rank, line, msg);
-    fflush(stdout);
-    if (child_comm) mx_comm_abort(child_comm, 1);
-    exit(1);
-}
-
-#define CHILD_CHECK(cond, ...)                           \
-    do {                                                 \
-        if (!(cond)) child_fail(__LINE__, __VA_ARGS__); \
-    } while (0)
 
 static void child_start(double stall_timeout_s, size_t max_message_bytes)
 {

@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "kvstore/kvstore.h"
 #include "support/tooltest.h"
+#include "support/mpichild.h"
 
 #include <check.h>
 #include <math.h>
@@ -34,28 +35,6 @@ static char self_exe[4096];
 
 /* ===================================================== the ranks' side */
 
-static mx_comm *child_comm;
-static int child_rank = -1;
-
-static void child_fail(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void child_fail(int line, const char *fmt, ...)
-{
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    printf("CHILD-FAIL rank %d (test_dist_async.c:%d): %s\n", child_rank, line, msg);
-    fflush(stdout);
-    if (child_comm) mx_comm_abort(child_comm, 1);
-    exit(1);
-}
-
-#define CHILD_CHECK(cond, ...)                           \
-    do {                                                 \
-        if (!(cond)) child_fail(__LINE__, __VA_ARGS__); \
-    } while (0)
-#define CHILD_OK(call) CHILD_CHECK((call) == MX_OK, "%s: %s", #call, mx_last_error())
 
 #define BIG 300000 /* elements of key 0: 1.2 MB, past MPI's eager limit */
 #define SMALL 7
