@@ -377,14 +377,7 @@ END_TEST
 
 int main(void)
 {
-    /* Under ASan the ranks' Open MPI leaks are suppressed by library name
-     * (tests/lsan-openmpi.supp), which needs whole stacks. */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (asan) {
-        char opts[1024];
-        snprintf(opts, sizeof(opts), "%s:fast_unwind_on_malloc=0", asan);
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
+    tool_asan_whole_stacks(); /* Open MPI leak suppressions need whole stacks */
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("mpirun");
     tcase_set_timeout(tc, 900);

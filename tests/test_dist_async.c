@@ -435,14 +435,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_dist_async --rank-child: unknown mode %s\n", argv[2]);
         return 2;
     }
-    /* mxtrain's ranks too: Open MPI's leaks are suppressed by library
-     * name (tests/lsan-openmpi.supp), which needs whole stacks. */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (asan) {
-        char opts[1024];
-        snprintf(opts, sizeof(opts), "%s:fast_unwind_on_malloc=0", asan);
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
+    tool_asan_whole_stacks(); /* Open MPI leak suppressions need whole stacks */
     ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
     if (n <= 0) {
         perror("test_dist_async: /proc/self/exe");

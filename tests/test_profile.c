@@ -356,14 +356,7 @@ END_TEST
 
 int main(void)
 {
-    /* Under ASan the ranks' Open MPI leaks are suppressed by library name
-     * (tests/lsan-openmpi.supp), which needs whole stacks (as test_dist). */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (asan) {
-        char opts[1024];
-        snprintf(opts, sizeof(opts), "%s:fast_unwind_on_malloc=0", asan);
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
+    tool_asan_whole_stacks(); /* Open MPI leak suppressions need whole stacks */
     Suite *s = suite_create("profile");
     TCase *tc = tcase_create("profile");
     tcase_set_timeout(tc, 300);

@@ -49,3 +49,12 @@ int tool_run(const char *prog, const char *args, const char *dir, const char *st
     if (err) *err = tool_slurp(err_path, NULL);
     return WEXITSTATUS(st);
 }
+
+void tool_asan_whole_stacks(void)
+{
+    const char *asan = getenv("ASAN_OPTIONS");
+    if (!asan) return;
+    char opts[1024];
+    snprintf(opts, sizeof(opts), "%s:fast_unwind_on_malloc=0", asan);
+    setenv("ASAN_OPTIONS", opts, 1);
+}

@@ -31,4 +31,10 @@ char *tool_slurp(const char *path, size_t *len);
  * when the tool did not exit normally). */
 int tool_run(const char *prog, const char *args, const char *dir, const char *stdin_path, char **out, char **err);
 
+/* For suites whose children run Open MPI under ASan: their leaks are
+ * suppressed by library name (tests/lsan-openmpi.supp), which needs whole
+ * stacks, so ASAN_OPTIONS (when set) gains fast_unwind_on_malloc=0 for
+ * every process started from here on. */
+void tool_asan_whole_stacks(void);
+
 #endif /* MX_TEST_TOOLTEST_H */
