@@ -33,23 +33,6 @@ static const mx_param_desc in_param_table[] = {
      "added to the variance before the square root"},
 };
 
-static int gn_list_inputs(const void *p, const char **names)
-{
-    (void)p;
-    names[0] = "data";
-    names[1] = "gamma";
-    names[2] = "beta";
-    return 3;
-}
-
-static int gn_list_outputs(const void *p, const char **names)
-{
-    (void)p;
-    names[0] = "output";
-    names[1] = "mean";
-    names[2] = "std";
-    return 3;
-}
 
 static int gn_num_visible_outputs(const void *p) { return ((const gn_params *)p)->output_mean_var ? 3 : 1; }
 
@@ -200,8 +183,8 @@ const mx_op_def mx_op_group_norm = {
     .params = gn_param_table,
     .n_params = (int)(sizeof(gn_param_table) / sizeof(gn_param_table[0])),
     .params_size = sizeof(gn_params),
-    .list_inputs = gn_list_inputs,
-    .list_outputs = gn_list_outputs,
+    .list_inputs = mx_norm_list_inputs,
+    .list_outputs = mx_norm_list_outputs,
     .num_visible_outputs = gn_num_visible_outputs,
     .infer_shape = gn_infer_shape,
     .workspace = gn_workspace,
@@ -218,7 +201,7 @@ const mx_op_def mx_op_instance_norm = {
     .params = in_param_table,
     .n_params = (int)(sizeof(in_param_table) / sizeof(in_param_table[0])),
     .params_size = sizeof(gn_params),
-    .list_inputs = gn_list_inputs,
+    .list_inputs = mx_norm_list_inputs,
     .list_outputs = in_list_outputs,
     .num_visible_outputs = in_num_visible_outputs,
     .infer_shape = in_infer_shape,

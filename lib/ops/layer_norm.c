@@ -174,7 +174,7 @@ static const mx_param_desc ln_param_table[] = {
      "also show the mean and std outputs"},
 };
 
-static int ln_list_inputs(const void *p, const char **names)
+int mx_norm_list_inputs(const void *p, const char **names)
 {
     (void)p;
     names[0] = "data";
@@ -183,7 +183,7 @@ static int ln_list_inputs(const void *p, const char **names)
     return 3;
 }
 
-static int ln_list_outputs(const void *p, const char **names)
+int mx_norm_list_outputs(const void *p, const char **names)
 {
     (void)p;
     names[0] = "output";
@@ -288,8 +288,8 @@ const mx_op_def mx_op_layer_norm = {
     .params = ln_param_table,
     .n_params = (int)(sizeof(ln_param_table) / sizeof(ln_param_table[0])),
     .params_size = sizeof(ln_params),
-    .list_inputs = ln_list_inputs,
-    .list_outputs = ln_list_outputs,
+    .list_inputs = mx_norm_list_inputs,
+    .list_outputs = mx_norm_list_outputs,
     .num_visible_outputs = ln_num_visible_outputs,
     .infer_shape = ln_infer_shape,
     .workspace = ln_workspace,

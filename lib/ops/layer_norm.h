@@ -22,6 +22,11 @@ typedef struct ln_params {
     bool output_mean_var;
 } ln_params;
 
+/* The inputs and outputs LayerNorm and GroupNorm name: data, gamma, beta;
+ * output, mean, std (layer_norm.c). */
+int mx_norm_list_inputs(const void *params, const char **names);
+int mx_norm_list_outputs(const void *params, const char **names);
+
 typedef struct mx_norm_layout {
     int64_t sets, len, inner;
     bool per_elem;
