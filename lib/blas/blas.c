@@ -69,6 +69,11 @@ static mx_status reserve_locked(int threads);
 
 mx_status mx_blas_reserve(int threads)
 {
+    /* Without an address-space limit the buffers' address space does not
+     * run out (they are not touched until used): nothing to guard, and no
+     * warm-up to pay at every start. */
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur == RLIM_INFINITY) return MX_OK;
     pthread_mutex_lock(&reserve_mu);
     mx_status s = threads <= reserved ? MX_OK : reserve_locked(threads);
     if (s == MX_OK && threads > reserved) reserved = threads;

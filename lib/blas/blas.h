@@ -29,10 +29,11 @@ void mx_dgemm(mx_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_
  * multiply at once. OpenBLAS allocates a buffer (128 MiB of address space
  * in Debian's build) whenever more threads multiply at once than it has
  * buffers and, when that allocation fails (an address-space limit,
- * `ulimit -v`), retries forever. The engine reserves what its kernel pools
- * and CPU workers can use when it starts: a limit too tight for them is a
- * clear MX_ERR_NOMEM there, and the buffers, which OpenBLAS keeps, need no
- * allocation later when the arrays have taken the rest. */
+ * `ulimit -v`), retries forever. Under an address-space limit the engine
+ * reserves what its kernel pools and CPU workers can use when it starts: a
+ * limit too tight for them is a clear MX_ERR_NOMEM there, and the buffers,
+ * which OpenBLAS keeps, need no allocation later when the arrays have taken
+ * the rest. Without a limit this returns at once. */
 mx_status mx_blas_reserve(int threads);
 
 #endif /* MX_BLAS_H */
