@@ -91,7 +91,7 @@ static int bn_axis(const bn_params *bp, const mx_shape *d)
     return a >= 0 && a < d->ndim ? (int)a : -1;
 }
 
-static void bn_dims(const bn_params *bp, const mx_shape *d, int64_t *outer, int64_t *c, int64_t *inner)
+void mx_bn_dims(const bn_params *bp, const mx_shape *d, int64_t *outer, int64_t *c, int64_t *inner)
 {
     int a = bn_axis(bp, d);
     *outer = 1;
@@ -229,7 +229,7 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     bn_fwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .x = in[0].data,
                     .gamma = in[1].data, .beta = in[2].data, .mm = aux[0].data, .mv = aux[1].data,
                     .y = out[0].data, .save_mean = out[1].data, .save_invstd = out[2].data};
-    bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
+    mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
     mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
     mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_forward_channels, &j);
     return MX_OK;
@@ -240,7 +240,7 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
 {
     const bn_params *bp = p;
     int64_t outer, C, inner;
-    bn_dims(bp, &in[0].shape, &outer, &C, &inner);
+    mx_bn_dims(bp, &in[0].shape, &outer, &C, &inner);
     const bool train = ctx->is_train && !bp->use_global_stats;
     const double m = (double)(outer * inner);
     const float *x = in[0].data, *gamma = in[1].data, *dy = out_grad[0].data;

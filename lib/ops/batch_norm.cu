@@ -143,18 +143,11 @@ __global__ void __launch_bounds__(BN_THREADS)
     }
 }
 
-/* (outer, channels, inner) around the channel axis, as batch_norm.c. */
+/* (outer, channels, inner) around the channel axis (batch_norm.c), within
+ * the kernels' grid. */
 static mx_status bn_gpu_geom(const bn_params *bp, const mx_shape *d, bn_geom *g)
 {
-    int64_t a = bp->axis < 0 ? bp->axis + d->ndim : bp->axis;
-    if (a < 0 || a >= d->ndim)
-        return MX_ERROR(MX_ERR_INVALID, "BatchNorm: parameter 'axis' has bad value '%lld' for data of %d dimensions",
-                        (long long)bp->axis, d->ndim);
-    g->outer = 1;
-    g->inner = 1;
-    for (int64_t i = 0; i < a; i++) g->outer *= d->dims[i];
-    for (int64_t i = a + 1; i < d->ndim; i++) g->inner *= d->dims[i];
-    g->C = d->dims[a];
+    mx_bn_dims(bp, d, &g->outer, &g->C, &g->inner);
     if (g->C > 2147483647)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "BatchNorm: %lld channels exceed the GPU kernel's grid",
                         (long long)g->C);

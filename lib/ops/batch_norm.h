@@ -20,4 +20,8 @@ typedef struct bn_params {
     int64_t axis;
 } bn_params;
 
+/* (outer, channels, inner) around the channel axis of d, which infer_shape
+ * has checked (batch_norm.c; batch_norm.cu too). */
+void mx_bn_dims(const bn_params *bp, const mx_shape *d, int64_t *outer, int64_t *c, int64_t *inner);
+
 #endif /* MX_OPS_BATCH_NORM_H */

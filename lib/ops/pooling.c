@@ -113,13 +113,8 @@ static int pool_list_outputs(const void *p, const char **names)
     return 1;
 }
 
-/* The problem in 3 spatial axes (leading ones padded with size 1). */
-typedef struct pool_geom {
-    int64_t planes;                         /* N*C */
-    int64_t in[3], out[3], k[3], s[3], p[3]; /* (d, y, x) */
-} pool_geom;
 
-static void pool_geometry(const pool_params *pp, const mx_shape *data, const mx_shape *outp, pool_geom *g)
+void mx_pool_geometry(const pool_params *pp, const mx_shape *data, const mx_shape *outp, pool_geom *g)
 {
     int nsp = data->ndim - 2;
     g->planes = data->dims[0] * data->dims[1];
@@ -193,19 +188,6 @@ static size_t pool_workspace(const void *p, const mx_shape *in, const mx_shape *
     return 0;
 }
 
-/* Window extent along one axis at output index o: the clipped range
- * [*lo, *hi) and MXNet's divisor factor for avg pooling. */
-static inline int64_t axis_window(const pool_geom *g, int a, int64_t o, bool include_pad, int64_t *lo, int64_t *hi)
-{
-    int64_t start = o * g->s[a] - g->p[a];
-    int64_t end = start + g->k[a];
-    if (end > g->in[a] + g->p[a]) end = g->in[a] + g->p[a];
-    int64_t padded = end - start;
-    *lo = start > 0 ? start : 0;
-    *hi = end < g->in[a] ? end : g->in[a];
-    return include_pad ? padded : *hi - *lo;
-}
-
 /* One kernel call, split across the kernel pool by planes (N*C): a plane's
  * outputs, and in backward its input gradient, belong to one piece, so
  * overlapping windows never race and every sum runs in one fixed order. */
@@ -232,8 +214,8 @@ typedef struct pool_rows {
 static inline pool_rows pool_rows_at(const pool_job *j, int64_t od, int64_t oh)
 {
     pool_rows r;
-    int64_t nd = axis_window(&j->g, 0, od, j->incl, &r.d0, &r.d1);
-    int64_t nh = axis_window(&j->g, 1, oh, j->incl, &r.h0, &r.h1);
+    int64_t nd = mx_pool_axis_window(&j->g, 0, od, j->incl, &r.d0, &r.d1);
+    int64_t nh = mx_pool_axis_window(&j->g, 1, oh, j->incl, &r.h0, &r.h1);
     r.f = (float)(nd * nh);
     return r;
 }
@@ -244,7 +226,7 @@ static float pool_one(const pool_job *j, const float *x, const pool_rows *r, int
 {
     const pool_geom *g = &j->g;
     int64_t lo, hi;
-    float div = (float)axis_window(g, 2, ow, j->incl, &lo, &hi);
+    float div = (float)mx_pool_axis_window(g, 2, ow, j->incl, &lo, &hi);
     float acc = j->type == POOL_MAX ? -FLT_MAX : 0.0f;
     for (int64_t d = r->d0; d < r->d1; d++)
         for (int64_t h = r->h0; h < r->h1; h++) {
@@ -268,7 +250,7 @@ static void pool_one_back(const pool_job *j, const float *x, float *dx, const po
 {
     const pool_geom *g = &j->g;
     int64_t lo, hi;
-    float div = (float)axis_window(g, 2, ow, j->incl, &lo, &hi);
+    float div = (float)mx_pool_axis_window(g, 2, ow, j->incl, &lo, &hi);
     if (j->type != POOL_MAX) {
         float size = j->type == POOL_AVG ? r->f * div : 1.0f;
         gy = size == 0.0f ? 0.0f : gy / size; /* an empty window has nothing to feed */
@@ -795,7 +777,7 @@ static void pool_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
 static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_shape *outp, pool_job *j)
 {
     memset(j, 0, sizeof(*j));
-    pool_geometry(pp, data, outp, &j->g);
+    mx_pool_geometry(pp, data, outp, &j->g);
     const pool_geom *g = &j->g;
     j->type = pp->pool_type;
     j->level = mx_simd_level();

@@ -23,10 +23,8 @@ extern "C" {
 #include <float.h>
 #include <math.h>
 
-/* The problem in 3 spatial axes (leading ones of size 1), as pooling.c. */
-struct pool_gpu_geom {
-    int64_t planes;
-    int64_t in[3], out[3], k[3], s[3], p[3];
+/* pooling.c's geometry (pool_geom, pooling.h) and what the kernels derive. */
+struct pool_gpu_geom : pool_geom {
     int64_t in_plane, out_plane;
     int type;
     bool incl;
@@ -34,45 +32,18 @@ struct pool_gpu_geom {
 
 static void pool_gpu_geometry(const pool_params *pp, const mx_shape *data, const mx_shape *outp, pool_gpu_geom *g)
 {
-    const int nsp = data->ndim - 2;
-    g->planes = data->dims[0] * data->dims[1];
-    for (int a = 0; a < 3; a++) {
-        const int i = a - (3 - nsp);
-        if (i < 0) {
-            g->in[a] = g->out[a] = g->k[a] = g->s[a] = 1;
-            g->p[a] = 0;
-            continue;
-        }
-        g->in[a] = data->dims[2 + i];
-        g->out[a] = outp->dims[2 + i];
-        if (pp->global_pool) {
-            g->k[a] = g->in[a];
-            g->s[a] = 1;
-            g->p[a] = 0;
-        } else {
-            g->k[a] = pp->kernel.v[i];
-            g->s[a] = pp->stride.ndim > 0 ? pp->stride.v[i] : 1;
-            g->p[a] = pp->pad.ndim > 0 ? pp->pad.v[i] : 0;
-        }
-    }
+    mx_pool_geometry(pp, data, outp, g);
     g->in_plane = g->in[0] * g->in[1] * g->in[2];
     g->out_plane = g->out[0] * g->out[1] * g->out[2];
     g->type = pp->pool_type;
     g->incl = pp->count_include_pad;
 }
 
-/* pooling.c's axis_window: the clipped range [*lo, *hi) of output o along
- * axis a and the avg divisor factor. */
+/* pooling.h's window of output o along axis a, under this geometry. */
 __device__ __forceinline__ int64_t pool_axis_window(const pool_gpu_geom &g, int a, int64_t o, int64_t *lo,
                                                     int64_t *hi)
 {
-    const int64_t start = o * g.s[a] - g.p[a];
-    int64_t end = start + g.k[a];
-    if (end > g.in[a] + g.p[a]) end = g.in[a] + g.p[a];
-    const int64_t padded = end - start;
-    *lo = start > 0 ? start : 0;
-    *hi = end < g.in[a] ? end : g.in[a];
-    return g.incl ? padded : *hi - *lo;
+    return mx_pool_axis_window(&g, a, o, g.incl, lo, hi);
 }
 
 /* The avg divisor as pooling.c forms it: (float)(nd*nh) * (float)nw. */

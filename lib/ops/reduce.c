@@ -77,8 +77,7 @@ static int red_list_outputs(const void *p, const char **names)
     return 1;
 }
 
-/* mask[k]: axis k of data is reduced. Errors name the op and the axes. */
-static mx_status red_mask(const char *op, const red_params *rp, const mx_shape *d, bool *mask)
+mx_status mx_reduce_mask(const char *op, const red_params *rp, const mx_shape *d, bool *mask)
 {
     char a[128];
     int nd = d->ndim;
@@ -105,7 +104,7 @@ static mx_status red_infer(const char *op, const red_params *rp, mx_shape *in, m
 {
     if (in[0].ndim == 0) return MX_ERROR(MX_ERR_INVALID, "%s: the shape of data is unknown", op);
     bool mask[MX_MAX_NDIM];
-    MX_TRY(red_mask(op, rp, &in[0], mask));
+    MX_TRY(mx_reduce_mask(op, rp, &in[0], mask));
     mx_shape o = {0};
     for (int k = 0; k < in[0].ndim; k++) {
         if (!mask[k]) o.dims[o.ndim++] = in[0].dims[k];
@@ -224,7 +223,7 @@ static mx_status red_forward_kind(red_kind kind, const char *op, const mx_op_ctx
                         mx_dtype_name(in[0].dtype));
     bool mask[MX_MAX_NDIM];
     int64_t ost[MX_MAX_NDIM];
-    MX_TRY(red_mask(op, rp, &in[0].shape, mask));
+    MX_TRY(mx_reduce_mask(op, rp, &in[0].shape, mask));
     int64_t n_out = red_ostrides(&in[0].shape, mask, ost);
     if (ctx->workspace_bytes < (size_t)n_out * sizeof(double))
         return MX_ERROR(MX_ERR_RUNTIME, "%s: workspace of %zu bytes is too small", op, ctx->workspace_bytes);
@@ -303,7 +302,7 @@ static mx_status red_backward_kind(red_kind kind, const char *op, const mx_op_ct
     const mx_shape *d = &in_grad[0].shape;
     bool mask[MX_MAX_NDIM];
     int64_t ost[MX_MAX_NDIM];
-    MX_TRY(red_mask(op, rp, d, mask));
+    MX_TRY(mx_reduce_mask(op, rp, d, mask));
     int64_t n_out = red_ostrides(d, mask, ost), n_in = mx_shape_size(d);
     red_bwd_ctx b = {.kind = kind, .ord = rp->ord, .scale = n_in ? (double)n_out / (double)n_in : 0.0,
                      .x = in[0].data, .y = out[0].data, .dy = out_grad[0].data, .dx = in_grad[0].data,

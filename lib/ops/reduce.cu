@@ -12,7 +12,9 @@
  * the CPU uses its workspace), so no division by zero happens.
  */
 #include "ops/cuda/cuda_op.h"
+extern "C" {
 #include "ops/reduce.h"
+}
 
 #include <math.h>
 
@@ -23,30 +25,6 @@ typedef struct redg_geom {
     int kax[MX_MAX_NDIM], rax[MX_MAX_NDIM];
     int64_t n_red; /* data elements per output element */
 } redg_geom;
-
-/* reduce.c's red_mask: mask[k] says axis k of d is reduced. */
-static mx_status redg_mask(const char *op, const red_params *rp, const mx_shape *d, bool *mask)
-{
-    char a[128];
-    int nd = d->ndim;
-    if (rp->axis.ndim <= 0) {
-        for (int k = 0; k < nd; k++) mask[k] = true;
-        return MX_OK;
-    }
-    bool in[MX_MAX_NDIM] = {false};
-    for (int i = 0; i < rp->axis.ndim; i++) {
-        int64_t ax = rp->axis.v[i] < 0 ? rp->axis.v[i] + nd : rp->axis.v[i];
-        if (ax < 0 || ax >= nd)
-            return MX_ERROR(MX_ERR_INVALID, "%s: parameter 'axis' has axis %lld, out of range for data of shape %s",
-                            op, (long long)rp->axis.v[i], mx_shape_str(d, a, sizeof(a)));
-        if (in[ax])
-            return MX_ERROR(MX_ERR_INVALID, "%s: parameter 'axis' names axis %lld twice (data of shape %s)", op,
-                            (long long)ax, mx_shape_str(d, a, sizeof(a)));
-        in[ax] = true;
-    }
-    for (int k = 0; k < nd; k++) mask[k] = in[k] != rp->exclude;
-    return MX_OK;
-}
 
 /* Returns the output size. */
 static int64_t redg_make(const mx_shape *d, const bool *mask, redg_geom *g)
@@ -178,7 +156,7 @@ static mx_status redg_forward(const char *op, const mx_op_ctx *ctx, const void *
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: %s data is not supported (float32 only)", op,
                         mx_dtype_name(in[0].dtype));
     bool mask[MX_MAX_NDIM];
-    MX_TRY(redg_mask(op, rp, &in[0].shape, mask));
+    MX_TRY(mx_reduce_mask(op, rp, &in[0].shape, mask));
     redg_geom g;
     int64_t n_out = redg_make(&in[0].shape, mask, &g), n_in = mx_shape_size(&in[0].shape);
     if (n_out <= 0) return MX_OK;
@@ -197,7 +175,7 @@ static mx_status redg_backward(const char *op, const mx_op_ctx *ctx, const void 
     if (req[0] == MX_REQ_NULL) return MX_OK;
     const mx_shape *d = &in_grad[0].shape;
     bool mask[MX_MAX_NDIM];
-    MX_TRY(redg_mask(op, rp, d, mask));
+    MX_TRY(mx_reduce_mask(op, rp, d, mask));
     redg_geom g;
     int64_t n_out = redg_make(d, mask, &g), n_in = mx_shape_size(d);
     if (n_in <= 0) return MX_OK;

@@ -20,4 +20,8 @@ typedef struct red_params {
     int out_dtype; /* norm */
 } red_params;
 
+/* mask[k]: axis k of d is reduced, from axis (none: all), negative axes
+ * and exclude. Errors name the op and the axes. (reduce.c; reduce.cu too.) */
+mx_status mx_reduce_mask(const char *op, const red_params *rp, const mx_shape *d, bool *mask);
+
 #endif /* MX_OPS_REDUCE_H */
