@@ -25,9 +25,9 @@ typedef struct net {
 
 static mx_graph *new_graph(uint32_t *data)
 {
-    mx_graph *g;
-    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
-    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, data), MX_OK);
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    *data = x.node;
     return g;
 }
 

@@ -22,23 +22,13 @@
 #include <time.h>
 
 
-static mx_graph *new_graph(mx_entry *data)
-{
-    mx_graph *g;
-    uint32_t id;
-    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
-    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &id), MX_OK);
-    *data = test_entry(id);
-    return g;
-}
-
 static void set_heads(mx_graph *g, mx_entry h) { ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK); }
 
 /* data -> fc1 -> scale (x * scalar) -> fc2 -> SoftmaxOutput */
 static mx_graph *scaled_mlp(const char *scalar)
 {
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     char p[64];
     snprintf(p, sizeof(p), "scalar=%s", scalar);
     x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=2", &x, 1));
@@ -52,7 +42,7 @@ static mx_graph *scaled_mlp(const char *scalar)
 static mx_graph *regression_mlp(void)
 {
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=2", &x, 1));
     set_heads(g, test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=2", &x, 1)));
     return g;
@@ -297,7 +287,7 @@ END_TEST
 START_TEST(test_gradient_sum_is_named)
 {
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=2", &x, 1));
     mx_entry twice[2] = {x, x};
     set_heads(g, test_entry(test_graph_op(g, "elemwise_add", "twice", NULL, twice, 2)));
@@ -341,7 +331,7 @@ END_TEST
 START_TEST(test_aux_state_is_checked)
 {
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     x = test_entry(test_graph_op(g, "BatchNorm", "bn", NULL, &x, 1));
     x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
     set_heads(g, test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1)));
@@ -414,7 +404,7 @@ END_TEST
 static mx_graph *convnet(void)
 {
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     mx_entry stem = test_entry(test_graph_op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
     x = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=False", &stem, 1));
     x = test_entry(test_graph_op(g, "Activation", "act1", "act_type=relu", &x, 1));

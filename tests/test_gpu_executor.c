@@ -207,16 +207,6 @@ static void train_steps(twin *t, int steps, float lr, double rtol, double atol)
     }
 }
 
-static mx_graph *new_graph(mx_entry *data)
-{
-    mx_graph *g;
-    uint32_t id;
-    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
-    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &id), MX_OK);
-    *data = test_entry(id);
-    return g;
-}
-
 /* cuDNN's heuristics choose LeNet's algorithms (cudnn_tune=off): timed
  * choices change with the machine's load (and under compute-sanitizer
  * pick Winograd, whose error on the data gradient reached 1.8% of its
@@ -226,7 +216,7 @@ START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
 {
     if (!gpucheck_gpu_visible()) return;
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(5,5);num_filter=20;cudnn_tune=off", &x, 1));
     x = test_entry(test_graph_op(g, "Activation", "tanh1", "act_type=tanh", &x, 1));
     x = test_entry(test_graph_op(g, "Pooling", "pool1", "pool_type=max;kernel=(2,2);stride=(2,2)", &x, 1));
@@ -253,7 +243,7 @@ START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
 {
     if (!gpucheck_gpu_visible()) return;
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     mx_entry stem = test_entry(test_graph_op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=8", &x, 1));
     x = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(3,3);pad=(1,1);num_filter=8;no_bias=1", &stem, 1));
     x = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=0", &x, 1));
@@ -280,7 +270,7 @@ START_TEST(test_bind_refuses_op_without_gpu_kernel)
 {
     if (!gpucheck_gpu_visible()) return;
     mx_entry x;
-    mx_graph *g = new_graph(&x);
+    mx_graph *g = test_graph_new(&x);
     x = test_entry(test_graph_op(g, "Activation", "act1", "act_type=relu", &x, 1));
     ck_assert_int_eq(mx_graph_set_heads(g, &x, 1), MX_OK);
     /* Every registered operator has GPU kernels, so the layer gets a copy

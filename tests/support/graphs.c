@@ -24,3 +24,13 @@ uint32_t test_graph_op(mx_graph *g, const char *type, const char *name, const ch
                   mx_last_error());
     return id;
 }
+
+mx_graph *test_graph_new(mx_entry *data)
+{
+    mx_graph *g;
+    uint32_t id;
+    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
+    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &id), MX_OK);
+    *data = test_entry(id);
+    return g;
+}

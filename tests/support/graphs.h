@@ -13,4 +13,7 @@ uint32_t test_graph_op(mx_graph *g, const char *type, const char *name, const ch
 
 static inline mx_entry test_entry(uint32_t node) { return (mx_entry){node, 0}; }
 
+/* A new graph holding one variable, "data" (*data: its entry). */
+mx_graph *test_graph_new(mx_entry *data);
+
 #endif /* MX_TEST_GRAPHS_H */
