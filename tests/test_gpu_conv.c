@@ -192,23 +192,8 @@ START_TEST(test_gpu_kernels_registered)
         ck_assert_ptr_nonnull(op);
         ck_assert_msg(op->gpu != NULL && op->gpu->forward && op->gpu->backward, "%s has no GPU kernels", ops[i]);
     }
-    const mx_op_def *op = mx_op_find("Convolution");
-    _Alignas(16) char p[16384];
     const char *k[] = {"kernel", "num_filter", "cudnn_off"}, *v[] = {"(3, 3)", "4", "True"};
-    ck_assert_int_eq(mx_op_parse_params(op, k, v, 3, p), MX_OK);
-    mx_req req[1] = {MX_REQ_WRITE};
-    mx_tensor in[3], out[1];
-    memset(in, 0, sizeof(in));
-    memset(out, 0, sizeof(out));
-    mx_op_ctx ctx = {0};
-    ck_assert_int_eq(op->gpu->forward(&ctx, p, in, req, out, NULL), MX_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(mx_last_error(), "cudnn_off"), "%s", mx_last_error());
-    mx_req breq[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
-    mx_tensor og[1], g[3];
-    memset(og, 0, sizeof(og));
-    memset(g, 0, sizeof(g));
-    ck_assert_int_eq(op->gpu->backward(&ctx, p, og, in, out, breq, g, NULL), MX_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(mx_last_error(), "cudnn_off"), "%s", mx_last_error());
+    gpucheck_refused("Convolution", k, v, 3, "cudnn_off");
 #else
     ck_assert_ptr_null(mx_op_find("Convolution")->gpu);
     ck_assert_ptr_null(mx_op_find("Pooling")->gpu);

@@ -492,22 +492,8 @@ START_TEST(test_gpu_kernels_registered)
 #ifdef MX_USE_CUDA
     /* Deconvolution's cudnn_off=True is refused by name before anything
      * touches a device. */
-    const mx_op_def *op = mx_op_find("Deconvolution");
-    _Alignas(16) char p[16384];
-    ck_assert_uint_le(op->params_size, sizeof(p));
     const char *k[] = {"kernel", "num_filter", "cudnn_off"}, *v[] = {"(3, 3)", "4", "True"};
-    ck_assert_int_eq(mx_op_parse_params(op, k, v, 3, p), MX_OK);
-    mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
-    mx_tensor in[3], out[1], og[1], g[3];
-    memset(in, 0, sizeof(in));
-    memset(out, 0, sizeof(out));
-    memset(og, 0, sizeof(og));
-    memset(g, 0, sizeof(g));
-    mx_op_ctx ctx = {0};
-    ck_assert_int_eq(op->gpu->forward(&ctx, p, in, req, out, NULL), MX_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(mx_last_error(), "cudnn_off"), "%s", mx_last_error());
-    ck_assert_int_eq(op->gpu->backward(&ctx, p, og, in, out, req, g, NULL), MX_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(mx_last_error(), "cudnn_off"), "%s", mx_last_error());
+    gpucheck_refused("Deconvolution", k, v, 3, "cudnn_off");
 #endif
 }
 END_TEST

@@ -320,12 +320,42 @@ void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum)
     free(params);
 }
 
+void gpucheck_refused(const char *op_name, const char *const *keys, const char *const *values, int n_params,
+                      const char *named)
+{
+    const mx_op_def *op = mx_op_find(op_name);
+    ck_assert_msg(op && op->gpu, "gpucheck: %s has no GPU kernels", op_name);
+    void *p = calloc(1, op->params_size + 1);
+    ck_assert(p != NULL);
+    ck_assert_msg(mx_op_parse_params(op, keys, values, n_params, p) == MX_OK, "%s", mx_last_error());
+    mx_req req[MX_OP_MAX_IO];
+    for (int i = 0; i < MX_OP_MAX_IO; i++) req[i] = MX_REQ_WRITE;
+    mx_tensor in[MX_OP_MAX_IO], out[MX_OP_MAX_IO], og[MX_OP_MAX_IO], g[MX_OP_MAX_IO];
+    memset(in, 0, sizeof(in));
+    memset(out, 0, sizeof(out));
+    memset(og, 0, sizeof(og));
+    memset(g, 0, sizeof(g));
+    mx_op_ctx ctx = {0};
+    ck_assert_int_eq(op->gpu->forward(&ctx, p, in, req, out, NULL), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), named), "%s forward: %s", op_name, mx_last_error());
+    ck_assert_int_eq(op->gpu->backward(&ctx, p, og, in, out, req, g, NULL), MX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mx_last_error(), named), "%s backward: %s", op_name, mx_last_error());
+    free(p);
+}
+
 #else /* !MX_USE_CUDA */
 
 void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum)
 {
     (void)sum;
     ck_abort_msg("gpucheck: %s: this build has no CUDA", c->op);
+}
+
+void gpucheck_refused(const char *op, const char *const *keys, const char *const *values, int n_params,
+                      const char *named)
+{
+    (void)keys, (void)values, (void)n_params, (void)named;
+    ck_abort_msg("gpucheck: %s: this build has no CUDA", op);
 }
 
 #endif

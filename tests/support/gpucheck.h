@@ -41,6 +41,12 @@ bool gpucheck_gpu_visible(void);
 /* Runs one case; fails the current Check test on any mismatch, naming the
  * op, pass, request, tensor and index; adds to *sum (may be NULL). */
 void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum);
+/* A parameter value the GPU kernels refuse before touching a device: op's
+ * GPU forward and backward, given those parameters and empty tensors,
+ * return MX_ERR_UNSUPPORTED with `named` in the message (CUDA builds). */
+void gpucheck_refused(const char *op, const char *const *keys, const char *const *values, int n_params,
+                      const char *named);
+
 /* "GPU consistency: N cases, M comparisons, worst X of tolerance (op)". */
 void gpucheck_print_summary(const char *suite, const gpucheck_summary *sum);
 
