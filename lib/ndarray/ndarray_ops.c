@@ -177,8 +177,8 @@ static mx_status run_dot(nd_op *op, const mx_exec_ctx *exec)
 
 /* NDArray math on a GPU runs the operators' own device kernels (one
  * kernel path: elemwise_*, _*_scalar, batch_dot), on the op's worker. */
-static mx_status run_device_op(const char *name, const char *key, const char *value, mx_tensor *in,
-                               mx_tensor *out, const mx_exec_ctx *exec)
+static mx_status run_device_op(const char *name, const char *const *keys, const char *const *values, int n_params,
+                               mx_tensor *in, mx_tensor *out, const mx_exec_ctx *exec)
 {
     const mx_op_def *def;
     mx_op_kernels k;
@@ -186,7 +186,7 @@ static mx_status run_device_op(const char *name, const char *key, const char *va
     MX_TRY(mx_op_kernels_for(def, exec->ctx, &k));
     void *params = mx_calloc(1, def->params_size + 1);
     if (!params) return MX_ERR_NOMEM;
-    mx_status s = mx_op_parse_params(def, key ? &key : NULL, key ? &value : NULL, key ? 1 : 0, params);
+    mx_status s = mx_op_parse_params(def, keys, values, n_params, params);
     mx_req req = MX_REQ_WRITE;
     mx_op_ctx ctx = {.exec = exec};
     if (s == MX_OK) s = k.forward(&ctx, params, in, &req, out, NULL);
@@ -211,36 +211,24 @@ static mx_status run_on_device(nd_op *op, const mx_exec_ctx *exec)
     mx_tensor out = nd_tensor(op->out, flat);
     if (op->kind == ND_BINARY) {
         mx_tensor in[2] = {nd_tensor(op->a, flat), nd_tensor(op->b, flat)};
-        return run_device_op(binary_names[op->binary], NULL, NULL, in, &out, exec);
+        return run_device_op(binary_names[op->binary], NULL, NULL, 0, in, &out, exec);
     }
     if (op->kind == ND_BINARY_SCALAR) {
         char value[32];
         snprintf(value, sizeof(value), "%.9g", (double)(float)op->scalar);
+        const char *key = "scalar", *val = value;
         mx_tensor in = nd_tensor(op->a, flat);
-        return run_device_op((op->scalar_first ? scalar_first_names : scalar_names)[op->binary], "scalar", value,
-                             &in, &out, exec);
+        return run_device_op((op->scalar_first ? scalar_first_names : scalar_names)[op->binary], &key, &val, 1, &in,
+                             &out, exec);
     }
     /* dot: one batch of batch_dot, (1, M, K) x (1, K, N) -> (1, M, N). */
     const mx_shape *sa = mx_ndarray_shape(op->a), *sb = mx_ndarray_shape(op->b), *so = mx_ndarray_shape(op->out);
     mx_tensor in[2] = {nd_tensor(op->a, MX_SHAPE(1, sa->dims[0], sa->dims[1])),
                        nd_tensor(op->b, MX_SHAPE(1, sb->dims[0], sb->dims[1]))};
     out = nd_tensor(op->out, MX_SHAPE(1, so->dims[0], so->dims[1]));
-    const mx_op_def *def;
-    mx_op_kernels k;
-    MX_TRY(mx_op_lookup("batch_dot", &def));
-    MX_TRY(mx_op_kernels_for(def, exec->ctx, &k));
-    void *params = mx_calloc(1, def->params_size + 1);
-    if (!params) return MX_ERR_NOMEM;
     const char *keys[] = {"transpose_a", "transpose_b"};
     const char *values[] = {op->transpose_a ? "True" : "False", op->transpose_b ? "True" : "False"};
-    mx_status s = mx_op_parse_params(def, keys, values, 2, params);
-    mx_req req = MX_REQ_WRITE;
-    mx_op_ctx ctx = {.exec = exec};
-    if (s == MX_OK) s = k.forward(&ctx, params, in, &req, &out, NULL);
-    free(params);
-    const mx_device_ops *dev = mx_device_get(exec->ctx.dev_type);
-    if (s == MX_OK && dev && dev->op_done) s = dev->op_done(exec->ctx.dev_id, exec->stream);
-    return s;
+    return run_device_op("batch_dot", keys, values, 2, in, &out, exec);
 }
 
 static mx_status nd_op_run(void *payload, const mx_exec_ctx *exec)
