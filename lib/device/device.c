@@ -252,6 +252,14 @@ void mx_device_worker_exit(mx_context ctx, mx_engine_lane lane, void *stream, vo
     if (ops && ops->worker_exit) ops->worker_exit(ctx, lane, stream, user);
 }
 
+mx_status mx_device_op_done(const mx_exec_ctx *exec)
+{
+    if (exec->ctx.dev_type == MX_DEV_CPU) return MX_OK;
+    const mx_device_ops *ops = mx_device_get(exec->ctx.dev_type);
+    if (!ops) return mx_last_status();
+    return ops->op_done ? ops->op_done(exec->ctx.dev_id, exec->stream) : MX_OK;
+}
+
 mx_status mx_device_copy(void *dst, mx_context dst_ctx, const void *src, mx_context src_ctx,
                          size_t bytes, void *stream)
 {

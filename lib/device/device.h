@@ -66,6 +66,11 @@ void mx_device_workers_free(mx_device_workers *workers);
 mx_status mx_device_worker_init(mx_context ctx, mx_engine_lane lane, void **stream, void *user);
 void mx_device_worker_exit(mx_context ctx, mx_engine_lane lane, void *stream, void *user);
 
+/* An operation running on `exec` has queued its device work: what its
+ * device needs before the engine counts it done (op_done; nothing on the
+ * CPU). Every engine operation that launches device kernels ends with it. */
+mx_status mx_device_op_done(const mx_exec_ctx *exec);
+
 /* Copies between arbitrary contexts (host<->device, device<->device). */
 mx_status mx_device_copy(void *dst, mx_context dst_ctx, const void *src, mx_context src_ctx,
                          size_t bytes, void *stream);

@@ -451,12 +451,8 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,
                                                       ni->in_grad, aux)
                                : ni->kernels.forward(&ctx, ni->params, ni->in, ni->req, ni->out, aux);
-    /* Device kernels are queued on the worker's stream: the device says
-     * what must happen before the engine counts the op done (op_done). */
-    if (s == MX_OK && exec->ctx.dev_type != MX_DEV_CPU) {
-        const mx_device_ops *dev = mx_device_get(exec->ctx.dev_type);
-        s = !dev ? mx_last_status() : dev->op_done ? dev->op_done(exec->ctx.dev_id, exec->stream) : MX_OK;
-    }
+    /* Device kernels are queued on the worker's stream. */
+    if (s == MX_OK) s = mx_device_op_done(exec);
     if (s != MX_OK) mx_error_prefix(s, "layer '%s'", ni->node->name);
     return s;
 }

@@ -191,9 +191,7 @@ static mx_status run_device_op(const char *name, const char *const *keys, const 
     mx_op_ctx ctx = {.exec = exec};
     if (s == MX_OK) s = k.forward(&ctx, params, in, &req, out, NULL);
     free(params);
-    const mx_device_ops *dev = mx_device_get(exec->ctx.dev_type);
-    if (s == MX_OK && dev && dev->op_done) s = dev->op_done(exec->ctx.dev_id, exec->stream);
-    return s;
+    return s == MX_OK ? mx_device_op_done(exec) : s;
 }
 
 static mx_tensor nd_tensor(mx_ndarray *a, mx_shape shape)

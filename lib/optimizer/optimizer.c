@@ -347,10 +347,7 @@ static mx_status upd_run(void *payload, const mx_exec_ctx *exec)
         for (int j = 0; j < op->n_states; j++) st[j] = mx_ndarray_data(op->states[j]);
         MX_TRY(op->kind->run_gpu(&op->step, mx_ndarray_data(op->weight), mx_ndarray_data(op->grad), st, n,
                                  exec->stream));
-        /* Queued on the worker's stream: the device says what the engine
-         * needs before the update counts as done (device.h, op_done). */
-        const mx_device_ops *dev = mx_device_get(MX_DEV_GPU);
-        return !dev ? mx_last_status() : dev->op_done ? dev->op_done(exec->ctx.dev_id, exec->stream) : MX_OK;
+        return mx_device_op_done(exec); /* queued on the worker's stream */
     }
     mx_threadpool *pool = n >= UPD_PARALLEL_MIN ? exec->pool : NULL;
     mx_parallel_for(pool, n, mx_parallel_grain(pool, n, 2, 4096), upd_range, op);
