@@ -11,28 +11,38 @@
 # scripts/bench/torch_gpu.py on the same nets, batch, optimizer and card
 # (eager mode; torch.compile too with --compile).
 #   usage: gpu.sh [--bin DIR] [--batches N (ResNet-50's, default 40)] [--out DIR] [--compile]
+#                 [--nets lenet,resnet-20,resnet-50] [--profile]
+#   --profile: after each timed run, two more of the same net with
+#   fit.profile over 4 batches from the middle: one as timed, one with
+#   MX_GPU_SYNC_OPS=1 (each operation's duration is then its device time);
+#   traces NET-trace-{async,sync}.json under --out, summarised by
+#   profile_summary.py.
 #   (MX_BENCH_CTX=cpu runs the mxtrain side on the CPU, to try the script
 #   where there is no GPU)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-bin=build/bin batches=40 out=${OUT:-/tmp} compile=
+bin=build/bin batches=40 out=${OUT:-/tmp} compile= nets=lenet,resnet-20,resnet-50 profile=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --bin) bin=$2; shift 2 ;;
     --batches) batches=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --compile) compile=--compile; shift ;;
+    --nets) nets=$2; shift 2 ;;
+    --profile) profile=1; shift ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+mkdir -p "$out"
 log=$out/bench-gpu.log
 : > "$log"
 results=()
 # net:sample shape:classes:batches (ResNet-50's scaled by --batches / 60)
 for spec in lenet:1,28,28:10:200 resnet-20:3,32,32:10:100 resnet-50:3,224,224:1000:$batches; do
     IFS=: read -r net shape classes nb <<< "$spec"
+    case ",$nets," in *",$net,"*) ;; *) continue ;; esac
     conf=$work/$net.conf
     awk '/^\[(train|val|optimizer|fit)\]/ { skip = 1 } /^\[/ && !/^\[(train|val|optimizer|fit)\]/ { skip = 0 } !skip' \
         "configs/$net.conf" > "$conf"
@@ -69,6 +79,15 @@ EOC
     peak=$(sort -n "$work/mem.txt" | tail -1)
     results+=("$(printf '{"side": "mxc", "net": "%s", "batch": 64, "rc": %d, "images_per_sec": %s, "peak_mib_process": %s}' \
         "${net//-/}" "$rc" "${speed:-0}" "${peak:-0}")")
+    if [ "$profile" = 1 ]; then
+        first=$((nb / 2)) last=$((nb / 2 + 3))
+        for mode in async sync; do
+            trace=$out/$net-trace-$mode.json
+            MX_GPU_SYNC_OPS=$([ $mode = sync ] && echo 1 || echo 0) timeout 200 "$bin/mxtrain" "$conf" \
+                fit.profile="$trace" fit.profile_batches=$first-$last >> "$log" 2>&1
+            python3 scripts/bench/profile_summary.py "$trace" 4 | tee -a "$log"
+        done
+    fi
 done
 printf '%s\n' "${results[@]}" | tee -a "$log"
 timeout 300 python3 scripts/bench/torch_gpu.py --nets lenet,resnet20,resnet50 --batch 64 --steps 50 $compile 2>> "$log" |

@@ -7,7 +7,10 @@
 #   MX_GPU_SANITIZE=0  skips the sanitizer; MX_GPU_TIMEOUT (s, default 150)
 #   bounds each suite; MX_GPU_LENET_FULL=1 trains configs/lenet.conf whole
 #   on gpu:0 and predicts the test set on gpu(0) and the CPU (lenet-full.log);
-#   MX_GPU_BENCH=1 runs scripts/bench/gpu.sh (bench-gpu.log).
+#   MX_GPU_BENCH=1 runs scripts/bench/gpu.sh (bench-gpu.log), with
+#   MX_GPU_BENCH_PROFILE=1 its per-operation profiles too (gpu.sh --profile);
+#   MX_GPU_SAN_TOOLS (default "memcheck racecheck") and MX_GPU_SAN_SUITES
+#   (default: every test_gpu_* suite, e.g. "test_gpu_bn") narrow the sanitizer.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/mxc-gpu-out}
@@ -98,14 +101,16 @@ PY
 fi
 
 if [ "${MX_GPU_BENCH:-0}" != 0 ]; then
-    bash scripts/bench/gpu.sh --bin "$top/bin" --out "$OUT" --batches "${MX_GPU_BENCH_BATCHES:-40}" | sed 's|^|bench: |'
+    bash scripts/bench/gpu.sh --bin "$top/bin" --out "$OUT" --batches "${MX_GPU_BENCH_BATCHES:-40}" \
+        $([ "${MX_GPU_BENCH_PROFILE:-0}" != 0 ] && echo --profile) | sed 's|^|bench: |'
 fi
 
 if [ "${MX_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     : > "$OUT/sanitizer.log"
-    for tool in memcheck racecheck; do
+    for tool in ${MX_GPU_SAN_TOOLS:-memcheck racecheck}; do
         for t in "$top"/bin/test_gpu_*; do
             name=$(basename "$t")
+            case " ${MX_GPU_SAN_SUITES:-$name} " in *" $name "*) ;; *) continue ;; esac
             start=$(date +%s)
             CK_FORK=no timeout "${MX_GPU_SAN_TIMEOUT:-60}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
                 "$t" > "$OUT/san.tmp" 2>&1
