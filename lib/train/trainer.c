@@ -63,6 +63,12 @@ typedef struct trainer {
     mx_ndarray **val_args;
     mx_optimizer *optimizer;
     mx_kvstore *kv;
+    /* One context and no dist store: the optimizer updates the context's
+     * weights with its gradients where they are (MXNet's Module creates no
+     * kvstore then, update_on_kvstore false), so a GPU's weights and
+     * gradients never travel to the host. Otherwise the store sums the
+     * contexts' gradients and holds the weights. */
+    bool update_in_place;
     mx_metric **metrics;
     int n_metrics;
     double *values;          /* per metric, for the log lines */
@@ -415,6 +421,9 @@ static mx_status setup(trainer *t)
         if (!getenv("MXNET_CPU_WORKER_NTHREADS")) ec.cpu_workers = share;
     }
     MX_TRY(mx_runtime_create(&ec, &t->rt));
+    /* Batches bound for GPUs are filled in page-locked memory (MXNet's
+     * cpu_pinned), so their copies run at the DMA's speed. */
+    if (st->ctx[0].dev_type == MX_DEV_GPU) MX_TRY(mx_runtime_set_host_context(t->rt, mx_cpu_pinned()));
     MX_TRY(mx_rng_create(t->rt, (uint64_t)st->fit.seed, &t->rng));
     /* Before any data is read: a store this build lacks is a config problem. */
     if (t->opt->comm && !mx_kvstore_type_is_dist(st->fit.kvstore)) {
@@ -520,7 +529,8 @@ static mx_status setup(trainer *t)
         MX_TRY(mx_ndarray_create(t->rt, vl, MX_FLOAT32, mx_cpu(), &t->val_label_copy));
     }
     MX_TRY(make_optimizer(t));
-    for (int i = 0; i < t->n_args; i++)
+    t->update_in_place = t->group.n == 1 && !mx_kvstore_type_is_dist(st->fit.kvstore);
+    for (int i = 0; i < t->n_args && !t->update_in_place; i++)
         if (t->key[i] >= 0) MX_TRY(mx_kvstore_init(t->kv, t->key[i], t->args[i]));
     MX_TRY(make_metrics(t));
     /* The whole batch's output, gathered from the devices' rows. */
@@ -906,7 +916,7 @@ static mx_status restore_weights(trainer *t, const char *path, mx_ndarray_list *
     if (s == MX_ERR_INVALID) s = MX_ERR_FORMAT; /* a checkpoint of another network */
     if (s == MX_OK) s = broadcast_weights(t);
     mx_kvstore_lock_updater(t->kv);
-    for (int i = 0; i < t->n_args && s == MX_OK; i++) /* the store holds the weights */
+    for (int i = 0; i < t->n_args && s == MX_OK && !t->update_in_place; i++) /* the store holds the weights */
         if (t->key[i] >= 0) s = mx_nd_copy(mx_kvstore_stored(t->kv, t->key[i]), t->args[i]);
     mx_kvstore_unlock_updater(t->kv);
     return s;
@@ -1091,6 +1101,11 @@ static mx_status apply_update(trainer *t, int64_t batches)
             if (batches != t->grad_accum)
                 MX_TRY(mx_nd_binary_scalar(MX_OP_MUL, t->push_list[d], t->push_list[d],
                                            (double)t->grad_accum / (double)batches, false));
+        }
+        if (t->update_in_place) {
+            MX_TRY(mx_optimizer_update(t->optimizer, k, t->pull_list[0], t->push_list[0]));
+            if (t->grad_accum > 1) MX_TRY(mx_nd_fill(t->push_list[0], 0.0));
+            continue;
         }
         /* The store sums the devices' gradients and every device pulls the update. */
         MX_TRY(mx_kvstore_push(t->kv, k, t->push_list, n, -k));
