@@ -118,13 +118,17 @@ START_TEST(test_batch_norm)
         {MX_SHAPE(64, 3, 9, 9), "-3", "False", "False", "2e-5", "0.99", "False"},
     };
     static const char *const keys[] = {"axis", "fix_gamma", "use_global_stats", "eps", "momentum",
-                                       "output_mean_var"};
+                                       "output_mean_var", "cudnn_off"};
+    /* Each case twice: cuDNN's kernels (the default) and mxc's own. */
     for (int i = 0; i < N_PARAMS(cases); i++) {
-        const bn_case *b = &cases[i];
-        const char *values[] = {b->axis, b->fix_gamma, b->use_global_stats, b->eps, b->momentum, b->output_mean_var};
-        gpucheck_case c = {.op = "BatchNorm", .keys = keys, .values = values, .n_params = N_PARAMS(keys),
-                           .in_shapes = {b->shape}, .init = bn_init, .seed = 100 + (uint64_t)i};
-        gpucheck_run(&c, &sum);
+        for (int own = 0; own < 2; own++) {
+            const bn_case *b = &cases[i];
+            const char *values[] = {b->axis,     b->fix_gamma,       b->use_global_stats,      b->eps,
+                                    b->momentum, b->output_mean_var, own ? "True" : "False"};
+            gpucheck_case c = {.op = "BatchNorm", .keys = keys, .values = values, .n_params = N_PARAMS(keys),
+                               .in_shapes = {b->shape}, .init = bn_init, .seed = 100 + (uint64_t)i};
+            gpucheck_run(&c, &sum);
+        }
     }
 }
 END_TEST

@@ -36,7 +36,7 @@ static const mx_param_desc bn_param_table[] = {
      "also show the mean and var (inverse std) outputs"},
     {"axis", MX_PARAM_INT, "1", -MX_MAX_NDIM, MX_MAX_NDIM - 1, NULL, offsetof(bn_params, axis),
      "the channel axis (negative counts from the end)"},
-    {"cudnn_off", MX_PARAM_BOOL, "False", 1, 0, NULL, offsetof(bn_params, cudnn_off), "accepted; no effect"},
+    {"cudnn_off", MX_PARAM_BOOL, "False", 1, 0, NULL, offsetof(bn_params, cudnn_off), "GPU: True uses mxc's own kernels instead of cuDNN's (the CPU has one implementation)"},
 };
 
 static int bn_list_inputs(const void *p, const char **names)

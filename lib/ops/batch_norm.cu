@@ -14,6 +14,18 @@
  * moving mean), `var` the inverse standard deviation 1/sqrt(var + eps);
  * an output with request null is neither written nor read (it may have no
  * memory). The moving statistics move in training forward.
+ *
+ * Unless cudnn_off is set, the common cases run on cuDNN's spatial batch
+ * normalisation instead (as MXNet's CuDNNBatchNormOp), with the tensor
+ * described as (outer, C, inner, 1), so any axis fits: forward in training
+ * and at inference, backward in training. cuDNN's running variance is the
+ * unbiased estimate; MXNet's (and the CPU's) is the biased one, so cuDNN
+ * gets no running statistics: one small kernel per call moves them from
+ * the saved mean and inverse std (var = 1/invstd^2 - eps) and writes the
+ * mean / var outputs per their requests. cuDNN accumulates in float, so
+ * results differ from the CPU by float rounding, not by formula.
+ * The own kernels remain for cudnn_off, backward with global statistics,
+ * a channel of one element, and null data requests.
  */
 #include "ops/cuda/cuda_op.h"
 
@@ -143,6 +155,160 @@ __global__ void __launch_bounds__(BN_THREADS)
     }
 }
 
+/* ------------------------------------------------------------ cuDNN */
+
+/* x as (outer, C, inner, 1) and the (1, C, 1, 1) statistics descriptor. */
+struct bn_cudnn_desc {
+    cudnnTensorDescriptor_t x = nullptr, stats = nullptr;
+    bn_cudnn_desc() = default;
+    bn_cudnn_desc(const bn_cudnn_desc &) = delete;
+    bn_cudnn_desc &operator=(const bn_cudnn_desc &) = delete;
+    ~bn_cudnn_desc()
+    {
+        if (x) cudnnDestroyTensorDescriptor(x);
+        if (stats) cudnnDestroyTensorDescriptor(stats);
+    }
+};
+
+static mx_status bn_cudnn_init(bn_cudnn_desc *d, const bn_geom &g)
+{
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->stats));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g.outer, (int)g.C,
+                                            (int)g.inner, 1));
+    MX_CUDNN_TRY(cudnnDeriveBNTensorDescriptor(d->stats, d->x, CUDNN_BATCHNORM_SPATIAL));
+    return MX_OK;
+}
+
+/* Whether cuDNN serves this call: not cudnn_off, dims within its int
+ * descriptor, more than one element per channel (the statistics of one
+ * element are exact zeros cuDNN need not reproduce), eps within its bound. */
+static bool bn_use_cudnn(const bn_params *bp, const bn_geom &g)
+{
+    const int64_t lim = 2147483647;
+    return !bp->cudnn_off && g.outer <= lim && g.C <= lim && g.inner <= lim && g.outer * g.inner > 1 &&
+           bp->eps >= CUDNN_BN_MIN_EPSILON;
+}
+
+__global__ void bn_fill_kernel(float *d, int64_t n, float v)
+{
+    MX_CUDA_FOR(i, n) d[i] = v;
+}
+
+/* After cuDNN's forward: per channel, the moving statistics (training:
+ * biased variance from the saved inverse std) and the mean / var outputs
+ * per their requests (training: the batch's; inference: the moving ones). */
+__global__ void bn_stats_kernel(int64_t C, bool train, double eps, double momentum, mx_req req_mean,
+                                mx_req req_invstd, const float *batch_mean, const float *batch_invstd, float *mm,
+                                float *mv, float *save_mean, float *save_invstd)
+{
+    MX_CUDA_FOR(c, C) {
+        double mean, invstd;
+        if (train) {
+            mean = batch_mean[c];
+            invstd = batch_invstd[c];
+            const double var = invstd > 0 ? fmax(1 / (invstd * invstd) - eps, 0.0) : 0;
+            mm[c] = (float)(mm[c] * momentum + mean * (1 - momentum));
+            mv[c] = (float)(mv[c] * momentum + var * (1 - momentum));
+        } else {
+            mean = mm[c];
+            invstd = 1 / sqrt((double)mv[c] + eps);
+        }
+        if (req_mean != MX_REQ_NULL) mx_cuda_assign(req_mean, &save_mean[c], (float)mean);
+        if (req_invstd != MX_REQ_NULL) mx_cuda_assign(req_invstd, &save_invstd[c], (float)invstd);
+    }
+}
+
+/* After cuDNN's backward: the gamma and beta gradients per their requests
+ * (fix_gamma: gamma's is zero, written only when overwriting, as the CPU). */
+__global__ void bn_param_grad_kernel(int64_t C, bool fix_gamma, mx_req req_dgamma, mx_req req_dbeta,
+                                     const float *dgamma_sum, const float *dbeta_sum, float *dgamma, float *dbeta)
+{
+    MX_CUDA_FOR(c, C) {
+        if (fix_gamma) {
+            if (req_dgamma == MX_REQ_WRITE || req_dgamma == MX_REQ_INPLACE) dgamma[c] = 0.0f;
+        } else if (req_dgamma != MX_REQ_NULL) {
+            mx_cuda_assign(req_dgamma, &dgamma[c], dgamma_sum[c]);
+        }
+        if (req_dbeta != MX_REQ_NULL) mx_cuda_assign(req_dbeta, &dbeta[c], dbeta_sum[c]);
+    }
+}
+
+/* gamma as cuDNN reads it: the parameter, or ones under fix_gamma (in
+ * scratch at ones; the parameter itself is left as it is). */
+static mx_status bn_scale(const mx_op_ctx *ctx, const bn_params *bp, const bn_geom &g, const float *gamma,
+                          float *ones, const float **out)
+{
+    if (!bp->fix_gamma) {
+        *out = gamma;
+        return MX_OK;
+    }
+    bn_fill_kernel<<<mx_cuda_blocks(g.C), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(ones, g.C, 1.0f);
+    MX_CUDA_LAUNCHED();
+    *out = ones;
+    return MX_OK;
+}
+
+static mx_status bn_cudnn_forward(const mx_op_ctx *ctx, const bn_params *bp, const bn_geom &g, bool train,
+                                  const mx_tensor *in, const mx_req *req, mx_tensor *out, mx_tensor *aux)
+{
+    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
+    cudnnHandle_t h;
+    MX_TRY(mx_cuda_worker_cudnn(worker, &h));
+    void *scratch;
+    MX_TRY(mx_cuda_worker_scratch(worker, 3 * (size_t)g.C * sizeof(float), &scratch));
+    float *batch_mean = (float *)scratch, *batch_invstd = batch_mean + g.C, *ones = batch_invstd + g.C;
+    bn_cudnn_desc d;
+    MX_TRY(bn_cudnn_init(&d, g));
+    const float *scale;
+    MX_TRY(bn_scale(ctx, bp, g, (const float *)in[1].data, ones, &scale));
+    const float alpha = 1.0f, beta = mx_cuda_beta(req[0]);
+    if (train) {
+        MX_CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
+            h, CUDNN_BATCHNORM_SPATIAL, &alpha, &beta, d.x, in[0].data, d.x, out[0].data, d.stats, scale,
+            in[2].data, 0.0, nullptr, nullptr, bp->eps, batch_mean, batch_invstd));
+    } else {
+        MX_CUDNN_TRY(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &alpha, &beta, d.x,
+                                                             in[0].data, d.x, out[0].data, d.stats, scale,
+                                                             in[2].data, aux[0].data, aux[1].data, bp->eps));
+    }
+    if (!train && req[1] == MX_REQ_NULL && req[2] == MX_REQ_NULL) return MX_OK;
+    bn_stats_kernel<<<mx_cuda_blocks(g.C), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+        g.C, train, bp->eps, bp->momentum, req[1], req[2], batch_mean, batch_invstd, (float *)aux[0].data,
+        (float *)aux[1].data, (float *)out[1].data, (float *)out[2].data);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+static mx_status bn_cudnn_backward(const mx_op_ctx *ctx, const bn_params *bp, const bn_geom &g,
+                                   const mx_tensor *out_grad, const mx_tensor *in, const mx_tensor *out,
+                                   const mx_req *req, mx_tensor *in_grad)
+{
+    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
+    cudnnHandle_t h;
+    MX_TRY(mx_cuda_worker_cudnn(worker, &h));
+    void *scratch;
+    MX_TRY(mx_cuda_worker_scratch(worker, 3 * (size_t)g.C * sizeof(float), &scratch));
+    float *dgamma_sum = (float *)scratch, *dbeta_sum = dgamma_sum + g.C, *ones = dbeta_sum + g.C;
+    bn_cudnn_desc d;
+    MX_TRY(bn_cudnn_init(&d, g));
+    const float *scale;
+    MX_TRY(bn_scale(ctx, bp, g, (const float *)in[1].data, ones, &scale));
+    const float one = 1.0f, zero = 0.0f, beta_dx = mx_cuda_beta(req[0]);
+    MX_CUDNN_TRY(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &one, &beta_dx, &one, &zero, d.x,
+                                                 in[0].data, d.x, out_grad[0].data, d.x, in_grad[0].data,
+                                                 d.stats, scale, dgamma_sum, dbeta_sum, bp->eps, out[1].data,
+                                                 out[2].data));
+    if (req[1] == MX_REQ_NULL && req[2] == MX_REQ_NULL) return MX_OK;
+    bn_param_grad_kernel<<<mx_cuda_blocks(g.C), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+        g.C, bp->fix_gamma, req[1], req[2], dgamma_sum, dbeta_sum, (float *)in_grad[1].data,
+        (float *)in_grad[2].data);
+    MX_CUDA_LAUNCHED();
+    return MX_OK;
+}
+
+/* ------------------------------------------------------------ entry points */
+
 /* (outer, channels, inner) around the channel axis (batch_norm.c), within
  * the kernels' grid. */
 static mx_status bn_gpu_geom(const bn_params *bp, const mx_shape *d, bn_geom *g)
@@ -162,6 +328,7 @@ static mx_status bn_gpu_forward(const mx_op_ctx *ctx, const void *p, const mx_te
     MX_TRY(bn_gpu_geom(bp, &in[0].shape, &g));
     if (g.C == 0) return MX_OK;
     const bool train = ctx->is_train && !bp->use_global_stats;
+    if (req[0] != MX_REQ_NULL && bn_use_cudnn(bp, g)) return bn_cudnn_forward(ctx, bp, g, train, in, req, out, aux);
     bn_forward_kernel<<<(unsigned)g.C, BN_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
         g, train, bp->fix_gamma, bp->eps, bp->momentum, req[0], req[1], req[2], (const float *)in[0].data,
         (const float *)in[1].data, (const float *)in[2].data, (float *)aux[0].data, (float *)aux[1].data,
@@ -180,6 +347,8 @@ static mx_status bn_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     if (g.C == 0) return MX_OK;
     if (req[0] == MX_REQ_NULL && req[1] == MX_REQ_NULL && req[2] == MX_REQ_NULL) return MX_OK;
     const bool train = ctx->is_train && !bp->use_global_stats;
+    if (train && req[0] != MX_REQ_NULL && bn_use_cudnn(bp, g))
+        return bn_cudnn_backward(ctx, bp, g, out_grad, in, out, req, in_grad);
     bn_backward_kernel<<<(unsigned)g.C, BN_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
         g, train, bp->fix_gamma, bp->eps, req[0], req[1], req[2], (const float *)in[0].data,
         (const float *)in[1].data, (const float *)out_grad[0].data, (const float *)aux[0].data,
