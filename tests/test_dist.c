@@ -351,10 +351,13 @@ START_TEST(faults_end_the_job)
     ck_assert_msg(strstr(out, "start it with mpirun"), "%s", tail(out));
     free(out);
     /* A rank that stalls (SIGSTOP): the others name it after the stall
-     * timeout and the job ends. */
+     * timeout and the job ends. The job must outlast the 4 s before the
+     * signal (a finished job would leave mpirun as the newest match, and
+     * stopping that hangs the test), and the pattern must not match this
+     * shell's own command line ("[m]xtrain"). */
     snprintf(cmd, sizeof(cmd),
-             "%s -np 2 %s %s fit.kvstore=dist_sync fit.num_epoch=1000 fit.stall_timeout=3 & "
-             "sleep 4; pkill -STOP -f \"mxtrain %s\" -n; wait $!",
+             "%s -np 2 %s %s fit.kvstore=dist_sync fit.num_epoch=1000000 fit.stall_timeout=3 & "
+             "sleep 4; pkill -STOP -f \"[m]xtrain %s\" -n; wait $!",
              mpirun(), bin, dist, dist);
     start = time(NULL);
     st = run_shell(cmd, 90, &out);
@@ -364,7 +367,7 @@ START_TEST(faults_end_the_job)
     free(out);
     /* A rank killed with SIGKILL ends the job. */
     snprintf(cmd, sizeof(cmd),
-             "%s -np 2 %s %s fit.kvstore=dist_sync fit.num_epoch=1000 & sleep 4; pkill -KILL -f \"mxtrain %s\" -n; "
+             "%s -np 2 %s %s fit.kvstore=dist_sync fit.num_epoch=1000000 & sleep 4; pkill -KILL -f \"[m]xtrain %s\" -n; "
              "wait $!",
              mpirun(), bin, dist, dist);
     start = time(NULL);
