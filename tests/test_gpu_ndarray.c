@@ -7,6 +7,9 @@
  */
 #include "ndarray/ndarray.h"
 #include "support/gpucheck.h"
+#ifdef MX_USE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <check.h>
 #include <math.h>
@@ -134,12 +137,41 @@ START_TEST(test_two_devices_refused)
 }
 END_TEST
 
+/* cpu_pinned arrays are page-locked on a machine with a GPU, and copies
+ * between them, the GPU and cpu arrays carry every value exactly. */
+START_TEST(test_pinned_copies)
+{
+    if (!gpucheck_gpu_visible()) return;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    const mx_shape s = MX_SHAPE(1024, 1031);
+    const int64_t n = mx_shape_size(&s);
+    float *v = values(n, -1.0f, 7), *back = malloc(sizeof(float) * (size_t)n);
+    mx_ndarray *pinned = make(mx_cpu_pinned(), s, v), *gpu = make(mx_gpu(0), s, NULL);
+    mx_ndarray *pinned_back = make(mx_cpu_pinned(), s, NULL), *cpu_back = make(mx_cpu(), s, NULL);
+    ck_assert_int_eq(mx_ndarray_wait_to_read(pinned), MX_OK);
+#ifdef MX_USE_CUDA
+    struct cudaPointerAttributes attr;
+    ck_assert_int_eq(cudaPointerGetAttributes(&attr, mx_ndarray_data(pinned)), cudaSuccess);
+    ck_assert_msg(attr.type == cudaMemoryTypeHost, "cpu_pinned memory is not page-locked (type %d)", (int)attr.type);
+#endif
+    ck_assert_int_eq(mx_nd_copy(gpu, pinned), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(pinned_back, gpu), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(cpu_back, pinned_back), MX_OK);
+    ck_assert_int_eq(mx_ndarray_to_host(cpu_back, back, sizeof(float) * (size_t)n), MX_OK);
+    ck_assert_int_eq(memcmp(v, back, sizeof(float) * (size_t)n), 0);
+    mx_ndarray_free(pinned), mx_ndarray_free(gpu), mx_ndarray_free(pinned_back), mx_ndarray_free(cpu_back);
+    free(v), free(back);
+    mx_runtime_free(rt);
+}
+END_TEST
+
 static void tests_on_gpu(TCase *tc)
 {
     tcase_add_test(tc, test_arithmetic_matches_cpu);
     tcase_add_test(tc, test_dot_matches_cpu);
     tcase_add_test(tc, test_random_draws_equal_cpu_for_a_seed);
     tcase_add_test(tc, test_two_devices_refused);
+    tcase_add_test(tc, test_pinned_copies);
 }
 
 int main(void)

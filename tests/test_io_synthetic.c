@@ -193,6 +193,38 @@ START_TEST(test_registered)
 }
 END_TEST
 
+/* The batches live in the runtime's host context: cpu(0) by default,
+ * cpu_pinned when the runtime says so (mxtrain does for GPU contexts);
+ * pinned arrays are host memory every host path reads. */
+START_TEST(test_batches_in_host_context)
+{
+    for (int pinned = 0; pinned < 2; pinned++) {
+        mx_runtime *rt = rt_new();
+        if (pinned) OK(mx_runtime_set_host_context(rt, mx_cpu_pinned()));
+        ck_assert_int_eq(mx_runtime_set_host_context(rt, mx_gpu(0)), MX_ERR_INVALID);
+        mx_data_iter *it;
+        OK(make_iterf(rt, &it, "data_shape=(2,3) num_classes=4 num_samples=8 batch_size=4"));
+        mx_data_batch batch;
+        bool has;
+        OK(mx_data_iter_next(it, &batch, &has));
+        ck_assert(has);
+        ck_assert_int_eq(mx_ndarray_context(batch.data).dev_type, pinned ? MX_DEV_CPU_PINNED : MX_DEV_CPU);
+        ck_assert_int_eq(mx_ndarray_context(batch.label).dev_type, pinned ? MX_DEV_CPU_PINNED : MX_DEV_CPU);
+        /* Copied to a cpu array and read on the host: the same values. */
+        float direct[24], copied[24];
+        mx_ndarray *c;
+        OK(mx_ndarray_create(rt, *mx_ndarray_shape(batch.data), MX_FLOAT32, mx_cpu(), &c));
+        OK(mx_nd_copy(c, batch.data));
+        OK(mx_ndarray_to_host(batch.data, direct, sizeof(direct)));
+        OK(mx_ndarray_to_host(c, copied, sizeof(copied)));
+        ck_assert_int_eq(memcmp(direct, copied, sizeof(direct)), 0);
+        mx_ndarray_free(c);
+        mx_data_iter_free(it);
+        mx_runtime_free(rt);
+    }
+}
+END_TEST
+
 START_TEST(test_shapes)
 {
     mx_runtime *rt = rt_new();
@@ -603,6 +635,7 @@ static Suite *io_synthetic_suite(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, test_registered);
     tcase_add_test(t, test_shapes);
+    tcase_add_test(t, test_batches_in_host_context);
     tcase_add_test(t, test_values_in_range_and_as_documented);
     tcase_add_test(t, test_determinism_and_parts_differ);
     tcase_add_test(t, test_epochs_round_batch);

@@ -102,6 +102,7 @@ typedef struct mx_context {
 } mx_context;
 
 static inline mx_context mx_cpu(void) { return (mx_context){MX_DEV_CPU, 0}; }
+static inline mx_context mx_cpu_pinned(void) { return (mx_context){MX_DEV_CPU_PINNED, 0}; }
 static inline mx_context mx_gpu(int32_t id) { return (mx_context){MX_DEV_GPU, id}; }
 static inline int mx_context_equal(mx_context a, mx_context b)
 {

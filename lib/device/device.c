@@ -75,6 +75,32 @@ mx_status mx_device_workers_create(mx_device_workers **out)
 void mx_device_workers_free(mx_device_workers *workers) { (void)workers; }
 #endif
 
+#ifdef MX_USE_CUDA
+/* cpu_pinned: host memory the GPU copies from and to without staging. */
+static mx_status pinned_alloc(int dev_id, size_t bytes, void **out)
+{
+    if (mx_cuda_host_alloc(bytes, out) == MX_OK) return MX_OK;
+    if (mx_last_status() == MX_ERR_NOMEM) return MX_ERR_NOMEM;
+    mx_error_clear();
+    return cpu_alloc(dev_id, bytes, out); /* no usable GPU: nothing to pin for */
+}
+
+static void pinned_free(int dev_id, void *ptr)
+{
+    if (!mx_cuda_host_free(ptr)) cpu_free(dev_id, ptr);
+}
+
+static const mx_device_ops device_cpu_pinned = {
+    .name = "cpu_pinned",
+    .count = cpu_count,
+    .alloc = pinned_alloc,
+    .free = pinned_free,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+};
+#endif
+
 /* Indexed by mx_dev_type. */
 static const mx_device_ops *const device_table[] = {
     [MX_DEV_CPU] = &device_cpu,
@@ -83,7 +109,11 @@ static const mx_device_ops *const device_table[] = {
 #else
     [MX_DEV_GPU] = NULL,
 #endif
-    [MX_DEV_CPU_PINNED] = &device_cpu,
+#ifdef MX_USE_CUDA
+    [MX_DEV_CPU_PINNED] = &device_cpu_pinned,
+#else
+    [MX_DEV_CPU_PINNED] = &device_cpu, /* no GPU to pin for */
+#endif
 };
 
 const mx_device_ops *mx_device_get(int dev_type)

@@ -77,6 +77,13 @@ mx_status mx_device_copy(void *dst, mx_context dst_ctx, const void *src, mx_cont
 
 #ifdef MX_USE_CUDA
 extern const mx_device_ops mx_device_cuda;
+/* Page-locked host memory for cpu_pinned (device_cuda.cu): the GPU's DMA
+ * reads and writes it at full speed, where pageable memory is staged
+ * through the driver's buffers. Where no GPU is usable (no driver, no
+ * device) the host allocator serves instead; mx_cuda_host_free tells the
+ * two apart by asking the driver about the pointer. */
+mx_status mx_cuda_host_alloc(size_t bytes, void **out);
+bool mx_cuda_host_free(void *ptr); /* false: not page-locked, free() it */
 #endif
 
 #endif /* MX_DEVICE_H */

@@ -198,6 +198,33 @@ static int cuda_count(void)
     return n;
 }
 
+extern "C" mx_status mx_cuda_host_alloc(size_t bytes, void **out)
+{
+    *out = NULL;
+    /* Portable: page-locked for every device, not only the current one. */
+    cudaError_t err = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (err == cudaSuccess) return MX_OK;
+    cudaGetLastError();
+    *out = NULL;
+    if (err == cudaErrorMemoryAllocation)
+        return mx_error_set(MX_ERR_NOMEM, __FILE__, __LINE__, "cudaHostAlloc of %zu bytes of pinned host memory: %s",
+                            bytes, cudaGetErrorString(err));
+    return mx_error_set(MX_ERR_UNSUPPORTED, __FILE__, __LINE__, "no pinned host memory without a usable GPU: %s",
+                        cudaGetErrorString(err));
+}
+
+extern "C" bool mx_cuda_host_free(void *ptr)
+{
+    cudaPointerAttributes attr;
+    if (!ptr || cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (attr.type != cudaMemoryTypeHost) return false;
+    cudaFreeHost(ptr);
+    return true;
+}
+
 static mx_status cuda_alloc(int dev_id, size_t bytes, void **out)
 {
     MX_CUDA_TRY(cudaSetDevice(dev_id));

@@ -1308,7 +1308,7 @@ static mx_status setup(mx_runtime *rt, ir_state *st)
         .data_dtype = MX_FLOAT32,
         .label_shape = st->label_shape,
         .capacity = (int)p->prefetch_buffer,
-        .ctx = mx_cpu(),
+        .ctx = mx_runtime_host_context(rt), /* pinned when bound for a GPU */
         .fill = ir_fill,
         .user = st,
     };

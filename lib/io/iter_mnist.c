@@ -458,7 +458,7 @@ static mx_status mnist_create(mx_runtime *rt, const void *params, void **out)
             .data_dtype = MX_FLOAT32,
             .label_shape = st->label_shape,
             .capacity = (int)p->prefetch_buffer,
-            .ctx = mx_cpu(),
+            .ctx = mx_runtime_host_context(rt), /* pinned when bound for a GPU */
             .fill = mnist_fill,
             .user = st,
         };

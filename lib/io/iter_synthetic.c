@@ -225,8 +225,8 @@ static void synthetic_free(void *state)
 static mx_status synthetic_generate(mx_runtime *rt, synthetic_state *st)
 {
     const synthetic_params *p = &st->p;
-    MX_TRY(mx_ndarray_create(rt, st->l.data_shape, MX_FLOAT32, mx_cpu(), &st->data));
-    MX_TRY(mx_ndarray_create(rt, st->l.label_shape, MX_FLOAT32, mx_cpu(), &st->label));
+    MX_TRY(mx_ndarray_create(rt, st->l.data_shape, MX_FLOAT32, mx_runtime_host_context(rt), &st->data));
+    MX_TRY(mx_ndarray_create(rt, st->l.label_shape, MX_FLOAT32, mx_runtime_host_context(rt), &st->label));
     st->index = mx_calloc((size_t)p->batch_size, sizeof(uint64_t));
     if (!st->index) return MX_ERR_NOMEM;
 

@@ -96,6 +96,7 @@ struct mx_runtime {
     pthread_mutex_t mu;
     pool_entry *pools;
     int n_pools;
+    mx_context host_ctx; /* mx_runtime_host_context */
 };
 
 mx_status mx_runtime_create(const mx_engine_config *config, mx_runtime **out)
@@ -138,9 +139,28 @@ void mx_runtime_free(mx_runtime *rt)
 
 mx_engine *mx_runtime_engine(mx_runtime *rt) { return rt->engine; }
 
+mx_context mx_runtime_host_context(const mx_runtime *rt)
+{
+    return rt->host_ctx.dev_type ? rt->host_ctx : mx_cpu();
+}
+
+mx_status mx_runtime_set_host_context(mx_runtime *rt, mx_context ctx)
+{
+    char name[32];
+    if (ctx.dev_type != MX_DEV_CPU && ctx.dev_type != MX_DEV_CPU_PINNED)
+        return MX_ERROR(MX_ERR_INVALID, "host context %s: must be cpu or cpu_pinned",
+                        mx_context_str(ctx, name, sizeof(name)));
+    rt->host_ctx = ctx;
+    return MX_OK;
+}
+
 mx_status nd_runtime_pool(mx_runtime *rt, mx_context ctx, mx_storage_pool **out)
 {
-    if (ctx.dev_type == MX_DEV_CPU_PINNED) ctx = mx_cpu(); /* host memory, run as cpu(0) */
+#ifdef MX_USE_CUDA
+    if (ctx.dev_type == MX_DEV_CPU_PINNED) ctx.dev_id = 0; /* one page-locked pool */
+#else
+    if (ctx.dev_type == MX_DEV_CPU_PINNED) ctx = mx_cpu(); /* nothing to pin for: host memory */
+#endif
     if (ctx.dev_type == MX_DEV_CPU) {
         /* A pool per CPU context the engine runs on its own (their stats
          * are per replica), else one host pool. */

@@ -65,6 +65,12 @@ mx_status mx_runtime_create(const mx_engine_config *config, mx_runtime **out);
 /* Waits for all work, then frees. Every array must have been freed first. */
 void mx_runtime_free(mx_runtime *rt);
 mx_engine *mx_runtime_engine(mx_runtime *rt);
+/* Where the data iterators of this runtime put their batches: cpu(0) by
+ * default; cpu_pinned when the batches are bound for a GPU (mxtrain sets
+ * it for fit.ctx = gpu:...), so their copies to the device run at the
+ * DMA's speed. Set before the iterators are made. */
+mx_context mx_runtime_host_context(const mx_runtime *rt);
+mx_status mx_runtime_set_host_context(mx_runtime *rt, mx_context ctx);
 
 /* Allocator statistics for one context (storage.h). */
 mx_status mx_runtime_storage_stats(mx_runtime *rt, mx_context ctx, mx_storage_stats *out);
