@@ -114,10 +114,75 @@ START_TEST(test_mixed_devices_refused)
 }
 END_TEST
 
+/* mx_optimizer_update_many on one GPU (one engine operation) gives the
+ * bits of one mx_optimizer_update per parameter, over several steps, with
+ * a learning-rate multiplier per parameter and keys out of list order. */
+START_TEST(test_update_many_equals_one_by_one)
+{
+    if (!gpucheck_gpu_visible()) return;
+    const opt_case *c = &cases[_i];
+    mx_runtime *rt;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    enum { PARAMS = 5 };
+    const int64_t sizes[PARAMS] = {1, 257, 70001, 3, 4096};
+    mx_optimizer *opt[2];
+    mx_ndarray *weight[2][PARAMS], *grad[2][PARAMS];
+    int index[PARAMS];
+    for (int way = 0; way < 2; way++) {
+        ck_assert_int_eq(mx_optimizer_create_kv(rt, c->name, c->keys, c->values, c->n, &opt[way]), MX_OK);
+        for (int p = 0; p < PARAMS; p++) {
+            index[p] = PARAMS - 1 - p; /* keys in another order than the list */
+            ck_assert_int_eq(mx_optimizer_set_lr_mult(opt[way], index[p], 1.0 + 0.25 * p), MX_OK);
+            ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(sizes[p]), MX_FLOAT32, mx_gpu(0), &weight[way][p]),
+                             MX_OK);
+            ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(sizes[p]), MX_FLOAT32, mx_gpu(0), &grad[way][p]), MX_OK);
+        }
+    }
+    for (int p = 0; p < PARAMS; p++) {
+        float *w = malloc(sizeof(float) * (size_t)sizes[p]);
+        for (int64_t i = 0; i < sizes[p]; i++) w[i] = uniform();
+        for (int way = 0; way < 2; way++)
+            ck_assert_int_eq(mx_ndarray_from_host(weight[way][p], w, sizeof(float) * (size_t)sizes[p]), MX_OK);
+        free(w);
+    }
+    for (int step = 0; step < 3; step++) {
+        for (int p = 0; p < PARAMS; p++) {
+            float *g = malloc(sizeof(float) * (size_t)sizes[p]);
+            for (int64_t i = 0; i < sizes[p]; i++) g[i] = uniform();
+            for (int way = 0; way < 2; way++)
+                ck_assert_int_eq(mx_ndarray_from_host(grad[way][p], g, sizeof(float) * (size_t)sizes[p]), MX_OK);
+            free(g);
+        }
+        for (int p = 0; p < PARAMS; p++)
+            ck_assert_msg(mx_optimizer_update(opt[0], index[p], weight[0][p], grad[0][p]) == MX_OK, "%s",
+                          mx_last_error());
+        ck_assert_msg(mx_optimizer_update_many(opt[1], PARAMS, index, weight[1], grad[1]) == MX_OK, "%s",
+                      mx_last_error());
+        for (int p = 0; p < PARAMS; p++) {
+            size_t bytes = sizeof(float) * (size_t)sizes[p];
+            float *a = malloc(bytes), *b = malloc(bytes);
+            ck_assert_int_eq(mx_ndarray_to_host(weight[0][p], a, bytes), MX_OK);
+            ck_assert_int_eq(mx_ndarray_to_host(weight[1][p], b, bytes), MX_OK);
+            ck_assert_msg(memcmp(a, b, bytes) == 0, "%s case %d step %d parameter %d: update_many differs", c->name,
+                          _i, step, p);
+            free(a), free(b);
+        }
+    }
+    for (int p = 0; p < PARAMS; p++)
+        ck_assert_int_eq(mx_optimizer_update_count(opt[1], index[p]), mx_optimizer_update_count(opt[0], index[p]));
+    for (int way = 0; way < 2; way++) {
+        mx_optimizer_free(opt[way]);
+        for (int p = 0; p < PARAMS; p++) mx_ndarray_free(weight[way][p]), mx_ndarray_free(grad[way][p]);
+    }
+    mx_runtime_free(rt);
+}
+END_TEST
+
 static void tests_on_gpu(TCase *tc)
 {
     tcase_add_loop_test(tc, test_updates_match_cpu, 0, (int)(sizeof(cases) / sizeof(cases[0])));
     tcase_add_test(tc, test_mixed_devices_refused);
+    tcase_add_loop_test(tc, test_update_many_equals_one_by_one, 0, (int)(sizeof(cases) / sizeof(cases[0])));
 }
 
 int main(void)

@@ -771,6 +771,53 @@ static void round_trip(const char *name, int nk, const char **k, const char **v)
     mx_runtime_free(rt);
 }
 
+/* mx_optimizer_update_many on host arrays: one update per parameter in
+ * list order (the schedule counts each), the same bits as calling
+ * mx_optimizer_update in a loop; a NULL weight is an error. */
+START_TEST(update_many_equals_a_loop)
+{
+    mx_runtime *rt = make_runtime();
+    const char *k[] = {"learning_rate", "momentum"}, *v[] = {"0.1", "0.9"};
+    mx_optimizer *opt[2];
+    mx_ndarray *w[2][2], *g[2][2];
+    for (int way = 0; way < 2; way++) {
+        opt[way] = make_opt(rt, "sgd", 2, k, v, true);
+        for (int idx = 0; idx < 2; idx++) {
+            float wv[N];
+            for (int i = 0; i < N; i++) wv[i] = (float)grad_value(i, 99, idx);
+            w[way][idx] = array_f32(rt, N, wv);
+            g[way][idx] = array_f32(rt, N, NULL);
+        }
+    }
+    int index[2] = {1, 0};
+    for (int t = 0; t < 5; t++) {
+        for (int way = 0; way < 2; way++)
+            for (int idx = 0; idx < 2; idx++) {
+                float gv[N];
+                for (int i = 0; i < N; i++) gv[i] = (float)grad_value(i, t, idx);
+                ck_assert_int_eq(mx_ndarray_from_host(g[way][idx], gv, sizeof(gv)), MX_OK);
+            }
+        for (int j = 0; j < 2; j++)
+            ck_assert_int_eq(mx_optimizer_update(opt[0], index[j], w[0][index[j]], g[0][index[j]]), MX_OK);
+        mx_ndarray *ws[2] = {w[1][1], w[1][0]}, *gs[2] = {g[1][1], g[1][0]};
+        ck_assert_int_eq(mx_optimizer_update_many(opt[1], 2, index, ws, gs), MX_OK);
+    }
+    for (int idx = 0; idx < 2; idx++) {
+        float a[N], b[N];
+        read_f32(w[0][idx], a, N);
+        read_f32(w[1][idx], b, N);
+        ck_assert_int_eq(memcmp(a, b, sizeof(a)), 0);
+    }
+    mx_ndarray *none[1] = {NULL};
+    expect_error(mx_optimizer_update_many(opt[1], 1, index, none, none), MX_ERR_INVALID, "weight is NULL");
+    for (int way = 0; way < 2; way++) {
+        mx_optimizer_free(opt[way]);
+        for (int idx = 0; idx < 2; idx++) mx_ndarray_free(w[way][idx]), mx_ndarray_free(g[way][idx]);
+    }
+    mx_runtime_free(rt);
+}
+END_TEST
+
 START_TEST(states_round_trip_exactly)
 {
     const char *ka[] = {"learning_rate", "wd"}, *va[] = {"0.01", "0.01"};
@@ -889,6 +936,7 @@ int main(void)
     tcase_add_test(tc, schedules_match_hand_computed_rates);
     tcase_add_test(tc, schedule_errors);
     tcase_add_test(tc, states_round_trip_exactly);
+    tcase_add_test(tc, update_many_equals_a_loop);
     tcase_add_test(tc, state_errors);
     tcase_add_test(tc, updates_are_pushed_to_the_engine);
     suite_add_tcase(s, tc);

@@ -298,40 +298,51 @@ int mx_optimizer_states(const mx_optimizer *opt, int index, mx_ndarray **states,
 
 /* ---------------------------------------------------------------- update */
 
-typedef struct upd_op {
-    const opt_kind_def *kind;
+/* One parameter's update, its scalars fixed at push time. */
+typedef struct upd_item {
     opt_step step;
     mx_ndarray *weight, *grad; /* retained */
     mx_ndarray *states[OPT_MAX_STATES];
+} upd_item;
+
+/* One engine operation: one item, or (mx_optimizer_update_many on one
+ * GPU) every item of a step, its kernels queued back to back. */
+typedef struct upd_op {
+    const opt_kind_def *kind;
     int n_states;
+    int n_items;
     char label[64]; /* for the timeline: "sgd update of key 4" */
+    upd_item items[];
 } upd_op;
 
 static void upd_free(void *payload)
 {
     upd_op *op = payload;
-    mx_ndarray_free(op->weight);
-    mx_ndarray_free(op->grad);
-    for (int j = 0; j < op->n_states; j++) mx_ndarray_free(op->states[j]);
+    for (int i = 0; i < op->n_items; i++) {
+        mx_ndarray_free(op->items[i].weight);
+        mx_ndarray_free(op->items[i].grad);
+        for (int j = 0; j < op->n_states; j++) mx_ndarray_free(op->items[i].states[j]);
+    }
     free(op);
 }
 
-/* Elements [lo, hi) of one update: every kernel is element-wise, so any
- * split gives the same bits. */
+/* Elements [lo, hi) of a one-item update: every kernel is element-wise,
+ * so any split gives the same bits. */
 static void upd_range(void *payload, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
     upd_op *op = payload;
-    if (mx_ndarray_dtype(op->weight) == MX_FLOAT32) {
+    const upd_item *it = &op->items[0];
+    if (mx_ndarray_dtype(it->weight) == MX_FLOAT32) {
         float *st[OPT_MAX_STATES] = {NULL};
-        for (int j = 0; j < op->n_states; j++) st[j] = (float *)mx_ndarray_data(op->states[j]) + lo;
-        op->kind->run_f32(&op->step, (float *)mx_ndarray_data(op->weight) + lo,
-                          (const float *)mx_ndarray_data(op->grad) + lo, st, hi - lo);
+        for (int j = 0; j < op->n_states; j++) st[j] = (float *)mx_ndarray_data(it->states[j]) + lo;
+        op->kind->run_f32(&it->step, (float *)mx_ndarray_data(it->weight) + lo,
+                          (const float *)mx_ndarray_data(it->grad) + lo, st, hi - lo);
     } else {
         double *st[OPT_MAX_STATES] = {NULL};
-        for (int j = 0; j < op->n_states; j++) st[j] = (double *)mx_ndarray_data(op->states[j]) + lo;
-        op->kind->run_f64(&op->step, (double *)mx_ndarray_data(op->weight) + lo,
-                          (const double *)mx_ndarray_data(op->grad) + lo, st, hi - lo);
+        for (int j = 0; j < op->n_states; j++) st[j] = (double *)mx_ndarray_data(it->states[j]) + lo;
+        op->kind->run_f64(&it->step, (double *)mx_ndarray_data(it->weight) + lo,
+                          (const double *)mx_ndarray_data(it->grad) + lo, st, hi - lo);
     }
 }
 
@@ -341,14 +352,17 @@ static void upd_range(void *payload, int64_t lo, int64_t hi, int worker)
 static mx_status upd_run(void *payload, const mx_exec_ctx *exec)
 {
     upd_op *op = payload;
-    int64_t n = mx_ndarray_size(op->weight);
     if (exec->ctx.dev_type == MX_DEV_GPU) {
-        float *st[OPT_MAX_STATES] = {NULL};
-        for (int j = 0; j < op->n_states; j++) st[j] = mx_ndarray_data(op->states[j]);
-        MX_TRY(op->kind->run_gpu(&op->step, mx_ndarray_data(op->weight), mx_ndarray_data(op->grad), st, n,
-                                 exec->stream));
+        for (int i = 0; i < op->n_items; i++) {
+            const upd_item *it = &op->items[i];
+            float *st[OPT_MAX_STATES] = {NULL};
+            for (int j = 0; j < op->n_states; j++) st[j] = mx_ndarray_data(it->states[j]);
+            MX_TRY(op->kind->run_gpu(&it->step, mx_ndarray_data(it->weight), mx_ndarray_data(it->grad), st,
+                                     mx_ndarray_size(it->weight), exec->stream));
+        }
         return mx_device_op_done(exec); /* queued on the worker's stream */
     }
+    int64_t n = mx_ndarray_size(op->items[0].weight);
     mx_threadpool *pool = n >= UPD_PARALLEL_MIN ? exec->pool : NULL;
     mx_parallel_for(pool, n, mx_parallel_grain(pool, n, 2, 4096), upd_range, op);
     return MX_OK;
@@ -433,7 +447,9 @@ static mx_status prepare_states(mx_optimizer *opt, int index, opt_slot *slot, mx
     return MX_OK;
 }
 
-mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad)
+/* Checks one parameter's arrays, makes its states, counts the update and
+ * fixes its scalars in *it (references taken). */
+static mx_status upd_prepare(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad, upd_item *it)
 {
     char bw[160], bg[160];
     MX_TRY(check_index(opt, index));
@@ -474,29 +490,96 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
     double wd = opt->p.wd * mx_optimizer_wd_mult(opt, index);
     if (opt->kind->adjust_lr) lr = opt->kind->adjust_lr(&opt->p, lr, slot->count);
 
-    upd_op *op = mx_calloc(1, sizeof(*op));
-    if (!op) return MX_ERR_NOMEM;
+    *it = (upd_item){.step = (opt_step){.p = opt->p, .lr = lr, .wd = wd, .t = slot->count},
+                     .weight = mx_ndarray_retain(weight),
+                     .grad = mx_ndarray_retain(grad)};
+    for (int j = 0; j < n_states; j++) it->states[j] = mx_ndarray_retain(slot->states[j]);
+    return MX_OK;
+}
+
+static upd_op *upd_op_new(const mx_optimizer *opt, int n_items)
+{
+    upd_op *op = mx_calloc(1, sizeof(*op) + (size_t)n_items * sizeof(upd_item));
+    if (!op) return NULL;
     op->kind = opt->kind;
-    op->step = (opt_step){.p = opt->p, .lr = lr, .wd = wd, .t = slot->count};
-    op->weight = mx_ndarray_retain(weight);
-    op->grad = mx_ndarray_retain(grad);
-    op->n_states = n_states;
-    snprintf(op->label, sizeof(op->label), "%s update of key %d", opt->kind->name, index);
-    mx_engine_var *reads[2 + OPT_MAX_STATES], *writes[1 + OPT_MAX_STATES];
+    op->n_states = opt->kind->num_states(&opt->p);
+    return op;
+}
+
+/* Pushes op (taking it): reads every item's gradient, weight and states,
+ * writes its weight and states. */
+static mx_status upd_push(mx_optimizer *opt, upd_op *op)
+{
+    const int per_item_reads = 2 + op->n_states, per_item_writes = 1 + op->n_states;
+    mx_engine_var **vars =
+        mx_calloc((size_t)op->n_items * (size_t)(per_item_reads + per_item_writes), sizeof(*vars));
+    if (!vars) {
+        upd_free(op);
+        return MX_ERR_NOMEM;
+    }
+    mx_engine_var **reads = vars, **writes = vars + (size_t)op->n_items * (size_t)per_item_reads;
     int n_reads = 0, n_writes = 0;
-    reads[n_reads++] = mx_ndarray_var(grad);
-    reads[n_reads++] = mx_ndarray_var(weight);
-    writes[n_writes++] = mx_ndarray_var(weight);
-    for (int j = 0; j < n_states; j++) {
-        op->states[j] = mx_ndarray_retain(slot->states[j]);
-        reads[n_reads++] = mx_ndarray_var(slot->states[j]);
-        writes[n_writes++] = mx_ndarray_var(slot->states[j]);
+    int64_t bytes = 0;
+    for (int i = 0; i < op->n_items; i++) {
+        const upd_item *it = &op->items[i];
+        reads[n_reads++] = mx_ndarray_var(it->grad);
+        reads[n_reads++] = mx_ndarray_var(it->weight);
+        writes[n_writes++] = mx_ndarray_var(it->weight);
+        for (int j = 0; j < op->n_states; j++) {
+            reads[n_reads++] = mx_ndarray_var(it->states[j]);
+            writes[n_writes++] = mx_ndarray_var(it->states[j]);
+        }
+        bytes += (int64_t)mx_ndarray_nbytes(it->weight);
     }
     mx_engine_op desc = {.fn = upd_run, .payload = op, .payload_free = upd_free, .reads = reads,
                          .n_reads = n_reads, .writes = writes, .n_writes = n_writes,
-                         .ctx = mx_ndarray_context(weight), .lane = MX_LANE_COMPUTE, .name = opt->kind->name,
-                         .profile_name = op->label, .profile_bytes = (int64_t)mx_ndarray_nbytes(weight)};
-    return mx_engine_push(mx_runtime_engine(opt->rt), &desc);
+                         .ctx = mx_ndarray_context(op->items[0].weight), .lane = MX_LANE_COMPUTE,
+                         .name = opt->kind->name, .profile_name = op->label, .profile_bytes = bytes};
+    mx_status s = mx_engine_push(mx_runtime_engine(opt->rt), &desc);
+    free(vars);
+    return s;
+}
+
+mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad)
+{
+    upd_op *op = upd_op_new(opt, 1);
+    if (!op) return MX_ERR_NOMEM;
+    mx_status s = upd_prepare(opt, index, weight, grad, &op->items[0]);
+    if (s != MX_OK) {
+        free(op);
+        return s;
+    }
+    op->n_items = 1;
+    snprintf(op->label, sizeof(op->label), "%s update of key %d", opt->kind->name, index);
+    return upd_push(opt, op);
+}
+
+mx_status mx_optimizer_update_many(mx_optimizer *opt, int n, const int *index, mx_ndarray *const *weights,
+                                   mx_ndarray *const *grads)
+{
+    if (n < 1) return MX_OK;
+    bool one_gpu = true;
+    for (int i = 0; i < n && one_gpu; i++) {
+        if (!weights[i]) return MX_ERROR(MX_ERR_INVALID, "%s: weight is NULL", opt->kind->name);
+        mx_context c = mx_ndarray_context(weights[i]);
+        one_gpu = c.dev_type == MX_DEV_GPU && mx_context_equal(c, mx_ndarray_context(weights[0]));
+    }
+    if (!one_gpu) {
+        for (int i = 0; i < n; i++) MX_TRY(mx_optimizer_update(opt, index[i], weights[i], grads[i]));
+        return MX_OK;
+    }
+    upd_op *op = upd_op_new(opt, n);
+    if (!op) return MX_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        mx_status s = upd_prepare(opt, index[i], weights[i], grads[i], &op->items[i]);
+        if (s != MX_OK) {
+            upd_free(op);
+            return s;
+        }
+        op->n_items++;
+    }
+    snprintf(op->label, sizeof(op->label), "%s update of %d parameters", opt->kind->name, n);
+    return upd_push(opt, op);
 }
 
 /* ---------------------------------------------------------------- states */

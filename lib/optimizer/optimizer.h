@@ -224,6 +224,13 @@ int64_t mx_optimizer_update_count(const mx_optimizer *opt, int index);
  * state does not match the weight), MX_ERR_UNSUPPORTED (GPU arrays,
  * dtypes other than float32/float64). */
 mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad);
+/* mx_optimizer_update of n parameters in list order. When every weight is
+ * on one GPU they are one engine operation whose kernels go back to back
+ * on its stream (one dependency wait and one hand-off per step instead of
+ * one per parameter; the same kernels, so the same bits); otherwise one
+ * operation each. */
+mx_status mx_optimizer_update_many(mx_optimizer *opt, int n, const int *index, mx_ndarray *const *weights,
+                                   mx_ndarray *const *grads);
 
 /* The state arrays of index (count set to 0..3; NULL entries before the
  * first update). Borrowed references, live: reads must go through the

@@ -1083,6 +1083,34 @@ static mx_status run_validation(trainer *t, int epoch)
     return MX_OK;
 }
 
+/* apply_update with one context and no store: the optimizer updates the
+ * weights where they are, every parameter in one call (on a GPU one engine
+ * operation), later layers first as the store would see them. */
+static mx_status update_in_place(trainer *t, int64_t batches)
+{
+    const train_device *d = &t->group.dev[0];
+    int *index = mx_calloc((size_t)t->n_args + 1, sizeof(int));
+    mx_ndarray **weights = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
+    mx_ndarray **grads = mx_calloc((size_t)t->n_args + 1, sizeof(mx_ndarray *));
+    mx_status s = index && weights && grads ? MX_OK : MX_ERR_NOMEM;
+    int n = 0;
+    for (int i = t->n_args - 1; i >= 0 && s == MX_OK; i--) {
+        if (t->key[i] < 0) continue;
+        if (batches != t->grad_accum)
+            s = mx_nd_binary_scalar(MX_OP_MUL, d->grads[i], d->grads[i], (double)t->grad_accum / (double)batches,
+                                    false);
+        index[n] = t->key[i], weights[n] = d->args[i], grads[n] = d->grads[i];
+        n++;
+    }
+    if (s == MX_OK) s = mx_optimizer_update_many(t->optimizer, n, index, weights, grads);
+    for (int i = 0; i < n && s == MX_OK && t->grad_accum > 1; i++) s = mx_nd_fill(grads[i], 0.0);
+    free(index);
+    free(weights);
+    free(grads);
+    t->accumulated = 0;
+    return s;
+}
+
 /* One update from the gradients of `batches` batches: push and pull every
  * learnable parameter (later layers first). With accumulation the
  * optimizer's rescale_grad counts grad_accum batches, so a shorter run at
@@ -1090,6 +1118,7 @@ static mx_status run_validation(trainer *t, int epoch)
 static mx_status apply_update(trainer *t, int64_t batches)
 {
     int n = t->group.n;
+    if (t->update_in_place) return update_in_place(t, batches);
     /* Last layers first: their gradients are ready first, and a dist store
      * sends in push order. */
     for (int i = t->n_args - 1; i >= 0; i--) {
@@ -1101,11 +1130,6 @@ static mx_status apply_update(trainer *t, int64_t batches)
             if (batches != t->grad_accum)
                 MX_TRY(mx_nd_binary_scalar(MX_OP_MUL, t->push_list[d], t->push_list[d],
                                            (double)t->grad_accum / (double)batches, false));
-        }
-        if (t->update_in_place) {
-            MX_TRY(mx_optimizer_update(t->optimizer, k, t->pull_list[0], t->push_list[0]));
-            if (t->grad_accum > 1) MX_TRY(mx_nd_fill(t->push_list[0], 0.0));
-            continue;
         }
         /* The store sums the devices' gradients and every device pulls the update. */
         MX_TRY(mx_kvstore_push(t->kv, k, t->push_list, n, -k));

@@ -16,7 +16,8 @@
 #   fit.profile over 4 batches from the middle: one as timed, one with
 #   MX_GPU_SYNC_OPS=1 (each operation's duration is then its device time);
 #   traces NET-trace-{async,sync}.json under --out, summarised by
-#   profile_summary.py.
+#   profile_summary.py; PyTorch's side under torch.profiler likewise
+#   (torch-NET-profile.txt).
 #   (MX_BENCH_CTX=cpu runs the mxtrain side on the CPU, to try the script
 #   where there is no GPU)
 set -uo pipefail
@@ -90,5 +91,6 @@ EOC
     fi
 done
 printf '%s\n' "${results[@]}" | tee -a "$log"
-timeout 300 python3 scripts/bench/torch_gpu.py --nets lenet,resnet20,resnet50 --batch 64 --steps 50 $compile 2>> "$log" |
+timeout 300 python3 scripts/bench/torch_gpu.py --nets lenet,resnet20,resnet50 --batch 64 --steps 50 $compile \
+    $([ "$profile" = 1 ] && echo "--profile $out") 2>> "$log" |
     tee -a "$log"

@@ -16,7 +16,11 @@ Prints one JSON object per net: images/s over --steps timed steps after
 --warmup, and the peak GPU memory PyTorch allocated.
 
 usage: torch_gpu.py [--nets lenet,resnet20,resnet50] [--batch 64]
-                    [--steps 50] [--warmup 10] [--compile]
+                    [--steps 50] [--warmup 10] [--compile] [--profile DIR]
+
+--profile DIR: after the timed steps, 4 more under torch.profiler; the
+operators' GPU time per step goes to DIR/torch-NET-profile.txt (to set
+beside mxtrain's fit.profile summary, scripts/bench/profile_summary.py).
 """
 import argparse
 import json
@@ -79,7 +83,7 @@ NETS = {
 }
 
 
-def bench(name, batch, steps, warmup, compile_):
+def bench(name, batch, steps, warmup, compile_, profile_dir=None):
     make, shape, classes = NETS[name]
     torch.manual_seed(0)
     net = make().cuda().train()
@@ -103,6 +107,15 @@ def bench(name, batch, steps, warmup, compile_):
         step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    if profile_dir:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(4):
+                step()
+            torch.cuda.synchronize()
+        with open(f"{profile_dir}/torch-{name}-profile.txt", "w") as f:
+            f.write(f"# {name}, batch {batch}, 4 steps (divide totals by 4)\n")
+            f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
     return {"side": "torch" + (".compile" if compile_ else ""), "net": name, "batch": batch, "steps": steps,
             "images_per_sec": steps * batch / dt, "step_ms": 1000 * dt / steps,
             "peak_mib": torch.cuda.max_memory_allocated() / 2**20, "torch": torch.__version__,
@@ -116,12 +129,13 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--profile", metavar="DIR")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 as mxc computes it
     torch.backends.cudnn.allow_tf32 = False
     for name in a.nets.split(","):
-        print(json.dumps(bench(name, a.batch, a.steps, a.warmup, a.compile)), flush=True)
+        print(json.dumps(bench(name, a.batch, a.steps, a.warmup, a.compile, a.profile)), flush=True)
 
 
 if __name__ == "__main__":
