@@ -100,9 +100,23 @@ static void ties_init(int index, float *data, int64_t n, uint64_t *rng)
     for (int64_t i = 0; i < n; i++) data[i] = floorf((float)opcheck_uniform(rng, -1, 1) * 2.0f) / 2.0f;
 }
 
+/* Each case twice: with mxc's own kernels (cudnn_off=True), forward and
+ * backward in full; and by default, where max / avg cases cuDNN can
+ * express exactly run on cuDNN (pooling.cu) and the rest on the own
+ * kernels again. With ties (ties_init) the default run compares the
+ * forward only: cuDNN routes a tied maximum's gradient to a maximum of its
+ * own choosing, not necessarily the CPU's first in raster order. */
 static void pool(kv p, mx_shape data, opcheck_init_fn init, uint64_t seed)
 {
-    run("Pooling", p, data, 0, 0, init, seed);
+    kv own = p;
+    ck_assert_int_lt(own.n, 8);
+    own.keys[own.n] = "cudnn_off";
+    own.values[own.n++] = "True";
+    run("Pooling", own, data, 0, 0, init, seed);
+    gpucheck_case c = {.op = "Pooling", .keys = p.keys, .values = p.values, .n_params = p.n, .init = init,
+                       .no_backward = init == ties_init, .seed = seed};
+    c.in_shapes[0] = data;
+    gpucheck_run(&c, &sum);
 }
 
 START_TEST(test_pooling_gpu_vs_cpu)
@@ -158,6 +172,34 @@ START_TEST(test_pooling_gpu_vs_cpu)
          ties_init, 23);
     pool(KV("kernel", "(3, 3, 3)", "stride", "(2, 2, 2)", "pad", "(1, 1, 1)", "pool_type", "sum", "layout", "NCDHW"),
          MX_SHAPE(1, 3, 5, 5, 6), NULL, 24);
+    /* cases aimed at the cuDNN path (valid, or full whose ceil equals the floor) */
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pad", "(1, 1)"), MX_SHAPE(3, 5, 13, 11), NULL, 25);
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pad", "(1, 1)"), MX_SHAPE(2, 4, 16, 16), NULL, 26); /* pool1 */
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pad", "(1, 1)", "pool_type", "avg"), MX_SHAPE(3, 5, 13, 11),
+         NULL, 27);
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pad", "(1, 1)", "pool_type", "avg", "count_include_pad",
+            "False"),
+         MX_SHAPE(3, 5, 13, 11), NULL, 28);
+    pool(KV("kernel", "(2, 3)", "stride", "(1, 2)", "pad", "(1, 2)", "pool_type", "avg", "count_include_pad",
+            "True"),
+         MX_SHAPE(2, 3, 9, 10), NULL, 29);
+    pool(KV("global_pool", "True", "pool_type", "avg"), MX_SHAPE(3, 5, 7, 7), NULL, 30);
+    pool(KV("global_pool", "True", "pool_type", "max"), MX_SHAPE(3, 5, 13, 11), NULL, 31);
+    pool(KV("global_pool", "True", "pool_type", "avg"), MX_SHAPE(2, 3, 11), NULL, 32); /* 1-d global */
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pooling_convention", "full"), MX_SHAPE(2, 3, 7, 9), NULL,
+         33); /* full == valid here: cuDNN */
+    pool(KV("kernel", "(3,)", "stride", "(2,)", "pad", "(1,)"), MX_SHAPE(3, 4, 11), NULL, 34); /* 1-d as 1 x W */
+    pool(KV("kernel", "(1, 3, 3)", "stride", "(1, 2, 2)", "pad", "(0, 1, 1)", "pool_type", "avg"),
+         MX_SHAPE(2, 3, 1, 7, 6), NULL, 35); /* 3-d with a trivial depth */
+    pool(KV("kernel", "(5, 5)", "stride", "(1, 1)", "pad", "(2, 2)", "pool_type", "avg", "count_include_pad",
+            "False"),
+         MX_SHAPE(2, 2, 6, 5), NULL, 36);
+    /* must fall back: full with a clipped last window, padding >= window */
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pooling_convention", "full"), MX_SHAPE(2, 3, 8, 8), NULL, 37);
+    pool(KV("kernel", "(3, 3)", "stride", "(2, 2)", "pad", "(1, 1)", "pool_type", "avg", "pooling_convention",
+            "full", "count_include_pad", "False"),
+         MX_SHAPE(2, 3, 8, 8), NULL, 38);
+    pool(KV("kernel", "(2, 2)", "stride", "(1, 1)", "pad", "(2, 2)"), MX_SHAPE(2, 2, 5, 4), NULL, 39);
 }
 END_TEST
 

@@ -1,6 +1,35 @@
 /*
- * pooling.cu - Pooling's CUDA kernels, written out rather than cuDNN so
- * that every rule of pooling.c holds exactly:
+ * pooling.cu - Pooling's CUDA kernels. Unless cudnn_off is set, the
+ * common cases run on cuDNN (cudnnPoolingForward / cudnnPoolingBackward,
+ * as MXNet's CuDNNPoolingOp), where cuDNN computes exactly what pooling.c
+ * does (pool_cudnn_fits):
+ *   - max or avg over 1 or 2 spatial axes (1-d as (N, C, 1, W); 3-d only
+ *     where the depth axis is trivial), symmetric padding smaller than the
+ *     window on every axis (so every window holds data), global_pool as a
+ *     window of the whole plane;
+ *   - the output size pooling.c inferred equals cudnnGetPooling2dForward-
+ *     OutputDim's (always for 'valid'; 'full' only where its ceil equals
+ *     the floor, so no window is clipped at the padded end);
+ *   - avg: count_include_pad -> CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+ *     (divisor k, which is pooling.c's padded window under these sizes),
+ *     else _EXCLUDE_PADDING (the clipped window); rounding may differ from
+ *     the CPU's raster-order sum in the last bits;
+ *   - max: CUDNN_POOLING_MAX_DETERMINISTIC (ResNet-50's pool1 backward,
+ *     3x3/2 pad 1 on 64x64x112x112, H200: 1.04 ms; CUDNN_POOLING_MAX's
+ *     atomics 0.38 ms; the own kernels 2.0 ms), CUDNN_NOT_PROPAGATE_NAN (the
+ *     CPU ignores NaN inputs: v > acc is false). Differences left: a window
+ *     whose every element is NaN or -inf gives -FLT_MAX on the CPU (its
+ *     starting value) and whatever cuDNN gives (-inf or NaN) here; and on
+ *     exact ties the CPU routes the gradient to the first maximum in raster
+ *     order, cuDNN by its own rule (reportedly to one maximum, not all;
+ *     which one is not documented). Random float inputs have no ties.
+ *   - backward needs the forward output (kept: MX_BWD_OUT_DATA); dx per
+ *     request through beta (0 overwrite, 1 accumulate).
+ * cuDNN answering CUDNN_STATUS_NOT_SUPPORTED also falls back.
+ *
+ * The own kernels below serve everything else (sum, 'full' with clipped
+ * windows, padding >= window, 3-d pooling, cudnn_off=True), written so that
+ * every rule of pooling.c holds exactly:
  *   - the window along an axis starts at o*s - p, ends at
  *     min(start + k, in + p) and is clipped to [0, in) for the data;
  *   - max starts from -FLT_MAX and takes v when v > acc (raster order);
@@ -173,6 +202,114 @@ __global__ void pool_backward_kernel(pool_gpu_geom g, const float *dy, const int
     }
 }
 
+/* ------------------------------------------------------------ cuDNN */
+
+struct pool_cudnn_desc {
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnPoolingDescriptor_t pool = nullptr;
+    pool_cudnn_desc() = default;
+    pool_cudnn_desc(const pool_cudnn_desc &) = delete;
+    pool_cudnn_desc &operator=(const pool_cudnn_desc &) = delete;
+    ~pool_cudnn_desc()
+    {
+        if (x) cudnnDestroyTensorDescriptor(x);
+        if (y) cudnnDestroyTensorDescriptor(y);
+        if (pool) cudnnDestroyPoolingDescriptor(pool);
+    }
+};
+
+/* Whether cuDNN can compute this call exactly as pooling.c (see the top
+ * of this file); the output size is checked by pool_cudnn_init. */
+static bool pool_cudnn_fits(const pool_params *pp, const pool_gpu_geom &g, const mx_shape *data)
+{
+    const int64_t lim = 2147483647;
+    if (pp->cudnn_off) return false;
+    if (g.type != POOL_MAX && g.type != POOL_AVG) return false;
+    if (pp->pooling_convention != CONV_VALID && pp->pooling_convention != CONV_FULL) return false;
+    if (data->ndim < 3 || data->ndim > 5) return false;
+    /* 2-d problem: the depth axis (a padding axis below 5-d data) is trivial */
+    if (g.in[0] != 1 || g.out[0] != 1 || g.k[0] != 1 || g.s[0] != 1 || g.p[0] != 0) return false;
+    for (int a = 1; a < 3; a++) {
+        if (g.k[a] < 1 || g.s[a] < 1 || g.p[a] < 0 || g.p[a] >= g.k[a]) return false; /* every window holds data */
+        if (g.in[a] < 1 || g.out[a] < 1 || g.k[a] > lim || g.s[a] > lim) return false;
+    }
+    /* int dims and strides in the descriptors */
+    if (data->dims[0] < 1 || data->dims[1] < 1 || data->dims[0] > lim || data->dims[1] > lim) return false;
+    return g.planes * g.in_plane <= lim && g.planes * g.out_plane <= lim;
+}
+
+/* The descriptors of data (N, C, H, W) -> output (N, C, OH, OW); *ok false
+ * where cuDNN's output size differs from the inferred one (own kernels). */
+static mx_status pool_cudnn_init(pool_cudnn_desc *d, const pool_params *pp, const pool_gpu_geom &g,
+                                 const mx_shape *data, bool *ok)
+{
+    *ok = false;
+    const int n = (int)data->dims[0], c = (int)data->dims[1];
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
+    MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->y));
+    MX_CUDNN_TRY(cudnnCreatePoolingDescriptor(&d->pool));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, (int)g.in[1],
+                                            (int)g.in[2]));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, (int)g.out[1],
+                                            (int)g.out[2]));
+    const cudnnPoolingMode_t mode = g.type == POOL_MAX         ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                    : pp->count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                            : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    MX_CUDNN_TRY(cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_NOT_PROPAGATE_NAN, (int)g.k[1], (int)g.k[2],
+                                             (int)g.p[1], (int)g.p[2], (int)g.s[1], (int)g.s[2]));
+    int on, oc, oh, ow;
+    MX_CUDNN_TRY(cudnnGetPooling2dForwardOutputDim(d->pool, d->x, &on, &oc, &oh, &ow));
+    *ok = on == n && oc == c && oh == (int)g.out[1] && ow == (int)g.out[2];
+    return MX_OK;
+}
+
+/* A cuDNN call's status: *used false (own kernels) on NOT_SUPPORTED. */
+static mx_status pool_cudnn_status(cudnnStatus_t st, const char *call, bool *used)
+{
+    *used = st == CUDNN_STATUS_SUCCESS;
+    if (st == CUDNN_STATUS_SUCCESS || st == CUDNN_STATUS_NOT_SUPPORTED) return MX_OK;
+    return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", call, cudnnGetErrorString(st));
+}
+
+/* *used: whether cuDNN computed out[0]; false leaves it to the own kernel. */
+static mx_status pool_cudnn_forward(const mx_op_ctx *ctx, const pool_params *pp, const pool_gpu_geom &g,
+                                    const mx_tensor *in, mx_req req, mx_tensor *out, bool *used)
+{
+    *used = false;
+    if (!pool_cudnn_fits(pp, g, &in[0].shape)) return MX_OK;
+    pool_cudnn_desc d;
+    bool ok;
+    MX_TRY(pool_cudnn_init(&d, pp, g, &in[0].shape, &ok));
+    if (!ok) return MX_OK;
+    cudnnHandle_t h;
+    MX_TRY(mx_cuda_worker_cudnn(mx_cuda_op_worker(ctx), &h));
+    const float alpha = 1.0f, beta = mx_cuda_beta(req);
+    return pool_cudnn_status(cudnnPoolingForward(h, d.pool, &alpha, d.x, in[0].data, &beta, d.y, out[0].data),
+                             "cudnnPoolingForward", used);
+}
+
+/* dx from y (the forward output), dy and x. */
+static mx_status pool_cudnn_backward(const mx_op_ctx *ctx, const pool_params *pp, const pool_gpu_geom &g,
+                                     const mx_tensor *out_grad, const mx_tensor *in, const mx_tensor *out,
+                                     mx_req req, mx_tensor *in_grad, bool *used)
+{
+    *used = false;
+    if (!pool_cudnn_fits(pp, g, &in[0].shape)) return MX_OK;
+    if (out == nullptr || out[0].data == nullptr) return MX_OK; /* no forward output: own kernel */
+    pool_cudnn_desc d;
+    bool ok;
+    MX_TRY(pool_cudnn_init(&d, pp, g, &in[0].shape, &ok));
+    if (!ok) return MX_OK;
+    cudnnHandle_t h;
+    MX_TRY(mx_cuda_worker_cudnn(mx_cuda_op_worker(ctx), &h));
+    const float alpha = 1.0f, beta = mx_cuda_beta(req);
+    return pool_cudnn_status(cudnnPoolingBackward(h, d.pool, &alpha, d.y, out[0].data, d.y, out_grad[0].data, d.x,
+                                                  in[0].data, &beta, d.x, in_grad[0].data),
+                             "cudnnPoolingBackward", used);
+}
+
+/* ------------------------------------------------------------ entry points */
+
 static mx_status pool_gpu_unsupported(const pool_params *pp)
 {
     /* pool_check refuses these at parse time already; kept for safety. */
@@ -196,6 +333,9 @@ static mx_status pool_gpu_forward(const mx_op_ctx *ctx, const void *p, const mx_
     pool_gpu_geometry(pp, &in[0].shape, &out[0].shape, &g);
     const int64_t n_out = g.planes * g.out_plane;
     if (n_out == 0) return MX_OK;
+    bool used;
+    MX_TRY(pool_cudnn_forward(ctx, pp, g, in, req[0], out, &used));
+    if (used) return MX_OK;
     pool_forward_kernel<<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
         g, (const float *)in[0].data, (float *)out[0].data, n_out, req[0]);
     MX_CUDA_LAUNCHED();
@@ -214,6 +354,11 @@ static mx_status pool_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
     pool_gpu_geometry(pp, &in[0].shape, &out_grad[0].shape, &g);
     const int64_t n_out = g.planes * g.out_plane, n_in = g.planes * g.in_plane;
     if (n_in == 0) return MX_OK;
+    if (n_out > 0) {
+        bool used;
+        MX_TRY(pool_cudnn_backward(ctx, pp, g, out_grad, in, out, req[0], in_grad, &used));
+        if (used) return MX_OK;
+    }
     cudaStream_t stream = mx_cuda_op_stream(ctx);
     int64_t *arg = nullptr;
     if (g.type == POOL_MAX && n_out > 0) {
