@@ -21,7 +21,7 @@
  * they fail the heuristics choose. Workspace comes from the worker's
  * scratch (ctx->workspace, sized for the CPU's im2col, is not used).
  * cudnn_off=True (MXNet's im2col on GPU) is refused with
- * MX_ERR_UNSUPPORTED.
+ * MX_ERR_UNSUPPORTED. MX_CUDNN_LOG=1 prints what the timing runs found.
  */
 #include "ops/cuda/cuda_op.h"
 #include "ops/cuda/cudnn_conv.cuh"
@@ -30,6 +30,7 @@ extern "C" {
 #include "ops/convolution.h"
 }
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,11 +140,12 @@ struct conv_perf {
     cudnnStatus_t status;
     size_t memory;
     cudnnMathType_t math;
+    float time_ms; /* timing runs only */
 };
 
 template <typename P> static conv_perf conv_perf_of(const P &p)
 {
-    return {(int)p.algo, p.status, p.memory, p.mathType};
+    return {(int)p.algo, p.status, p.memory, p.mathType, p.time};
 }
 
 /* The first usable entry of a ranked list (fastest / most promising first)
@@ -219,6 +221,29 @@ static mx_status conv_find(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_des
     return MX_OK;
 }
 
+/* MX_CUDNN_LOG=1 (a diagnostic): each timing run's candidates and the
+ * choice on stderr, one line per layer shape and direction:
+ *   cudnn conv fwd n64 c256 56x56 f64 1x1/1 g1: chose 1 (0.412 ms, 0 MB) | 1:0.412 0:0.530 ...
+ * (algorithm number: cuDNN's enum of that direction; time: its run here). */
+static void conv_log_find(const conv_gpu_geom &g, conv_dir dir, const conv_perf *perf, int n, const conv_choice *out)
+{
+    const char *e = getenv("MX_CUDNN_LOG");
+    if (!e || !*e || !strcmp(e, "0")) return;
+    static const char *const short_names[] = {"fwd", "bwd_data", "bwd_filter"};
+    char line[1024];
+    float chosen_ms = -1;
+    for (int i = 0; i < n; i++)
+        if (perf[i].algo == out->algo && perf[i].status == CUDNN_STATUS_SUCCESS) chosen_ms = perf[i].time_ms;
+    int len = snprintf(line, sizeof(line), "cudnn conv %s n%d c%d %dx%d f%d %dx%d/%d g%d: chose %d (%.3f ms, %zu MB) |",
+                       short_names[dir], g.n, g.c, g.h, g.w, g.f, g.kh, g.kw, g.sh, g.groups, out->algo, chosen_ms,
+                       out->ws >> 20);
+    for (int i = 0; i < n && len > 0 && (size_t)len < sizeof(line); i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS)
+            len += snprintf(line + len, sizeof(line) - (size_t)len, " %d:%.3f%s", perf[i].algo, perf[i].time_ms,
+                            perf[i].math == CUDNN_FMA_MATH ? "" : "*");
+    fprintf(stderr, "%s\n", line);
+}
+
 /* Chooses the algorithm of direction `dir` (a, b: its two inputs, for the
  * timing runs: forward x, w; backward data w, dy; backward filter x, dy). */
 static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_params *p, const conv_descs &d,
@@ -243,8 +268,10 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
         }
         /* A failed timing run (say, no scratch of that size) leaves the
          * choice to the heuristics below. */
-        if (conv_find(ctx, h, d, g, dir, limit, a, b, perf, &n) == MX_OK && conv_pick(h, d, dir, perf, n, limit, out))
+        if (conv_find(ctx, h, d, g, dir, limit, a, b, perf, &n) == MX_OK && conv_pick(h, d, dir, perf, n, limit, out)) {
+            conv_log_find(g, dir, perf, n, out);
             return MX_OK;
+        }
     }
     MX_TRY(conv_heuristic(h, d, dir, perf, &n));
     if (conv_pick(h, d, dir, perf, n, ws_limit, out)) return MX_OK;
