@@ -616,6 +616,120 @@ START_TEST(predictor_runs_dropout_as_mxnet)
 }
 END_TEST
 
+/* data (2, 3, 5, 5) -> conv1 (4 filters 3x3 pad 1, no bias) -> bn1 ->
+ * relu -> conv2 (3 filters 1x1, bias) -> bn2 (fix_gamma, eps 1e-3) ->
+ * flatten -> fc (5) -> SoftmaxOutput, random parameters and statistics. */
+static void save_model_bn(const char *prefix)
+{
+    mx_runtime *rt;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    mx_graph *g;
+    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
+    uint32_t id;
+    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &id), MX_OK);
+    mx_entry x = {id, 0};
+    const char *c1k[] = {"num_filter", "kernel", "pad", "no_bias"}, *c1v[] = {"4", "(3,3)", "(1,1)", "True"};
+    ck_assert_int_eq(mx_graph_add_op(g, "Convolution", "conv1", c1k, c1v, 4, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    const char *b1k[] = {"fix_gamma", "eps"}, *b1v[] = {"False", "2e-5"};
+    ck_assert_int_eq(mx_graph_add_op(g, "BatchNorm", "bn1", b1k, b1v, 2, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    const char *ak[] = {"act_type"}, *av[] = {"relu"};
+    ck_assert_int_eq(mx_graph_add_op(g, "Activation", "relu1", ak, av, 1, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    const char *c2k[] = {"num_filter", "kernel"}, *c2v[] = {"3", "(1,1)"};
+    ck_assert_int_eq(mx_graph_add_op(g, "Convolution", "conv2", c2k, c2v, 2, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    const char *b2k[] = {"fix_gamma", "eps"}, *b2v[] = {"True", "1e-3"};
+    ck_assert_int_eq(mx_graph_add_op(g, "BatchNorm", "bn2", b2k, b2v, 2, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    ck_assert_int_eq(mx_graph_add_op(g, "Flatten", "flat", NULL, NULL, 0, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    const char *fk[] = {"num_hidden"}, *fv[] = {"5"};
+    ck_assert_int_eq(mx_graph_add_op(g, "FullyConnected", "fc", fk, fv, 1, &x, 1, NULL, 0, &id), MX_OK);
+    x = (mx_entry){id, 0};
+    ck_assert_int_eq(mx_graph_add_op(g, "SoftmaxOutput", "softmax", NULL, NULL, 0, &x, 1, NULL, 0, &id), MX_OK);
+    mx_entry h = {id, 0};
+    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    const struct {
+        const char *name;
+        mx_shape shape;
+        double lo, hi;
+    } params[] = {
+        {"conv1_weight", MX_SHAPE(4, 3, 3, 3), -0.5, 0.5}, {"bn1_gamma", MX_SHAPE(4), 0.5, 1.5},
+        {"bn1_beta", MX_SHAPE(4), -0.5, 0.5},              {"conv2_weight", MX_SHAPE(3, 4, 1, 1), -1, 1},
+        {"conv2_bias", MX_SHAPE(3), -0.5, 0.5},            {"bn2_gamma", MX_SHAPE(3), 0.5, 1.5},
+        {"bn2_beta", MX_SHAPE(3), -0.5, 0.5},              {"fc_weight", MX_SHAPE(5, 75), -0.3, 0.3},
+        {"fc_bias", MX_SHAPE(5), -0.1, 0.1},               {"bn1_moving_mean", MX_SHAPE(4), -0.5, 0.5},
+        {"bn1_moving_var", MX_SHAPE(4), 0.2, 2.0},         {"bn2_moving_mean", MX_SHAPE(3), -1, 1},
+        {"bn2_moving_var", MX_SHAPE(3), 0.2, 2.0},
+    };
+    enum { N_PARAMS = 13, N_ARGS = 9 };
+    mx_ndarray *a[N_PARAMS];
+    const char *names[N_PARAMS];
+    uint64_t seed = 77;
+    for (int i = 0; i < N_PARAMS; i++) {
+        int64_t n = mx_shape_size(&params[i].shape);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            v[j] = (float)(params[i].lo + (params[i].hi - params[i].lo) * (double)(seed >> 11) * 0x1.0p-53);
+        }
+        ck_assert_int_eq(mx_ndarray_create(rt, params[i].shape, MX_FLOAT32, mx_cpu(), &a[i]), MX_OK);
+        ck_assert_int_eq(mx_ndarray_from_host(a[i], v, sizeof(float) * (size_t)n), MX_OK);
+        names[i] = params[i].name;
+        free(v);
+    }
+    mx_named_arrays args = {N_ARGS, names, a}, aux = {N_PARAMS - N_ARGS, names + N_ARGS, a + N_ARGS};
+    ck_assert_int_eq(mx_checkpoint_save(prefix, 1, g, args, aux), MX_OK);
+    for (int i = 0; i < N_PARAMS; i++) mx_ndarray_free(a[i]);
+    mx_graph_free(g);
+    mx_runtime_free(rt);
+}
+
+/* One batch of 2 through `layer` (NULL: the output); returns the number
+ * of folded BatchNorm layers and fills out (the layer's n floats). */
+static int predict_bn(const char *prefix, const char *layer, bool keep, const float *in, float *out, size_t n)
+{
+    mx_predictor *p;
+    ck_assert_int_eq(mx_predictor_load(prefix, -1, &p), MX_OK);
+    mx_predictor_bind_opts bo = {.sample = MX_SHAPE(3, 5, 5), .batch_size = 2, .layer = layer, .ctx = mx_cpu(),
+                                 .keep_batchnorm = keep};
+    ck_assert_msg(mx_predictor_bind(p, &bo) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(mx_predictor_push(p, in), MX_OK);
+    ck_assert_int_eq(mx_predictor_pull(p, out), MX_OK);
+    (void)n;
+    int folded = mx_predictor_folded(p);
+    mx_predictor_free(p);
+    return folded;
+}
+
+/* BatchNorm folded into the convolution before it gives the unfolded
+ * network's outputs (float rounding apart), and never folds a layer the
+ * caller asks for. */
+START_TEST(predictor_folds_batchnorm)
+{
+    const char *prefix = tpath("bnnet");
+    save_model_bn(prefix);
+    float in[2 * 75], a[2 * 100], b[2 * 100];
+    for (int i = 0; i < 2 * 75; i++) in[i] = (float)sin(0.37 * i) * 2.0f;
+    static const struct {
+        const char *layer;
+        int folds, n;
+    } cases[] = {{NULL, 2, 2 * 5}, {"fc", 2, 2 * 5}, {"bn2", 1, 2 * 75}, {"conv2", 1, 2 * 75},
+                 {"bn1_output", 1, 2 * 100}, {"conv1", 1, 2 * 100}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        ck_assert_int_eq(predict_bn(prefix, cases[c].layer, true, in, a, (size_t)cases[c].n), 0);
+        ck_assert_int_eq(predict_bn(prefix, cases[c].layer, false, in, b, (size_t)cases[c].n), cases[c].folds);
+        double scale = 0;
+        for (int i = 0; i < cases[c].n; i++) scale = fmax(scale, fabs(a[i]));
+        for (int i = 0; i < cases[c].n; i++)
+            ck_assert_msg(fabs((double)a[i] - b[i]) <= 1e-5 * fmax(1.0, scale), "layer %s [%d]: folded %.9g, kept %.9g",
+                          cases[c].layer ? cases[c].layer : "(output)", i, b[i], a[i]);
+    }
+}
+END_TEST
+
 START_TEST(predictor_matches_reference_forward)
 {
     const char *prefix = tpath("net");
@@ -764,6 +878,7 @@ int main(void)
     tcase_add_test(tc, rec_reader_skips_bad_records);
     tcase_add_test(tc, lst_and_idx_readers);
     tcase_add_test(tc, predictor_matches_reference_forward);
+    tcase_add_test(tc, predictor_folds_batchnorm);
     tcase_add_test(tc, predictor_runs_dropout_as_mxnet);
     tcase_add_test(tc, run_keeps_order_and_drops_padding);
     suite_add_tcase(s, tc);

@@ -508,6 +508,70 @@ START_TEST(control_characters_in_names_round_trip)
 }
 END_TEST
 
+/* conv -> BatchNorm(axis) [-> extra consumer of the convolution's output]:
+ * how many pairs mx_graph_fold_batchnorm folds, and what the new graph
+ * holds. */
+static int folds_of(const char *axis, bool second_reader, bool bn_mean_used, const char *keep, int *n_nodes_out)
+{
+    mx_graph *g;
+    ck_assert_int_eq(mx_graph_create(&g), MX_OK);
+    uint32_t d, c, b, r;
+    ck_assert_int_eq(mx_graph_add_variable(g, "data", NULL, 0, &d), MX_OK);
+    mx_entry x = {d, 0};
+    const char *ck[] = {"num_filter", "kernel", "no_bias"}, *cv[] = {"4", "(3,3)", "True"};
+    ck_assert_int_eq(mx_graph_add_op(g, "Convolution", "conv", ck, cv, 3, &x, 1, NULL, 0, &c), MX_OK);
+    x = (mx_entry){c, 0};
+    const char *bk[] = {"axis", "output_mean_var"}, *bv[] = {axis, bn_mean_used ? "True" : "False"};
+    ck_assert_int_eq(mx_graph_add_op(g, "BatchNorm", "bn", bk, bv, 2, &x, 1, NULL, 0, &b), MX_OK);
+    mx_entry heads[3] = {{b, 0}};
+    int n_heads = 1;
+    if (second_reader) {
+        const char *ak[] = {"act_type"}, *av[] = {"relu"};
+        ck_assert_int_eq(mx_graph_add_op(g, "Activation", "relu", ak, av, 1, &x, 1, NULL, 0, &r), MX_OK);
+        heads[n_heads++] = (mx_entry){r, 0};
+    }
+    if (bn_mean_used) heads[n_heads++] = (mx_entry){b, 1};
+    ck_assert_int_eq(mx_graph_set_heads(g, heads, n_heads), MX_OK);
+    mx_graph *out;
+    mx_graph_bn_fold *folds;
+    int n;
+    ck_assert_msg(mx_graph_fold_batchnorm(g, keep, &out, &folds, &n) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(out != NULL, n > 0);
+    *n_nodes_out = out ? mx_graph_num_nodes(out) : 0;
+    if (n == 1) {
+        /* data, the new weight and bias, the convolution (with a bias now). */
+        ck_assert_int_eq(mx_graph_num_nodes(out), 4);
+        ck_assert_str_eq(folds[0].weight, "conv_weight");
+        ck_assert_ptr_null(folds[0].bias);
+        ck_assert_str_eq(folds[0].moving_var, "bn_moving_var");
+        ck_assert_str_eq(folds[0].new_weight, "conv_weight_bnfold");
+        uint32_t nc = mx_graph_find(out, "conv");
+        ck_assert_uint_ne(nc, MX_NO_NODE);
+        ck_assert_int_eq(mx_graph_node(out, nc)->n_inputs, 3);
+        ck_assert_str_eq(mx_graph_get_attr(out, nc, "no_bias"), "False");
+        ck_assert_uint_eq(mx_graph_head(out, 0).node, nc);
+        ck_assert_uint_eq(mx_graph_find(out, "bn_gamma"), MX_NO_NODE);
+        ck_assert_uint_eq(mx_graph_find(out, "bn"), MX_NO_NODE);
+    }
+    mx_graph_bn_folds_free(folds, n);
+    mx_graph_free(out);
+    mx_graph_free(g);
+    return n;
+}
+
+START_TEST(batchnorm_folds_only_where_nothing_can_tell)
+{
+    int nodes;
+    ck_assert_int_eq(folds_of("1", false, false, NULL, &nodes), 1);
+    ck_assert_int_eq(folds_of("1", false, false, "bn_output", &nodes), 0);
+    ck_assert_int_eq(folds_of("1", false, false, "conv", &nodes), 0);
+    ck_assert_int_eq(folds_of("1", false, false, "convx", &nodes), 1); /* another layer's name */
+    ck_assert_int_eq(folds_of("2", false, false, NULL, &nodes), 0);    /* not the channel axis */
+    ck_assert_int_eq(folds_of("1", true, false, NULL, &nodes), 0);     /* the convolution's output read twice */
+    ck_assert_int_eq(folds_of("1", false, true, NULL, &nodes), 0);     /* the batch mean is an output */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("symbol");
@@ -526,6 +590,7 @@ int main(void)
     tcase_add_test(tc, mxnet_0_8_file_upgrades_as_mxnet_does);
     tcase_add_test(tc, unknown_operators_are_reported_together);
     tcase_add_test(tc, control_characters_in_names_round_trip);
+    tcase_add_test(tc, batchnorm_folds_only_where_nothing_can_tell);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -453,6 +453,9 @@ int main(int argc, char **argv)
                 "bytes, output %zu bytes, total %zu bytes\n",
                 ms.both, ms.naive, ms.n_internal, ms.n_buffers, ms.workspace, out_bytes,
                 ms.both + ms.workspace + out_bytes);
+        if (mx_predictor_folded(pred))
+            fprintf(stderr, "mxpredict: %d BatchNorm layers folded into the convolutions before them\n",
+                    mx_predictor_folded(pred));
     }
 
     if (o.synset && mx_predict_synset_load(o.synset, &synset, &n_synset) != MX_OK) {

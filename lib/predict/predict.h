@@ -133,6 +133,11 @@ typedef struct mx_predictor_bind_opts {
     int64_t batch_size;
     const char *layer;      /* NULL: the symbol's first output; else "fc1", "fc1_output"... */
     mx_context ctx;
+    /* false (the default): each BatchNorm that only rescales one
+     * convolution's output is folded into that convolution's weights and
+     * bias (mx_graph_fold_batchnorm), one pass over the data fewer; true:
+     * the graph as saved (the same results up to float rounding). */
+    bool keep_batchnorm;
 } mx_predictor_bind_opts;
 
 /* Infers shapes, checks every parameter against the file, binds for
@@ -147,6 +152,8 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *opts)
 mx_shape mx_predictor_output_shape(const mx_predictor *p);
 const char *mx_predictor_output_name(const mx_predictor *p);
 int64_t mx_predictor_batch_size(const mx_predictor *p);
+/* BatchNorm layers folded into convolutions by the last bind. */
+int mx_predictor_folded(const mx_predictor *p);
 /* The plan of the bound executor, plus the bytes of its output. */
 void mx_predictor_memory(const mx_predictor *p, mx_memory_plan_stats *plan, size_t *output_bytes);
 

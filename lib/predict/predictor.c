@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,10 @@ struct mx_predictor {
      * a fixed seed keeps predictions reproducible run to run. */
     mx_rng *rng;
     /* bound */
+    mx_graph *folded;      /* the graph bound when BatchNorm layers folded (else NULL: g) */
+    mx_graph_bn_fold *folds;
+    int n_folds;
+    mx_ndarray **fold_arrays; /* per fold: new weight, new bias (CPU) */
     mx_executor *ex;
     mx_ndarray **args, **aux;
     int n_args, n_aux;
@@ -79,6 +84,14 @@ static void unbind(mx_predictor *p)
     mx_ndarray_free(p->staging);
     p->staging = NULL;
     p->data = p->output = NULL;
+    for (int i = 0; p->fold_arrays && i < 2 * p->n_folds; i++) mx_ndarray_free(p->fold_arrays[i]);
+    free(p->fold_arrays);
+    p->fold_arrays = NULL;
+    mx_graph_bn_folds_free(p->folds, p->n_folds);
+    p->folds = NULL;
+    p->n_folds = 0;
+    mx_graph_free(p->folded);
+    p->folded = NULL;
 }
 
 void mx_predictor_free(mx_predictor *p)
@@ -208,17 +221,104 @@ static mx_status to_ctx(mx_runtime *rt, mx_ndarray *src, mx_context ctx, mx_ndar
     return mx_nd_copy(*out, src);
 }
 
+/* The host values of a saved array (args, or aux when aux), as floats. */
+static mx_status saved_values(mx_predictor *p, const char *name, bool aux, int64_t n, float *out)
+{
+    int k = find_name(aux ? &p->aux_index : &p->args_index, name);
+    const mx_ndarray_list *l = aux ? &p->file_aux : &p->file_args;
+    char path[4096];
+    mx_checkpoint_params_path(p->prefix, p->epoch, path, sizeof(path));
+    if (k < 0) return MX_ERROR(MX_ERR_FORMAT, "%s: has no %s:%s, which the symbol needs", path, aux ? "aux" : "arg", name);
+    mx_ndarray *a = l->arrays[k];
+    if (mx_ndarray_size(a) != n)
+        return MX_ERROR(MX_ERR_INVALID, "%s: %s has %lld values, the folded BatchNorm needs %lld", path, name,
+                        (long long)mx_ndarray_size(a), (long long)n);
+    if (mx_ndarray_dtype(a) == MX_FLOAT32) return mx_ndarray_to_host(a, out, (size_t)n * sizeof(float));
+    mx_ndarray *f;
+    MX_TRY(mx_ndarray_create(p->rt, *mx_ndarray_shape(a), MX_FLOAT32, mx_cpu(), &f));
+    mx_status s = mx_nd_copy(f, a);
+    if (s == MX_OK) s = mx_ndarray_to_host(f, out, (size_t)n * sizeof(float));
+    mx_ndarray_free(f);
+    return s;
+}
+
+/* The folded convolution's weight and bias (mx_graph_bn_fold): per output
+ * channel c, s = gamma / sqrt(var + eps) in double, W' = W * s,
+ * b' = (b - mean) * s + beta. */
+static mx_status fold_values(mx_predictor *p, const mx_graph_bn_fold *f, mx_ndarray **weight, mx_ndarray **bias)
+{
+    int k = find_name(&p->args_index, f->weight);
+    if (k < 0) return saved_values(p, f->weight, false, 0, NULL); /* the missing-parameter error */
+    const mx_shape ws = *mx_ndarray_shape(p->file_args.arrays[k]);
+    const int64_t channels = ws.ndim > 0 ? ws.dims[0] : 0, total = mx_shape_size(&ws);
+    const int64_t per = channels > 0 ? total / channels : 0;
+    float *w = mx_malloc(sizeof(float) * (size_t)(total + 1));
+    float *st = mx_malloc(sizeof(float) * (size_t)(5 * channels + 1)); /* bias, gamma, beta, mean, var */
+    mx_status s = w && st ? MX_OK : MX_ERR_NOMEM;
+    float *b = st, *gamma = st + channels, *beta = st + 2 * channels, *mean = st + 3 * channels,
+          *var = st + 4 * channels;
+    if (s == MX_OK) s = saved_values(p, f->weight, false, total, w);
+    if (s == MX_OK && f->bias) s = saved_values(p, f->bias, false, channels, b);
+    else if (s == MX_OK) memset(b, 0, sizeof(float) * (size_t)channels);
+    if (s == MX_OK) s = saved_values(p, f->gamma, false, channels, gamma);
+    if (s == MX_OK) s = saved_values(p, f->beta, false, channels, beta);
+    if (s == MX_OK) s = saved_values(p, f->moving_mean, true, channels, mean);
+    if (s == MX_OK) s = saved_values(p, f->moving_var, true, channels, var);
+    for (int64_t c = 0; s == MX_OK && c < channels; c++) {
+        double scale = (f->fix_gamma ? 1.0 : (double)gamma[c]) / sqrt((double)var[c] + f->eps);
+        for (int64_t i = 0; i < per; i++) w[c * per + i] = (float)((double)w[c * per + i] * scale);
+        b[c] = (float)(((double)b[c] - (double)mean[c]) * scale + (double)beta[c]);
+    }
+    if (s == MX_OK) s = mx_ndarray_create(p->rt, ws, MX_FLOAT32, mx_cpu(), weight);
+    if (s == MX_OK) s = mx_ndarray_from_host(*weight, w, sizeof(float) * (size_t)total);
+    if (s == MX_OK) s = mx_ndarray_create(p->rt, MX_SHAPE(channels), MX_FLOAT32, mx_cpu(), bias);
+    if (s == MX_OK) s = mx_ndarray_from_host(*bias, b, sizeof(float) * (size_t)channels);
+    free(w);
+    free(st);
+    return s;
+}
+
+/* Folds BatchNorm into convolutions unless told not to (p->folded, the
+ * folds and their arrays; nothing when no pair folds). */
+static mx_status fold_batchnorm(mx_predictor *p, const mx_predictor_bind_opts *o)
+{
+    if (o->keep_batchnorm) return MX_OK;
+    MX_TRY(mx_graph_fold_batchnorm(p->g, o->layer, &p->folded, &p->folds, &p->n_folds));
+    if (!p->n_folds) return MX_OK;
+    p->fold_arrays = calloc((size_t)(2 * p->n_folds), sizeof(mx_ndarray *));
+    if (!p->fold_arrays) return MX_ERROR(MX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->n_folds; i++)
+        MX_TRY(fold_values(p, &p->folds[i], &p->fold_arrays[2 * i], &p->fold_arrays[2 * i + 1]));
+    return MX_OK;
+}
+
+/* A folded convolution's new weight or bias by name, or NULL. */
+static mx_ndarray *fold_array(const mx_predictor *p, const char *name)
+{
+    for (int i = 0; i < p->n_folds; i++) {
+        if (!strcmp(p->folds[i].new_weight, name)) return p->fold_arrays[2 * i];
+        if (!strcmp(p->folds[i].new_bias, name)) return p->fold_arrays[2 * i + 1];
+    }
+    return NULL;
+}
+
 mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
 {
     unbind(p);
     if (o->batch_size < 1) return MX_ERROR(MX_ERR_INVALID, "batch size %lld must be at least 1", (long long)o->batch_size);
     if (o->sample.ndim < 1 || o->sample.ndim >= MX_MAX_NDIM || mx_shape_size(&o->sample) < 1)
         return MX_ERROR(MX_ERR_INVALID, "bad input shape");
-    const mx_graph *g = p->g;
+    mx_status fs = fold_batchnorm(p, o);
+    if (fs != MX_OK) {
+        unbind(p);
+        return fs;
+    }
+    const mx_graph *g = p->folded ? p->folded : p->g;
+    const uint32_t data_id = mx_graph_find(g, mx_graph_node(p->g, p->data_id)->name);
     int n_nodes = mx_graph_num_nodes(g);
     uint32_t *arg_ids = mx_malloc(sizeof(uint32_t) * ((size_t)n_nodes + 1));
     uint32_t *aux_ids = mx_malloc(sizeof(uint32_t) * ((size_t)n_nodes + 1));
-    int cap = p->file_args.count + p->file_aux.count + 1;
+    int cap = p->file_args.count + p->file_aux.count + 2 * p->n_folds + 1;
     const char **names = mx_malloc(sizeof(char *) * (size_t)cap);
     mx_shape *shapes = mx_malloc(sizeof(mx_shape) * (size_t)cap);
     mx_status s = (arg_ids && aux_ids && names && shapes) ? MX_OK : MX_ERR_NOMEM;
@@ -240,8 +340,12 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         data_shape.ndim = o->sample.ndim + 1;
         data_shape.dims[0] = o->batch_size;
         for (int i = 0; i < o->sample.ndim; i++) data_shape.dims[i + 1] = o->sample.dims[i];
-        names[n] = mx_graph_node(g, p->data_id)->name;
+        names[n] = mx_graph_node(g, data_id)->name;
         shapes[n++] = data_shape;
+        for (int i = 0; i < 2 * p->n_folds; i++) {
+            names[n] = i % 2 ? p->folds[i / 2].new_bias : p->folds[i / 2].new_weight;
+            shapes[n++] = *mx_ndarray_shape(p->fold_arrays[i]);
+        }
         for (int pass = 0; pass < 2; pass++) {
             const mx_ndarray_list *l = pass ? &p->file_aux : &p->file_args;
             for (int i = 0; i < l->count; i++) {
@@ -259,9 +363,13 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         const char *name = mx_graph_node(g, id)->name;
         const mx_shape *shape = mx_graph_entry_shape(&sh, (mx_entry){id, 0});
         int k = find_name(&p->args_index, name);
-        if (id == p->data_id) {
+        uint32_t source_id = mx_graph_find(p->g, name); /* the label mask is the loaded graph's */
+        mx_ndarray *folded = fold_array(p, name);
+        if (id == data_id) {
             s = mx_ndarray_create(p->rt, *shape, MX_FLOAT32, o->ctx, &p->args[i]);
             p->data = p->args[i];
+        } else if (folded) {
+            s = to_ctx(p->rt, folded, o->ctx, &p->args[i]);
         } else if (k >= 0) {
             if (!mx_shape_equal(mx_ndarray_shape(p->file_args.arrays[k]), shape))
                 s = MX_ERROR(MX_ERR_INVALID, "%s: %s has shape %s, the network needs %s", path, name,
@@ -269,7 +377,7 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
                              mx_shape_str(shape, b, sizeof(b)));
             else
                 s = to_ctx(p->rt, p->file_args.arrays[k], o->ctx, &p->args[i]);
-        } else if (p->label[id]) {
+        } else if (source_id != MX_NO_NODE && p->label[source_id]) {
             s = mx_ndarray_create(p->rt, *shape, MX_FLOAT32, o->ctx, &p->args[i]);
             if (s == MX_OK) s = mx_nd_fill(p->args[i], 0.0);
         } else {
@@ -320,6 +428,7 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
 mx_shape mx_predictor_output_shape(const mx_predictor *p) { return p->out_sample; }
 const char *mx_predictor_output_name(const mx_predictor *p) { return p->ex ? mx_executor_output_name(p->ex, 0) : ""; }
 int64_t mx_predictor_batch_size(const mx_predictor *p) { return p->batch_size; }
+int mx_predictor_folded(const mx_predictor *p) { return p->n_folds; }
 
 void mx_predictor_memory(const mx_predictor *p, mx_memory_plan_stats *plan, size_t *output_bytes)
 {

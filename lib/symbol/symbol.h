@@ -137,6 +137,34 @@ static inline const mx_shape *mx_graph_entry_shape(const mx_graph_shapes *s, mx_
  * from a wrt variable to a head get no backward node. */
 mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entry *grads);
 
+/* ---------------------------------------------------------------- folding */
+
+/* One BatchNorm folded into the Convolution before it, for inference:
+ * the new graph's convolution reads the new variables new_weight and
+ * new_bias, to be given weight * s and (bias - moving_mean) * s + beta per
+ * output channel, s = gamma / sqrt(moving_var + eps) (gamma = 1 under
+ * fix_gamma; bias = 0 when the convolution had none). The other names are
+ * the source graph's variables (valid while it lives). */
+typedef struct mx_graph_bn_fold {
+    const char *weight, *bias; /* bias NULL: no_bias */
+    const char *gamma, *beta, *moving_mean, *moving_var;
+    double eps;
+    bool fix_gamma;
+    char *new_weight, *new_bias;
+} mx_graph_bn_fold;
+
+/* A copy of g with every foldable (Convolution -> BatchNorm) pair made one
+ * convolution with a bias, and its list of folds; *out NULL (and no folds)
+ * when nothing folds. A pair folds when the convolution's output feeds only
+ * the BatchNorm, the BatchNorm's mean / var outputs feed nothing, its axis
+ * is 1, every parameter is a variable, and `keep` (an output the caller
+ * wants, "NAME" or "NAME_output"; may be NULL) names neither layer. The
+ * folded BatchNorm's output is the convolution's; variables only folded
+ * layers read are left out. Graphs with backward nodes do not fold. */
+mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph **out, mx_graph_bn_fold **folds,
+                                  int *n_folds);
+void mx_graph_bn_folds_free(mx_graph_bn_fold *folds, int n);
+
 /* ---------------------------------------------------------------- JSON */
 
 /* Writes MXNet's symbol JSON (nnvm, version 10901), byte-compatible with

@@ -1,0 +1,231 @@
+/*
+ * fold.c - inference-time folding of BatchNorm into the Convolution that
+ * feeds it (what MXNet's oneDNN backend and TensorRT do for prediction).
+ *
+ * At inference BatchNorm is y = (x - mean) * gamma / sqrt(var + eps) + beta
+ * per channel, with x = conv(data, W) + b; so it is the convolution with
+ * weight W * s and bias (b - mean) * s + beta, s = gamma / sqrt(var + eps).
+ * The pass rewrites the graph (a new one: the source is left as it is);
+ * the caller computes the new weights from the list of folds it returns.
+ * A pair folds only when nothing else can tell: the convolution's output
+ * feeds only the BatchNorm, the BatchNorm's mean / var outputs feed
+ * nothing, the channel axis is 1, every parameter is a variable, and
+ * neither layer is the output the caller keeps.
+ */
+#include "symbol/symbol_internal.h"
+
+#include "ops/batch_norm.h"
+#include "ops/convolution.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mx_graph_bn_folds_free(mx_graph_bn_fold *folds, int n)
+{
+    for (int i = 0; folds && i < n; i++) {
+        free(folds[i].new_weight);
+        free(folds[i].new_bias);
+    }
+    free(folds);
+}
+
+static bool is_op(const mx_node *n, const char *name)
+{
+    return n->kind == MX_NODE_OP && !strcmp(n->op->name, name);
+}
+
+static bool is_variable_input(const mx_graph *g, const mx_node *n, int i)
+{
+    return i < n->n_inputs && g->nodes[n->inputs[i].node].kind == MX_NODE_VARIABLE;
+}
+
+/* keep names node (the layer itself or one of its outputs, "NAME_...")? */
+static bool names_layer(const char *keep, const char *node)
+{
+    if (!keep) return false;
+    size_t n = strlen(node);
+    return !strncmp(keep, node, n) && (keep[n] == '\0' || keep[n] == '_');
+}
+
+/* A name for a new variable: base + suffix, unused in g and among the
+ * names made so far. */
+static char *new_name(const mx_graph *g, const char *base, const char *suffix, const mx_graph_bn_fold *folds, int n)
+{
+    size_t len = strlen(base) + strlen(suffix) + 16;
+    char *s = mx_malloc(len);
+    if (!s) return NULL;
+    for (int k = 0;; k++) {
+        if (k) snprintf(s, len, "%s%s%d", base, suffix, k);
+        else snprintf(s, len, "%s%s", base, suffix);
+        bool taken = mx_graph_find(g, s) != MX_NO_NODE;
+        for (int i = 0; i < n && !taken; i++)
+            taken = !strcmp(folds[i].new_weight, s) || (folds[i].new_bias && !strcmp(folds[i].new_bias, s));
+        if (!taken) return s;
+    }
+}
+
+/* Adds a copy of source node `n` to out with remapped inputs; `no_bias`
+ * (when not NULL) replaces that parameter. */
+static mx_status copy_op(mx_graph *out, const mx_node *n, const mx_entry *inputs, int n_inputs, const char *no_bias,
+                         uint32_t *id)
+{
+    const char **keys = mx_calloc((size_t)n->n_attrs + 2, sizeof(char *));
+    const char **values = mx_calloc((size_t)n->n_attrs + 2, sizeof(char *));
+    mx_attr *extra = mx_calloc((size_t)n->n_attrs + 1, sizeof(mx_attr));
+    mx_status s = keys && values && extra ? MX_OK : MX_ERR_NOMEM;
+    int n_params = 0, n_extra = 0;
+    bool replaced = false;
+    /* As the JSON reader splits them: parameters, then reserved "__x__". */
+    for (int k = 0; k < n->n_attrs && s == MX_OK; k++) {
+        const mx_attr *a = &n->attrs[k];
+        if (mx_op_param(n->op, a->key) || strncmp(a->key, "__", 2) != 0) {
+            keys[n_params] = a->key;
+            values[n_params] = a->value;
+            if (no_bias && !strcmp(a->key, "no_bias")) values[n_params] = no_bias, replaced = true;
+            n_params++;
+        } else {
+            extra[n_extra++] = *a;
+        }
+    }
+    if (s == MX_OK && no_bias && !replaced) keys[n_params] = "no_bias", values[n_params++] = no_bias;
+    if (s == MX_OK)
+        s = mx_graph_add_op(out, n->op->name, n->name, keys, values, n_params, inputs, n_inputs, extra, n_extra, id);
+    free(keys);
+    free(values);
+    free(extra);
+    return s;
+}
+
+mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph **out, mx_graph_bn_fold **folds_out,
+                                  int *n_folds_out)
+{
+    *out = NULL;
+    *folds_out = NULL;
+    *n_folds_out = 0;
+    const int n_nodes = g->n_nodes;
+    for (int i = 0; i < n_nodes; i++)
+        if (g->nodes[i].kind == MX_NODE_BACKWARD) return MX_OK; /* a training graph: nothing to fold */
+    /* uses[node * 3 + k]: consumers of output k (k < 2), of outputs >= 2 (k = 2). */
+    int *uses = mx_calloc((size_t)n_nodes * 3 + 1, sizeof(int));
+    uint32_t *partner = mx_malloc(((size_t)n_nodes + 1) * sizeof(uint32_t)); /* conv <-> its BatchNorm */
+    bool *drop = mx_calloc((size_t)n_nodes + 1, sizeof(bool));               /* variables only folds read */
+    uint32_t *map = mx_malloc(((size_t)n_nodes + 1) * sizeof(uint32_t));
+    mx_graph_bn_fold *folds = mx_calloc((size_t)n_nodes / 2 + 1, sizeof(*folds));
+    int n_folds = 0;
+    mx_graph *ng = NULL;
+    mx_status s = uses && partner && drop && map && folds ? MX_OK : MX_ERR_NOMEM;
+    for (int i = 0; s == MX_OK && i < n_nodes; i++) {
+        partner[i] = MX_NO_NODE;
+        const mx_node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_inputs; j++) {
+            mx_entry e = n->inputs[j];
+            uses[e.node * 3 + (e.index < 2 ? e.index : 2)]++;
+        }
+    }
+    for (int h = 0; s == MX_OK && h < g->n_heads; h++) {
+        mx_entry e = g->heads[h];
+        uses[e.node * 3 + (e.index < 2 ? e.index : 2)]++;
+    }
+    /* The pairs. */
+    for (int b = 0; s == MX_OK && b < n_nodes; b++) {
+        const mx_node *bn = &g->nodes[b];
+        if (!is_op(bn, "BatchNorm") || bn->n_inputs != 5) continue;
+        const bn_params *bp = bn->params;
+        uint32_t c = bn->inputs[0].node;
+        const mx_node *conv = &g->nodes[c];
+        if (bp->axis != 1 || bn->inputs[0].index != 0 || !is_op(conv, "Convolution") || partner[c] != MX_NO_NODE)
+            continue;
+        const conv_params *cp = conv->params;
+        int conv_inputs = cp->no_bias ? 2 : 3;
+        /* (Every Convolution layout puts channels on axis 1.) */
+        if (conv->n_outputs != 1 || conv->n_inputs != conv_inputs || uses[c * 3] != 1 || uses[b * 3 + 1] ||
+            uses[b * 3 + 2])
+            continue;
+        bool vars = true;
+        for (int j = 1; j < conv_inputs; j++) vars &= is_variable_input(g, conv, j);
+        for (int j = 1; j < 5; j++) vars &= is_variable_input(g, bn, j);
+        if (!vars || names_layer(keep, conv->name) || names_layer(keep, bn->name)) continue;
+        mx_graph_bn_fold *f = &folds[n_folds];
+        f->weight = g->nodes[conv->inputs[1].node].name;
+        f->bias = cp->no_bias ? NULL : g->nodes[conv->inputs[2].node].name;
+        f->gamma = g->nodes[bn->inputs[1].node].name;
+        f->beta = g->nodes[bn->inputs[2].node].name;
+        f->moving_mean = g->nodes[bn->inputs[3].node].name;
+        f->moving_var = g->nodes[bn->inputs[4].node].name;
+        f->eps = bp->eps;
+        f->fix_gamma = bp->fix_gamma;
+        f->new_weight = new_name(g, conv->name, "_weight_bnfold", folds, n_folds);
+        f->new_bias = f->new_weight ? new_name(g, conv->name, "_bias_bnfold", folds, n_folds) : NULL;
+        if (!f->new_weight || !f->new_bias) {
+            s = MX_ERR_NOMEM;
+            break;
+        }
+        n_folds++;
+        partner[c] = (uint32_t)b;
+        partner[b] = c;
+        /* Parameters read by nothing else are left out of the new graph. */
+        for (int j = 1; j < conv_inputs; j++) uses[conv->inputs[j].node * 3]--;
+        for (int j = 1; j < 5; j++) uses[bn->inputs[j].node * 3]--;
+    }
+    if (s != MX_OK || n_folds == 0) goto done;
+    /* A variable is dropped when folds were its only readers: its uses
+     * fell to zero above while it had some before. */
+    for (int f = 0; f < n_folds; f++) {
+        const char *names[6] = {folds[f].weight, folds[f].bias, folds[f].gamma, folds[f].beta, folds[f].moving_mean,
+                                folds[f].moving_var};
+        for (int k = 0; k < 6; k++) {
+            if (!names[k]) continue;
+            uint32_t v = mx_graph_find(g, names[k]);
+            if (v != MX_NO_NODE && uses[v * 3] == 0 && uses[v * 3 + 1] == 0 && uses[v * 3 + 2] == 0) drop[v] = true;
+        }
+    }
+    s = mx_graph_create(&ng);
+    int next_fold = 0;
+    for (int i = 0; s == MX_OK && i < n_nodes; i++) {
+        const mx_node *n = &g->nodes[i];
+        map[i] = MX_NO_NODE;
+        if (n->kind == MX_NODE_VARIABLE) {
+            if (!drop[i]) s = mx_graph_add_variable(ng, n->name, n->attrs, n->n_attrs, &map[i]);
+            continue;
+        }
+        if (partner[i] != MX_NO_NODE && is_op(n, "BatchNorm")) {
+            map[i] = map[partner[i]]; /* its output 0 is the folded convolution's */
+            continue;
+        }
+        mx_entry in[MX_OP_MAX_IO];
+        for (int j = 0; j < n->n_inputs; j++) in[j] = (mx_entry){map[n->inputs[j].node], n->inputs[j].index};
+        if (partner[i] == MX_NO_NODE) {
+            s = copy_op(ng, n, in, n->n_inputs, NULL, &map[i]);
+            continue;
+        }
+        /* A folded convolution: its new weight and bias, then itself. */
+        mx_graph_bn_fold *f = &folds[next_fold++];
+        uint32_t w, b;
+        s = mx_graph_add_variable(ng, f->new_weight, NULL, 0, &w);
+        if (s == MX_OK) s = mx_graph_add_variable(ng, f->new_bias, NULL, 0, &b);
+        in[1] = (mx_entry){w, 0};
+        in[2] = (mx_entry){b, 0};
+        if (s == MX_OK) s = copy_op(ng, n, in, 3, "False", &map[i]);
+    }
+    mx_entry *heads = s == MX_OK ? mx_calloc((size_t)g->n_heads + 1, sizeof(mx_entry)) : NULL;
+    if (s == MX_OK && !heads) s = MX_ERR_NOMEM;
+    for (int h = 0; s == MX_OK && h < g->n_heads; h++) heads[h] = (mx_entry){map[g->heads[h].node], g->heads[h].index};
+    if (s == MX_OK) s = mx_graph_set_heads(ng, heads, g->n_heads);
+    free(heads);
+    if (s == MX_OK) ng->mxnet_version = g->mxnet_version;
+done:
+    if (s == MX_OK && n_folds > 0) {
+        *out = ng;
+        *folds_out = folds;
+        *n_folds_out = n_folds;
+    } else {
+        mx_graph_free(ng);
+        mx_graph_bn_folds_free(folds, n_folds);
+    }
+    free(uses);
+    free(partner);
+    free(drop);
+    free(map);
+    return s;
+}
