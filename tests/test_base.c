@@ -91,6 +91,18 @@ START_TEST(environment_and_contexts)
     ck_assert_int_eq(mx_env_long("MX_TEST_NUMBER", 7), 7);
     unsetenv("MX_TEST_NUMBER");
     ck_assert_int_eq(mx_env_long("MX_TEST_NUMBER", 7), 7);
+    /* MXNet's MXNET_ENFORCE_DETERMINISM: a non-zero number turns it on. */
+    const char *saved = getenv("MXNET_ENFORCE_DETERMINISM");
+    char *keep = saved ? strdup(saved) : NULL;
+    unsetenv("MXNET_ENFORCE_DETERMINISM");
+    ck_assert(!mx_determinism_enforced());
+    setenv("MXNET_ENFORCE_DETERMINISM", "1", 1);
+    ck_assert(mx_determinism_enforced());
+    setenv("MXNET_ENFORCE_DETERMINISM", "0", 1);
+    ck_assert(!mx_determinism_enforced());
+    if (keep) setenv("MXNET_ENFORCE_DETERMINISM", keep, 1);
+    else unsetenv("MXNET_ENFORCE_DETERMINISM");
+    free(keep);
     char buf[32];
     ck_assert_str_eq(mx_context_str(mx_gpu(3), buf, sizeof(buf)), "gpu(3)");
     ck_assert_str_eq(mx_context_str(mx_cpu(), buf, sizeof(buf)), "cpu(0)");

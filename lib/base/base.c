@@ -170,6 +170,8 @@ long mx_env_long(const char *name, long fallback)
     return value;
 }
 
+bool mx_determinism_enforced(void) { return mx_env_long("MXNET_ENFORCE_DETERMINISM", 0) != 0; }
+
 double mx_time_seconds(void)
 {
     struct timespec ts;

@@ -13,6 +13,7 @@
 #define MX_BASE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,6 +119,10 @@ int mx_size_add(size_t a, size_t b, size_t *out);
 /* Reads an integer environment variable; returns `fallback` when unset or
  * not a valid integer. Read-only: the library never writes the environment. */
 long mx_env_long(const char *name, long fallback);
+/* MXNET_ENFORCE_DETERMINISM set to a non-zero number (MXNet's switch):
+ * GPU kernels use only algorithms that give the same bits every run, and
+ * an operation that has none is refused with MX_ERR_UNSUPPORTED. */
+bool mx_determinism_enforced(void);
 
 /* Monotonic wall-clock time in seconds, for timings and logs. */
 double mx_time_seconds(void);

@@ -22,6 +22,10 @@
  * scratch (ctx->workspace, sized for the CPU's im2col, is not used).
  * cudnn_off=True (MXNet's im2col on GPU) is refused with
  * MX_ERR_UNSUPPORTED. MX_CUDNN_LOG=1 prints what the timing runs found.
+ * As in MXNet, cudnn_tune None follows MXNET_CUDNN_AUTOTUNE_DEFAULT (0,
+ * 1, 2), and MXNET_ENFORCE_DETERMINISM=1 admits only algorithms cuDNN
+ * reports deterministic (an error when none fits), chosen by cuDNN's
+ * heuristics so that the choice is the same every run.
  */
 #include "ops/cuda/cuda_op.h"
 #include "ops/cuda/cudnn_conv.cuh"
@@ -141,21 +145,25 @@ struct conv_perf {
     size_t memory;
     cudnnMathType_t math;
     float time_ms; /* timing runs only */
+    bool deterministic;
 };
 
 template <typename P> static conv_perf conv_perf_of(const P &p)
 {
-    return {(int)p.algo, p.status, p.memory, p.mathType, p.time};
+    return {(int)p.algo, p.status, p.memory, p.mathType, p.time, p.determinism == CUDNN_DETERMINISTIC};
 }
 
 /* The first usable entry of a ranked list (fastest / most promising first)
- * within `limit` bytes of workspace. */
+ * within `limit` bytes of workspace (deterministic ones only under
+ * MXNET_ENFORCE_DETERMINISM). */
 static bool conv_pick(cudnnHandle_t h, const conv_descs &d, conv_dir dir, const conv_perf *perf, int n, size_t limit,
                       conv_choice *out)
 {
+    const bool only_deterministic = mx_determinism_enforced();
     for (int i = 0; i < n; i++) {
         size_t ws = 0;
         if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].math) || perf[i].memory > limit) continue;
+        if (only_deterministic && !perf[i].deterministic) continue;
         if (!conv_ws_of(h, d, dir, perf[i].algo, &ws) || ws > limit) continue;
         out->have = true;
         out->algo = perf[i].algo;
@@ -244,6 +252,21 @@ static void conv_log_find(const conv_gpu_geom &g, conv_dir dir, const conv_perf 
     fprintf(stderr, "%s\n", line);
 }
 
+/* The layer's cudnn_tune; None (the default) follows MXNet's
+ * MXNET_CUDNN_AUTOTUNE_DEFAULT: 0 off, 1 limited_workspace (unset), 2
+ * fastest. */
+static mx_status conv_tune_of(const conv_params *p, int *tune)
+{
+    *tune = p->cudnn_tune;
+    if (p->cudnn_tune != CONV_TUNE_NONE) return MX_OK;
+    long v = mx_env_long("MXNET_CUDNN_AUTOTUNE_DEFAULT", 1);
+    if (v < 0 || v > 2)
+        return MX_ERROR(MX_ERR_INVALID, "MXNET_CUDNN_AUTOTUNE_DEFAULT=%s: expected 0 (off), 1 (limited_workspace) "
+                        "or 2 (fastest)", getenv("MXNET_CUDNN_AUTOTUNE_DEFAULT"));
+    *tune = v == 0 ? CONV_TUNE_OFF : v == 2 ? CONV_TUNE_FASTEST : CONV_TUNE_LIMITED;
+    return MX_OK;
+}
+
 /* Chooses the algorithm of direction `dir` (a, b: its two inputs, for the
  * timing runs: forward x, w; backward data w, dy; backward filter x, dy). */
 static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_params *p, const conv_descs &d,
@@ -252,10 +275,14 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
     const size_t ws_limit = (size_t)p->workspace << 20;
     conv_perf perf[CONV_MAX_ALGOS];
     int n = 0;
-    const bool timed = ctx->state != nullptr && p->cudnn_tune != CONV_TUNE_OFF;
+    int tune;
+    MX_TRY(conv_tune_of(p, &tune));
+    /* Under MXNET_ENFORCE_DETERMINISM the choice itself must not vary from
+     * run to run either: cuDNN's heuristics, not timings. */
+    const bool timed = ctx->state != nullptr && tune != CONV_TUNE_OFF && !mx_determinism_enforced();
     if (timed) {
         size_t limit = ws_limit;
-        if (p->cudnn_tune == CONV_TUNE_FASTEST) {
+        if (tune == CONV_TUNE_FASTEST) {
             /* The largest workspace any algorithm wants, up to the cap. */
             const int count = dir == DIR_FWD        ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
                               : dir == DIR_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
@@ -276,9 +303,11 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
     MX_TRY(conv_heuristic(h, d, dir, perf, &n));
     if (conv_pick(h, d, dir, perf, n, ws_limit, out)) return MX_OK;
     return MX_ERROR(MX_ERR_UNSUPPORTED,
-                    "Convolution: no cuDNN %s algorithm fits parameter 'workspace' value '%lld' (MB) for data "
-                    "(%d, %d, %d, %d), num_filter %d, num_group %d",
-                    conv_dir_names[dir], (long long)p->workspace, g.n, g.c, g.h, g.w, g.f, g.groups);
+                    "Convolution: no %scuDNN %s algorithm fits parameter 'workspace' value '%lld' (MB) for data "
+                    "(%d, %d, %d, %d), num_filter %d, num_group %d%s",
+                    mx_determinism_enforced() ? "deterministic " : "", conv_dir_names[dir], (long long)p->workspace,
+                    g.n, g.c, g.h, g.w, g.f, g.groups,
+                    mx_determinism_enforced() ? " (MXNET_ENFORCE_DETERMINISM is set)" : "");
 }
 
 /* The node's cached choices for this data shape (a fresh record when the

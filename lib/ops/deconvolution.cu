@@ -12,8 +12,9 @@
  * target_shape as on the CPU (deconv_resolve); the adj extra rows are the
  * ones that convolution never reaches. Algorithms: cuDNN's heuristics
  * (cudnnGet*_v7), the first FMA-math suggestion whose workspace fits the
- * layer's `workspace` (MB), from the worker's scratch; cudnn_tune is
- * accepted and has no further effect. cudnn_off=True is refused with
+ * layer's `workspace` (MB), from the worker's scratch (deterministic ones
+ * only under MXNET_ENFORCE_DETERMINISM); cudnn_tune is accepted and has no
+ * further effect. cudnn_off=True is refused with
  * MX_ERR_UNSUPPORTED (no non-cuDNN GPU path).
  */
 #include "ops/cuda/cuda_op.h"
@@ -82,8 +83,10 @@ static bool deconv_math_ok(cudnnMathType_t m)
 template <typename P>
 static bool deconv_pick(const P *r, int got, size_t limit, int *algo, size_t *ws)
 {
+    const bool only_deterministic = mx_determinism_enforced();
     for (int i = 0; i < got; i++) {
         if (r[i].status != CUDNN_STATUS_SUCCESS || !deconv_math_ok(r[i].mathType) || r[i].memory > limit) continue;
+        if (only_deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
         *algo = (int)r[i].algo;
         *ws = r[i].memory;
         return true;
@@ -121,8 +124,9 @@ static mx_status deconv_choose(cudnnHandle_t h, const deconv_descs &d, deconv_di
     }
     if (!ok)
         return MX_ERROR(MX_ERR_UNSUPPORTED,
-                        "Deconvolution: cuDNN has no FMA-math algorithm for the %s within workspace %zu bytes",
-                        deconv_dir_names[dir], limit);
+                        "Deconvolution: cuDNN has no %sFMA-math algorithm for the %s within workspace %zu bytes%s",
+                        mx_determinism_enforced() ? "deterministic " : "", deconv_dir_names[dir], limit,
+                        mx_determinism_enforced() ? " (MXNET_ENFORCE_DETERMINISM is set)" : "");
     return MX_OK;
 }
 

@@ -61,6 +61,9 @@ static mx_status emb_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
 {
     (void)out, (void)aux;
     const emb_params *ep = (const emb_params *)p;
+    if (req[1] != MX_REQ_NULL && mx_determinism_enforced())
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Embedding backward on the GPU sums repeated indices with atomic adds, "
+                                            "whose order varies: not deterministic (MXNET_ENFORCE_DETERMINISM is set)");
     cudaStream_t stream = mx_cuda_op_stream(ctx);
     const int64_t n = mx_shape_size(&in[0].shape), d = ep->output_dim;
     if (req[0] != MX_REQ_NULL && req[0] != MX_REQ_ADD && n > 0) /* indices get no gradient */

@@ -100,6 +100,9 @@ static mx_status take_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
     (void)out, (void)aux;
     const take_params *tp = (const take_params *)p;
     MX_TRY(take_gpu_refuse(tp));
+    if (req[0] != MX_REQ_NULL && mx_determinism_enforced())
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "take backward on the GPU sums repeated indices with atomic adds, whose "
+                                            "order varies: not deterministic (MXNET_ENFORCE_DETERMINISM is set)");
     cudaStream_t stream = mx_cuda_op_stream(ctx);
     const int64_t n_idx = mx_shape_size(&in[1].shape);
     if ((req[1] == MX_REQ_WRITE || req[1] == MX_REQ_INPLACE) && n_idx > 0) /* indices get no gradient */

@@ -105,6 +105,9 @@ static mx_status pad_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
     (void)in, (void)out, (void)aux;
     const pad_params *pp = (const pad_params *)p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
+    if (pp->mode != PAD_CONSTANT && mx_determinism_enforced())
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Pad backward with mode edge or reflect on the GPU sums with atomic adds, "
+                                            "whose order varies: not deterministic (MXNET_ENFORCE_DETERMINISM is set)");
     pad_gpu_geom g;
     int64_t n;
     MX_TRY(pad_gpu_geom_of(pp, &in_grad[0].shape, &g, &n));
