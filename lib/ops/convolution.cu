@@ -281,17 +281,19 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
      * run to run either: cuDNN's heuristics, not timings. */
     const bool timed = ctx->state != nullptr && tune != CONV_TUNE_OFF && !mx_determinism_enforced();
     if (timed) {
-        size_t limit = ws_limit;
-        if (tune == CONV_TUNE_FASTEST) {
-            /* The largest workspace any algorithm wants, up to the cap. */
-            const int count = dir == DIR_FWD        ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-                              : dir == DIR_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-                                                    : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-            limit = 0;
-            for (int i = 0; i < count; i++) {
-                size_t ws = 0;
-                if (conv_ws_of(h, d, dir, i, &ws) && ws <= CONV_FASTEST_CAP && ws > limit) limit = ws;
-            }
+        /* The timing runs get the largest workspace any algorithm wants
+         * within the cap (the layer's `workspace`, or 1 GiB for fastest),
+         * not the cap itself: the scratch grows to what they get, and a
+         * 1 GiB cap would hold 1 GiB for the whole run (ResNet-50's
+         * largest want is a few hundred MB). */
+        const size_t cap = tune == CONV_TUNE_FASTEST ? CONV_FASTEST_CAP : ws_limit;
+        const int count = dir == DIR_FWD        ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                          : dir == DIR_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                                : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+        size_t limit = 0;
+        for (int i = 0; i < count; i++) {
+            size_t ws = 0;
+            if (conv_ws_of(h, d, dir, i, &ws) && ws <= cap && ws > limit) limit = ws;
         }
         /* A failed timing run (say, no scratch of that size) leaves the
          * choice to the heuristics below. */

@@ -91,6 +91,18 @@ EOC
     fi
 done
 printf '%s\n' "${results[@]}" | tee -a "$log"
-timeout 300 python3 scripts/bench/torch_gpu.py --nets lenet,resnet20,resnet50 --batch 64 --steps 50 $compile \
-    $([ "$profile" = 1 ] && echo "--profile $out") 2>> "$log" |
-    tee -a "$log"
+# PyTorch one net per process, with nvidia-smi watching as for mxtrain, so
+# both sides' peaks are the whole process's (PyTorch's own peak_mib counts
+# only what its allocator handed out).
+for net in lenet resnet20 resnet50; do
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$work/mem.txt" 2>/dev/null &
+    smi=$!
+    line=$(timeout 300 python3 scripts/bench/torch_gpu.py --nets $net --batch 64 --steps 50 $compile \
+        $([ "$profile" = 1 ] && echo "--profile $out") 2>> "$log" | tail -1)
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
+    peak=$(sort -n "$work/mem.txt" | tail -1)
+    case "$line" in
+    '{'*'}') echo "${line%\}}, \"peak_mib_process\": ${peak:-0}}" ;;
+    *) echo "{\"side\": \"torch\", \"net\": \"$net\", \"error\": \"torch_gpu.py failed (see $log)\"}" ;;
+    esac | tee -a "$log"
+done
