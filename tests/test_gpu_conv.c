@@ -49,7 +49,23 @@ static kv params(int n, const char *const *pairs)
     params((int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *) / 2),               \
            (const char *const[]){__VA_ARGS__})
 
-static void conv(kv p, mx_shape data, uint64_t seed) { run("Convolution", p, data, CONV_RTOL, CONV_ATOL, NULL, seed); }
+/* Each Convolution case twice: on cuDNN's legacy algorithms alone
+ * (MX_CUDNN_GRAPH=0) and with the forward on the backend (graph) API
+ * whenever it has a plan for the shape (MX_CUDNN_GRAPH=2; the default
+ * picks one of the two per shape by timing). */
+static void conv(kv p, mx_shape data, uint64_t seed)
+{
+    const char *was = getenv("MX_CUDNN_GRAPH");
+    char *saved = was ? strdup(was) : NULL;
+    static const char *const modes[] = {"0", "2"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(setenv("MX_CUDNN_GRAPH", modes[i], 1), 0);
+        run("Convolution", p, data, CONV_RTOL, CONV_ATOL, NULL, seed);
+    }
+    if (saved) setenv("MX_CUDNN_GRAPH", saved, 1);
+    else unsetenv("MX_CUDNN_GRAPH");
+    free(saved);
+}
 
 START_TEST(test_convolution_gpu_vs_cpu)
 {
@@ -89,6 +105,16 @@ START_TEST(test_convolution_gpu_vs_cpu)
          15);
     conv(KV("kernel", "(3, 3)", "num_filter", "8", "cudnn_tune", "fastest", "num_group", "4"), MX_SHAPE(2, 8, 9, 9),
          16);
+    /* shapes of ResNet's classes for the backend path: a strided 1x1
+     * (downsampling), a wider 1x1, a 3x3 on heuristics (untimed), a strided
+     * dilated 3x3 */
+    conv(KV("kernel", "(1, 1)", "num_filter", "16", "stride", "(2, 2)", "no_bias", "True"), MX_SHAPE(2, 12, 9, 11),
+         17);
+    conv(KV("kernel", "(1, 1)", "num_filter", "32"), MX_SHAPE(4, 32, 14, 14), 18);
+    conv(KV("kernel", "(3, 3)", "num_filter", "24", "pad", "(1, 1)", "cudnn_tune", "off"), MX_SHAPE(2, 16, 12, 12),
+         19);
+    conv(KV("kernel", "(3, 3)", "num_filter", "8", "pad", "(2, 2)", "dilate", "(2, 2)", "stride", "(2, 2)"),
+         MX_SHAPE(2, 8, 13, 11), 20);
 }
 END_TEST
 

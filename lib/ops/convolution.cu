@@ -26,14 +26,35 @@
  * 1, 2), and MXNET_ENFORCE_DETERMINISM=1 admits only algorithms cuDNN
  * reports deterministic (an error when none fits), chosen by cuDNN's
  * heuristics so that the choice is the same every run.
+ *
+ * Forward also has a path on cuDNN's backend (graph) API
+ * (ops/cuda/cudnn_graph_conv.cuh), the engines PyTorch's cuDNN v8/v9 path
+ * runs: for num_group 1, write requests and a node with a state slot, the
+ * graph's engine configs (heuristics mode A, then the fallback list; no
+ * TF32 / tensor-core, down-converting or runtime-compiled engines;
+ * deterministic ones only under MXNET_ENFORCE_DETERMINISM; workspace within
+ * the same cap as above) each get an execution plan. With timing runs (as
+ * above) every plan and the legacy choice run on the call's inputs into
+ * scratch (a warm-up, then CONV_TIME_RUNS timed with cudaEvents on the
+ * op's stream) and the backend's fastest is kept only when it beats the
+ * legacy choice; without them (cudnn_tune off, determinism) the first
+ * admitted heuristic plan is used. Any failure of the backend API (no
+ * admitted config, a plan that does not finalize or run) leaves that node
+ * and shape on the legacy path for good; add requests, other group counts
+ * and pointers not 16-byte aligned take the legacy path per call.
+ * MX_CUDNN_GRAPH: unset or 1 as described; 0 never uses the backend path
+ * (the legacy path alone, as before); 2 uses the backend's fastest plan
+ * whenever there is one, even when slower than the legacy choice (tests).
  */
 #include "ops/cuda/cuda_op.h"
 #include "ops/cuda/cudnn_conv.cuh"
+#include "ops/cuda/cudnn_graph_conv.cuh"
 
 extern "C" {
 #include "ops/convolution.h"
 }
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,15 +120,35 @@ struct conv_choice {
     size_t ws;
 };
 
+/* The backend (graph) forward of one node and shape. */
+enum conv_graph_status { GRAPH_UNTRIED = 0, GRAPH_USE, GRAPH_LEGACY };
+struct conv_graph_fwd {
+    int status;          /* conv_graph_status */
+    mx_gconv_graph graph; /* GRAPH_USE: the graph and its chosen plan */
+    mx_gconv_plan plan;
+};
+
+static void conv_graph_fwd_release(conv_graph_fwd *f)
+{
+    mx_gconv_plan_destroy(&f->plan);
+    mx_gconv_graph_destroy(&f->graph);
+}
+
 /* What a node caches: the choices for one data shape. */
 struct conv_gpu_state {
     mx_shape data;
     int tune;
     int64_t workspace;
     conv_choice fwd, bwd_data, bwd_filter;
+    conv_graph_fwd gfwd;
 };
 
-static void conv_gpu_state_free(void *state) { free(state); }
+static void conv_gpu_state_free(void *state)
+{
+    if (!state) return;
+    conv_graph_fwd_release(&((conv_gpu_state *)state)->gfwd);
+    free(state);
+}
 
 static const size_t CONV_FASTEST_CAP = (size_t)1 << 30;
 
@@ -327,6 +368,7 @@ static mx_status conv_state(const mx_op_ctx *ctx, const conv_params *p, const mx
         *out = s;
         return MX_OK;
     }
+    conv_graph_fwd_release(&s->gfwd);
     memset(s, 0, sizeof(*s));
     s->data = *data;
     s->tune = p->cudnn_tune;
@@ -348,6 +390,267 @@ static mx_status conv_get_choice(const mx_op_ctx *ctx, cudnnHandle_t h, const co
     *out = conv_choice{};
     MX_TRY(conv_choose(ctx, h, p, d, g, dir, a, b, out));
     if (slot) *slot = *out;
+    return MX_OK;
+}
+
+/* ------------------------------------------------------------ backend (graph) forward */
+
+enum { CONV_TIME_RUNS = 3, CONV_GRAPH_MAX_CFGS = 24, CONV_GRAPH_MAX_PLANS = 16 };
+
+/* MX_CUDNN_GRAPH: 0 off, 1 (unset, anything else) timed against the legacy
+ * choice, 2 the backend's plan whenever there is one. */
+static int conv_graph_mode(void)
+{
+    const char *e = getenv("MX_CUDNN_GRAPH");
+    if (!e || !*e) return 1;
+    if (!strcmp(e, "0")) return 0;
+    if (!strcmp(e, "2")) return 2;
+    return 1;
+}
+
+static bool conv_log_on(void)
+{
+    const char *e = getenv("MX_CUDNN_LOG");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static bool conv_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The candidates of one choice (all destroyed unless taken). */
+struct conv_graph_cands {
+    mx_gconv_graph graph{};
+    mx_gconv_plan plans[CONV_GRAPH_MAX_PLANS]{};
+    int n = 0;
+    conv_graph_cands() = default;
+    conv_graph_cands(const conv_graph_cands &) = delete;
+    conv_graph_cands &operator=(const conv_graph_cands &) = delete;
+    ~conv_graph_cands()
+    {
+        for (int i = 0; i < n; i++) mx_gconv_plan_destroy(&plans[i]);
+        mx_gconv_graph_destroy(&graph);
+    }
+};
+
+struct conv_events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    conv_events() = default;
+    conv_events(const conv_events &) = delete;
+    conv_events &operator=(const conv_events &) = delete;
+    ~conv_events()
+    {
+        if (start) cudaEventDestroy(start);
+        if (stop) cudaEventDestroy(stop);
+    }
+};
+
+/* Mean time in ms of CONV_TIME_RUNS runs of `run` (a cuDNN call queued on
+ * `stream`) after a warm-up run; *ms = -1 when a run fails (a cuDNN
+ * refusal). CUDA's own errors propagate. */
+template <typename F> static mx_status conv_time(cudaStream_t stream, conv_events &ev, F run, float *ms)
+{
+    *ms = -1;
+    if (run() != CUDNN_STATUS_SUCCESS) {
+        (void)cudaGetLastError(); /* a refused launch leaves nothing for the next op to trip on */
+        return MX_OK;
+    }
+    MX_CUDA_TRY(cudaEventRecord(ev.start, stream));
+    for (int i = 0; i < CONV_TIME_RUNS; i++)
+        if (run() != CUDNN_STATUS_SUCCESS) {
+            (void)cudaGetLastError();
+            MX_CUDA_TRY(cudaStreamSynchronize(stream)); /* a fault of the runs before shows here */
+            return MX_OK;
+        }
+    MX_CUDA_TRY(cudaEventRecord(ev.stop, stream));
+    MX_CUDA_TRY(cudaEventSynchronize(ev.stop));
+    float total = 0;
+    MX_CUDA_TRY(cudaEventElapsedTime(&total, ev.start, ev.stop));
+    *ms = total / CONV_TIME_RUNS;
+    return MX_OK;
+}
+
+/* "cudnn conv fwd n64 c256 56x56 f64 1x1/1 g1" (as conv_log_find). */
+static int conv_log_prefix(char *line, size_t size, const conv_gpu_geom &g)
+{
+    return snprintf(line, size, "cudnn conv fwd n%d c%d %dx%d f%d %dx%d/%d g%d: graph", g.n, g.c, g.h, g.w, g.f, g.kh,
+                    g.kw, g.sh, g.groups);
+}
+
+/* MX_CUDNN_LOG=1: why this shape stays on the legacy path. */
+static void conv_log_graph_failed(const conv_gpu_geom &g, const char *step, cudnnStatus_t st, int seen, int notes,
+                                  int unfinalized, int over_cap)
+{
+    if (!conv_log_on()) return;
+    char line[1024], last[512] = "";
+    int len = conv_log_prefix(line, sizeof(line), g);
+    cudnnGetLastErrorString(last, sizeof(last));
+    snprintf(line + len, sizeof(line) - (size_t)len,
+             " unavailable, legacy kept: %s (%s) [configs %d: %d dropped by notes, %d not finalized, %d over the "
+             "workspace cap] %s",
+             step, st == CUDNN_STATUS_SUCCESS ? "no plan" : cudnnGetErrorString(st), seen, notes, unfinalized,
+             over_cap, last);
+    fprintf(stderr, "%s\n", line);
+}
+
+/* MX_CUDNN_LOG=1: the candidates' timings and the winner, one line. */
+static void conv_log_graph_choice(const conv_gpu_geom &g, bool timed, bool use, const conv_graph_cands &c, int best,
+                                  const conv_choice &legacy, float legacy_ms)
+{
+    if (!conv_log_on()) return;
+    char line[2048];
+    int len = conv_log_prefix(line, sizeof(line), g);
+    const mx_gconv_plan &b = c.plans[best];
+    if (!timed)
+        len += snprintf(line + len, sizeof(line) - (size_t)len, " chose e%lld (heuristics, untimed, %lld MB) |",
+                        (long long)b.engine, (long long)(b.ws >> 20));
+    else if (use)
+        len += snprintf(line + len, sizeof(line) - (size_t)len,
+                        " chose e%lld (%.3f ms, %lld MB) over legacy %d (%.3f ms, %zu MB) |", (long long)b.engine,
+                        b.ms, (long long)(b.ws >> 20), legacy.algo, legacy_ms, legacy.ws >> 20);
+    else
+        len += snprintf(line + len, sizeof(line) - (size_t)len,
+                        " legacy %d kept (%.3f ms, %zu MB), graph's best e%lld (%.3f ms, %lld MB) |", legacy.algo,
+                        legacy_ms, legacy.ws >> 20, (long long)b.engine, b.ms, (long long)(b.ws >> 20));
+    for (int i = 0; i < c.n && len > 0 && (size_t)len < sizeof(line); i++)
+        len += snprintf(line + len, sizeof(line) - (size_t)len, " e%lld:%.3f", (long long)c.plans[i].engine,
+                        c.plans[i].ms);
+    fprintf(stderr, "%s\n", line);
+}
+
+/* Decides this node and shape's backend forward: s->gfwd becomes GRAPH_USE
+ * (holding its graph and plan) or GRAPH_LEGACY. `legacy`: the legacy
+ * choice, timed beside the plans. Only CUDA's errors are returned. */
+static mx_status conv_graph_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_params *p, const conv_descs &d,
+                                   const conv_gpu_geom &g, conv_gpu_state *s, const conv_choice &legacy, int mode,
+                                   const void *x, const void *w)
+{
+    conv_graph_fwd *f = &s->gfwd;
+    f->status = GRAPH_LEGACY; /* until a plan wins */
+    int tune;
+    MX_TRY(conv_tune_of(p, &tune));
+    const bool timed = tune != CONV_TUNE_OFF && !mx_determinism_enforced();
+    const size_t ws_limit = (size_t)p->workspace << 20;
+    const size_t cap = timed && tune == CONV_TUNE_FASTEST ? CONV_FASTEST_CAP : ws_limit;
+    const mx_gconv_filter filt = {mx_determinism_enforced(), (int64_t)cap};
+    const mx_gconv_shape shape = {g.n, g.c, g.h, g.w, g.f, g.oh, g.ow, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw};
+
+    conv_graph_cands c;
+    cudnnStatus_t st = mx_gconv_graph_build(h, shape, &c.graph);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        conv_log_graph_failed(g, "operation graph", st, 0, 0, 0, 0);
+        return MX_OK;
+    }
+    /* Heuristics mode A, then the fallback list (timed: plans from both;
+     * untimed: the first admitted plan). */
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    int seen = 0, notes = 0, unfinalized = 0, over_cap = 0;
+    cudnnStatus_t heur_st = CUDNN_STATUS_SUCCESS;
+    for (int m = 0; m < 2 && c.n < CONV_GRAPH_MAX_PLANS && (timed || c.n == 0); m++) {
+        cudnnBackendDescriptor_t cfgs[CONV_GRAPH_MAX_CFGS];
+        int nc = 0;
+        st = mx_gconv_heuristics(c.graph, modes[m], cfgs, CONV_GRAPH_MAX_CFGS, &nc);
+        if (st != CUDNN_STATUS_SUCCESS) heur_st = st;
+        for (int i = 0; i < nc; i++) {
+            if (c.n == CONV_GRAPH_MAX_PLANS || (!timed && c.n > 0)) {
+                mx_gconv_destroy(&cfgs[i]);
+                continue;
+            }
+            seen++;
+            bool ok = false;
+            int64_t engine = -1;
+            if (mx_gconv_engine_ok(cfgs[i], filt, &ok, &engine) != CUDNN_STATUS_SUCCESS || !ok) {
+                notes++;
+                mx_gconv_destroy(&cfgs[i]);
+                continue;
+            }
+            mx_gconv_plan pl;
+            st = mx_gconv_plan_make(h, cfgs[i], filt, engine, &pl); /* pl owns cfgs[i] now */
+            if (st != CUDNN_STATUS_SUCCESS || !pl.plan) {
+                if (st != CUDNN_STATUS_SUCCESS) unfinalized++;
+                else over_cap++;
+                mx_gconv_plan_destroy(&pl);
+                continue;
+            }
+            c.plans[c.n++] = pl;
+        }
+    }
+    if (c.n == 0) {
+        conv_log_graph_failed(g, seen ? "no admitted engine config" : "heuristics", seen ? CUDNN_STATUS_SUCCESS : heur_st,
+                              seen, notes, unfinalized, over_cap);
+        return MX_OK;
+    }
+
+    int best = 0;
+    float legacy_ms = -1;
+    bool use = true;
+    if (timed) {
+        /* Scratch as conv_find's: [output-sized buffer | workspace]. */
+        size_t need = legacy.ws;
+        for (int i = 0; i < c.n; i++)
+            if ((size_t)c.plans[i].ws > need) need = (size_t)c.plans[i].ws;
+        if (need < 256) need = 256;
+        const size_t out_bytes = conv_align((size_t)g.n * g.f * g.oh * g.ow * sizeof(float));
+        void *scratch = nullptr;
+        MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), out_bytes + need, &scratch));
+        void *tmp = scratch, *ws = (char *)scratch + out_bytes;
+        cudaStream_t stream = mx_cuda_op_stream(ctx);
+        conv_events ev;
+        MX_CUDA_TRY(cudaEventCreate(&ev.start));
+        MX_CUDA_TRY(cudaEventCreate(&ev.stop));
+        const float one = 1.0f, zero = 0.0f;
+        MX_TRY(conv_time(
+            stream, ev,
+            [&] {
+                return cudnnConvolutionForward(h, &one, d.x, x, d.w, w, d.conv, (cudnnConvolutionFwdAlgo_t)legacy.algo,
+                                               ws, legacy.ws, &zero, d.y, tmp);
+            },
+            &legacy_ms));
+        best = -1;
+        for (int i = 0; i < c.n; i++) {
+            const cudnnBackendDescriptor_t plan = c.plans[i].plan;
+            MX_TRY(conv_time(stream, ev, [&] { return mx_gconv_execute(h, plan, x, w, tmp, ws); }, &c.plans[i].ms));
+            if (c.plans[i].ms >= 0 && (best < 0 || c.plans[i].ms < c.plans[best].ms)) best = i;
+        }
+        if (best < 0) {
+            conv_log_graph_failed(g, "every plan failed its timing run", CUDNN_STATUS_SUCCESS, seen, notes,
+                                  unfinalized, over_cap);
+            return MX_OK;
+        }
+        use = mode == 2 || legacy_ms < 0 || c.plans[best].ms < legacy_ms;
+    }
+    conv_log_graph_choice(g, timed, use, c, best, legacy, legacy_ms);
+    if (!use) return MX_OK;
+    f->graph = c.graph;
+    c.graph = mx_gconv_graph{};
+    f->plan = c.plans[best];
+    c.plans[best] = mx_gconv_plan{};
+    f->status = GRAPH_USE;
+    return MX_OK;
+}
+
+/* The forward on the backend path when it applies (*done), else nothing
+ * (the caller runs the legacy path). */
+static mx_status conv_graph_forward(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_params *p, const conv_descs &d,
+                                    const conv_gpu_geom &g, conv_gpu_state *s, const conv_choice &legacy, mx_req req,
+                                    const void *x, const void *w, void *y, bool *done)
+{
+    *done = false;
+    const int mode = conv_graph_mode();
+    if (!s || mode == 0 || g.groups != 1 || req == MX_REQ_ADD) return MX_OK;
+    if (!conv_aligned16(x) || !conv_aligned16(w) || !conv_aligned16(y)) return MX_OK;
+    conv_graph_fwd *f = &s->gfwd;
+    if (f->status == GRAPH_UNTRIED) MX_TRY(conv_graph_choose(ctx, h, p, d, g, s, legacy, mode, x, w));
+    if (f->status != GRAPH_USE) return MX_OK;
+    void *ws = nullptr;
+    MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), f->plan.ws > 256 ? (size_t)f->plan.ws : 256, &ws));
+    const cudnnStatus_t st = mx_gconv_execute(h, f->plan.plan, x, w, y, ws);
+    if (st != CUDNN_STATUS_SUCCESS) { /* ran in its timing run, refused now: the legacy path from here on */
+        (void)cudaGetLastError();
+        conv_log_graph_failed(g, "execute", st, 0, 0, 0, 0);
+        conv_graph_fwd_release(f);
+        f->status = GRAPH_LEGACY;
+        return MX_OK;
+    }
+    *done = true;
     return MX_OK;
 }
 
@@ -382,11 +685,15 @@ static mx_status conv_gpu_forward(const mx_op_ctx *ctx, const void *vp, const mx
     MX_TRY(conv_state(ctx, p, &in[0].shape, &s));
     conv_choice c;
     MX_TRY(conv_get_choice(ctx, h, p, d, g, s, DIR_FWD, in[0].data, in[1].data, &c));
-    void *ws = nullptr;
-    if (c.ws) MX_TRY(mx_cuda_worker_scratch(worker, c.ws, &ws));
+    bool done = false;
+    MX_TRY(conv_graph_forward(ctx, h, p, d, g, s, c, req[0], in[0].data, in[1].data, out[0].data, &done));
     const float one = 1.0f, beta = mx_cuda_beta(req[0]);
-    MX_CUDNN_TRY(cudnnConvolutionForward(h, &one, d.x, in[0].data, d.w, in[1].data, d.conv,
-                                         (cudnnConvolutionFwdAlgo_t)c.algo, ws, c.ws, &beta, d.y, out[0].data));
+    if (!done) {
+        void *ws = nullptr;
+        if (c.ws) MX_TRY(mx_cuda_worker_scratch(worker, c.ws, &ws));
+        MX_CUDNN_TRY(cudnnConvolutionForward(h, &one, d.x, in[0].data, d.w, in[1].data, d.conv,
+                                             (cudnnConvolutionFwdAlgo_t)c.algo, ws, c.ws, &beta, d.y, out[0].data));
+    }
     if (!p->no_bias) MX_CUDNN_TRY(cudnnAddTensor(h, &one, d.b, in[2].data, &one, d.y, out[0].data));
     return MX_OK;
 }
