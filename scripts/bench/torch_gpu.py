@@ -5,9 +5,10 @@ scripts/bench/gpu.sh (run on the lent GPU machine with its PyTorch 2.11).
 The nets match mxc's configs in compute: LeNet (configs/lenet.conf),
 ResNet-20 pre-activation as MXNet's resnet.py CIFAR branch
 (configs/resnet-20.conf: BN -> ReLU -> conv units, 16-32-64 filters, 1x1
-projections where a stage starts), and ResNet-50 (torchvision's v1.5, the
-same convolutions as configs/resnet-50.conf's MXNet v2 symbol; the
-pre-activation ordering moves where BN and ReLU sit, not their count).
+projections where a stage starts), and ResNet-50 (torchvision's v1.5:
+the layers and parameters of configs/resnet-50.conf's v1, but stride 2 in
+each downsampling block's 3x3 convolution instead of its first 1x1, about
+8% more multiply-adds).
 float32, NCHW, SGD with momentum 0.9 and weight decay 1e-4, random data
 made once on the GPU (as mxtrain's synthetic iterator): the step alone is
 timed. Eager mode, and torch.compile when --compile is given.
