@@ -8,7 +8,7 @@ ResNet-20 pre-activation as MXNet's resnet.py CIFAR branch
 projections where a stage starts), and ResNet-50 (torchvision's v1.5:
 the layers and parameters of configs/resnet-50.conf's v1, but stride 2 in
 each downsampling block's 3x3 convolution instead of its first 1x1, about
-8% more multiply-adds).
+5% more multiply-adds).
 float32, NCHW, SGD with momentum 0.9 and weight decay 1e-4, random data
 made once on the GPU (as mxtrain's synthetic iterator): the step alone is
 timed. Eager mode, and torch.compile when --compile is given.
