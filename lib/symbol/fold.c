@@ -201,7 +201,7 @@ mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph 
         }
         /* A folded convolution: its new weight and bias, then itself. */
         mx_graph_bn_fold *f = &folds[next_fold++];
-        uint32_t w, b;
+        uint32_t w = MX_NO_NODE, b = MX_NO_NODE;
         s = mx_graph_add_variable(ng, f->new_weight, NULL, 0, &w);
         if (s == MX_OK) s = mx_graph_add_variable(ng, f->new_bias, NULL, 0, &b);
         in[1] = (mx_entry){w, 0};
