@@ -236,6 +236,56 @@ START_TEST(threaded_forward_matches_serial)
 }
 END_TEST
 
+/* Backward splits channels the same way: dx, dgamma and dbeta are bit for
+ * bit those of one thread, with batch statistics and with global ones. */
+START_TEST(threaded_backward_matches_serial)
+{
+    const mx_op_def *op = mx_op_find("BatchNorm");
+    _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
+    const char *k_fix[] = {"fix_gamma"}, *v_fix[] = {"False"};
+    ck_assert_int_eq(mx_op_parse_params(op, k_fix, v_fix, 1, params), MX_OK);
+    enum { N = 2, C = 5, S = 64 * 64 }; /* 40960 elements: above the parallel threshold */
+    static float x[N * C * S], dy[N * C * S], y[N * C * S], dx[2][N * C * S];
+    float gamma[C], beta[C], mm[C], mv[C], mean[C], invstd[C], dg[2][C], db[2][C];
+    uint64_t rng = 12;
+    for (int i = 0; i < N * C * S; i++) {
+        x[i] = (float)opcheck_uniform(&rng, -2, 3);
+        dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+    }
+    for (int c = 0; c < C; c++) {
+        gamma[c] = (float)opcheck_uniform(&rng, 0.5, 2);
+        beta[c] = (float)opcheck_uniform(&rng, -1, 1);
+        mm[c] = 0.1f * (float)c;
+        mv[c] = 1.0f + 0.5f * (float)c;
+    }
+    mx_threadpool *pool;
+    ck_assert_int_eq(mx_threadpool_create(3, &pool), MX_OK);
+    mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
+                       {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm, .shape = MX_SHAPE(C)},
+                       {.data = mv, .shape = MX_SHAPE(C)}};
+    mx_tensor out[3] = {{.data = y, .shape = MX_SHAPE(N, C, S)}, {.data = mean, .shape = MX_SHAPE(C)},
+                        {.data = invstd, .shape = MX_SHAPE(C)}};
+    mx_tensor og[1] = {{.data = dy, .shape = MX_SHAPE(N, C, S)}};
+    mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+    for (int train = 0; train < 2; train++) {
+        mx_exec_ctx exec0 = {.ctx = mx_cpu()};
+        mx_op_ctx ctx0 = {.exec = &exec0, .is_train = train};
+        ck_assert_int_eq(op->forward(&ctx0, params, in, req, out, &in[3]), MX_OK); /* the saved statistics */
+        for (int k = 0; k < 2; k++) {
+            mx_tensor ig[3] = {{.data = dx[k], .shape = MX_SHAPE(N, C, S)}, {.data = dg[k], .shape = MX_SHAPE(C)},
+                               {.data = db[k], .shape = MX_SHAPE(C)}};
+            mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = k ? pool : NULL};
+            mx_op_ctx ctx = {.exec = &exec, .is_train = train};
+            ck_assert_int_eq(op->backward(&ctx, params, og, in, out, req, ig, &in[3]), MX_OK);
+        }
+        ck_assert(!memcmp(dx[0], dx[1], sizeof(dx[0])));
+        ck_assert(!memcmp(dg[0], dg[1], sizeof(dg[0])) && !memcmp(db[0], db[1], sizeof(db[0])));
+        ck_assert(dg[0][1] != 0.0f && db[0][1] != 0.0f);
+    }
+    mx_threadpool_free(pool);
+}
+END_TEST
+
 START_TEST(fix_gamma_writes_zero_gamma_gradient)
 {
     const mx_op_def *op = mx_op_find("BatchNorm");
@@ -320,6 +370,7 @@ int main(void)
     tcase_add_test(tc, output_mean_var_shows_three_outputs);
     tcase_add_test(tc, training_forward_updates_moving_statistics);
     tcase_add_test(tc, threaded_forward_matches_serial);
+    tcase_add_test(tc, threaded_backward_matches_serial);
     tcase_add_test(tc, fix_gamma_writes_zero_gamma_gradient);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
     tcase_add_test(tc, param_defaults_are_mxnet_style);

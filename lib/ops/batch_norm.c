@@ -235,26 +235,36 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     return MX_OK;
 }
 
-static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
-                             const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
-{
-    const bn_params *bp = p;
+/* Backward splits the channels as forward does: channel c's sums, its
+ * slice of dx and dgamma[c] / dbeta[c] touch nothing of another channel,
+ * and each channel's sums run in the same order whatever the split. */
+typedef struct bn_bwd_job {
+    const bn_params *bp;
+    const mx_req *req;
     int64_t outer, C, inner;
-    mx_bn_dims(bp, &in[0].shape, &outer, &C, &inner);
-    const bool train = ctx->is_train && !bp->use_global_stats;
+    bool train;
+    const float *x, *gamma, *dy, *mm, *mv, *save_mean, *save_invstd;
+    float *dx, *dgamma, *dbeta;
+} bn_bwd_job;
+
+static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const bn_bwd_job *j = arg;
+    const bn_params *bp = j->bp;
+    const mx_req *req = j->req;
+    const int64_t outer = j->outer, C = j->C, inner = j->inner;
+    const bool train = j->train;
     const double m = (double)(outer * inner);
-    const float *x = in[0].data, *gamma = in[1].data, *dy = out_grad[0].data;
-    const float *mm = aux[0].data, *mv = aux[1].data;
-    const float *save_mean = out[1].data, *save_invstd = out[2].data;
-    float *dx = in_grad[0].data, *dgamma = in_grad[1].data, *dbeta = in_grad[2].data;
-    for (int64_t c = 0; c < C; c++) {
+    const float *x = j->x, *dy = j->dy;
+    for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (train) {
-            mean = save_mean[c];
-            invstd = save_invstd[c];
+            mean = j->save_mean[c];
+            invstd = j->save_invstd[c];
         } else {
-            mean = mm[c];
-            invstd = 1 / sqrt((double)mv[c] + bp->eps);
+            mean = j->mm[c];
+            invstd = 1 / sqrt((double)j->mv[c] + bp->eps);
         }
         double sum_dy = 0, dotp = 0;
         for (int64_t o = 0; o < outer; o++) {
@@ -262,7 +272,7 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
             sum_dy += sum_f32(dy + off, inner);
             dotp += dot_centered(x + off, dy + off, inner, mean);
         }
-        const double w = bp->fix_gamma ? 1.0 : gamma[c];
+        const double w = bp->fix_gamma ? 1.0 : j->gamma[c];
         if (req[0] != MX_REQ_NULL) {
             /* train: dx = (dy - mean(dy) - (x-mean) * dot/m * invstd^2) * invstd * w;
              * global statistics: dx = dy * invstd * w. */
@@ -272,7 +282,7 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
             for (int64_t o = 0; o < outer; o++) {
                 const int64_t off = (o * C + c) * inner;
                 const float *xs = x + off, *g = dy + off;
-                float *d = dx + off;
+                float *d = j->dx + off;
                 if (req[0] == MX_REQ_ADD)
                     for (int64_t i = 0; i < inner; i++) d[i] += (g[i] - gmean - (xs[i] - fmean) * k) * iw;
                 else
@@ -280,12 +290,25 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
             }
         }
         if (bp->fix_gamma) {
-            if (req[1] == MX_REQ_WRITE || req[1] == MX_REQ_INPLACE) dgamma[c] = 0.0f;
+            if (req[1] == MX_REQ_WRITE || req[1] == MX_REQ_INPLACE) j->dgamma[c] = 0.0f;
         } else {
-            mx_req_assign_f32(req[1], &dgamma[c], (float)(dotp * invstd));
+            mx_req_assign_f32(req[1], &j->dgamma[c], (float)(dotp * invstd));
         }
-        mx_req_assign_f32(req[2], &dbeta[c], (float)sum_dy);
+        mx_req_assign_f32(req[2], &j->dbeta[c], (float)sum_dy);
     }
+}
+
+static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
+                             const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+{
+    const bn_params *bp = p;
+    bn_bwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .x = in[0].data,
+                    .gamma = in[1].data, .dy = out_grad[0].data, .mm = aux[0].data, .mv = aux[1].data,
+                    .save_mean = out[1].data, .save_invstd = out[2].data, .dx = in_grad[0].data,
+                    .dgamma = in_grad[1].data, .dbeta = in_grad[2].data};
+    mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
+    mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
+    mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_backward_channels, &j);
     return MX_OK;
 }
 
