@@ -433,7 +433,13 @@ static mx_status setup(trainer *t)
         return fit_error(t, "kvstore", MX_ERR_INVALID);
     }
     mx_kvstore_options ko = {.comm = t->opt->comm};
-    if (mx_kvstore_create_opts(t->rt, st->fit.kvstore, &ko, &t->kv) != MX_OK)
+    /* One context and no dist store: MXNet's Module makes no kvstore at all
+     * and the weights are updated in place (update_in_place below), so a
+     * 'device' store (the shipped GPU configs' choice) needs nothing a
+     * 'local' one lacks; the local store then only answers the trainer's
+     * questions (one worker, no server). */
+    const char *kv_type = st->n_ctx == 1 && !mx_kvstore_type_is_dist(st->fit.kvstore) ? "local" : st->fit.kvstore;
+    if (mx_kvstore_create_opts(t->rt, kv_type, &ko, &t->kv) != MX_OK)
         return fit_error(t, "kvstore", mx_last_status());
     MX_TRY(profile_setup(t));
     MX_TRY(make_iter(t, "train", st->train, &t->train_spec, &t->train_it));
