@@ -151,6 +151,8 @@ static const char *attr_of(const mx_config *cfg, const char *node, const char *k
  *    without bias, BatchNorm gamma and beta counted (moving statistics are
  *    auxiliary states): 25,557,032, the figure torchvision and MXNet Gluon
  *    report for resnet50_v1 ("25.6M").
+ *  - ResNet-18: the same form with basic blocks: 11,689,512, torchvision's
+ *    resnet18 figure ("11.7M").
  *  - Inception-BN (MXNet's symbols/inception-bn.py): 11,295,240. */
 START_TEST(imagenet_configs_infer_and_have_published_sizes)
 {
@@ -161,6 +163,7 @@ START_TEST(imagenet_configs_infer_and_have_published_sizes)
         {"configs/alexnet.conf", 60965224},
         {"configs/vgg-16.conf", 138357544},
         {"configs/resnet-50.conf", 25557032},
+        {"configs/resnet-18.conf", 11689512},
         {"configs/inception-bn.conf", 11295240},
     };
     for (size_t i = 0; i < sizeof(nets) / sizeof(nets[0]); i++) {
