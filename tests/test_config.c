@@ -153,6 +153,7 @@ static const char *attr_of(const mx_config *cfg, const char *node, const char *k
  *    report for resnet50_v1 ("25.6M").
  *  - ResNet-18: the same form with basic blocks: 11,689,512, torchvision's
  *    resnet18 figure ("11.7M").
+ *  - MobileNet v2 (1.0): 3,504,872, torchvision's mobilenet_v2 ("3.5M").
  *  - Inception-BN (MXNet's symbols/inception-bn.py): 11,295,240. */
 START_TEST(imagenet_configs_infer_and_have_published_sizes)
 {
@@ -164,6 +165,7 @@ START_TEST(imagenet_configs_infer_and_have_published_sizes)
         {"configs/vgg-16.conf", 138357544},
         {"configs/resnet-50.conf", 25557032},
         {"configs/resnet-18.conf", 11689512},
+        {"configs/mobilenet-v2.conf", 3504872},
         {"configs/inception-bn.conf", 11295240},
     };
     for (size_t i = 0; i < sizeof(nets) / sizeof(nets[0]); i++) {

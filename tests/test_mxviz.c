@@ -147,7 +147,7 @@ END_TEST
 START_TEST(every_shipped_config_draws)
 {
     static const char *const configs[] = {"lenet", "mlp", "resnet-20", "alexnet", "vgg-16", "inception-bn",
-                                          "resnet-50", "resnet-18"};
+                                          "resnet-50", "resnet-18", "mobilenet-v2"};
     for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
         char args[256];
         snprintf(args, sizeof(args), "configs/%s.conf", configs[i]);

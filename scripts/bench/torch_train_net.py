@@ -2,7 +2,7 @@
 """torch_train_net.py - PyTorch (Debian's python3-torch, /usr/bin/python3)
 training steps on the CPU, the PyTorch side of scripts/bench/train_nets.sh:
 the same nets as configs/NET.conf where torchvision or a few lines give them
-(ResNet-20 from torch_gpu.py, torchvision's resnet18, resnet50 and vgg16), 2 threads,
+(ResNet-20 from torch_gpu.py, torchvision's resnet18, resnet50, vgg16 and mobilenet_v2), 2 threads,
 float32, sgd momentum 0.9, wd 1e-4, random data made once; prints one JSON
 line: samples/s over --batches steps after --warmup.
     /usr/bin/python3 torch_train_net.py --net resnet50 --batch 16
@@ -25,6 +25,7 @@ NETS = {
     "resnet-18": (lambda: torchvision.models.resnet18(num_classes=1000), (3, 224, 224), 1000),
     "resnet-50": (lambda: torchvision.models.resnet50(num_classes=1000), (3, 224, 224), 1000),
     "vgg-16": (lambda: torchvision.models.vgg16(num_classes=1000), (3, 224, 224), 1000),
+    "mobilenet-v2": (lambda: torchvision.models.mobilenet_v2(num_classes=1000), (3, 224, 224), 1000),
 }
 
 p = argparse.ArgumentParser()
