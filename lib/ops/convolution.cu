@@ -270,14 +270,19 @@ static mx_status conv_find(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_des
     return MX_OK;
 }
 
+static bool conv_log_on(void)
+{
+    const char *e = getenv("MX_CUDNN_LOG");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 /* MX_CUDNN_LOG=1 (a diagnostic): each timing run's candidates and the
  * choice on stderr, one line per layer shape and direction:
  *   cudnn conv fwd n64 c256 56x56 f64 1x1/1 g1: chose 1 (0.412 ms, 0 MB) | 1:0.412 0:0.530 ...
  * (algorithm number: cuDNN's enum of that direction; time: its run here). */
 static void conv_log_find(const conv_gpu_geom &g, conv_dir dir, const conv_perf *perf, int n, const conv_choice *out)
 {
-    const char *e = getenv("MX_CUDNN_LOG");
-    if (!e || !*e || !strcmp(e, "0")) return;
+    if (!conv_log_on()) return;
     static const char *const short_names[] = {"fwd", "bwd_data", "bwd_filter"};
     char line[1024];
     float chosen_ms = -1;
@@ -408,11 +413,6 @@ static int conv_graph_mode(void)
     return 1;
 }
 
-static bool conv_log_on(void)
-{
-    const char *e = getenv("MX_CUDNN_LOG");
-    return e && *e && strcmp(e, "0") != 0;
-}
 
 static bool conv_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 

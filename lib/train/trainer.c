@@ -434,12 +434,12 @@ static mx_status setup(trainer *t)
     }
     mx_kvstore_options ko = {.comm = t->opt->comm};
     /* One context and no dist store: MXNet's Module makes no kvstore at all
-     * and the weights are updated in place (update_in_place below), so a
+     * and the weights are updated in place (update_in_place), so a
      * 'device' store (the shipped GPU configs' choice) needs nothing a
      * 'local' one lacks; the local store then only answers the trainer's
      * questions (one worker, no server). */
-    const char *kv_type = st->n_ctx == 1 && !mx_kvstore_type_is_dist(st->fit.kvstore) ? "local" : st->fit.kvstore;
-    if (mx_kvstore_create_opts(t->rt, kv_type, &ko, &t->kv) != MX_OK)
+    t->update_in_place = st->n_ctx == 1 && !mx_kvstore_type_is_dist(st->fit.kvstore);
+    if (mx_kvstore_create_opts(t->rt, t->update_in_place ? "local" : st->fit.kvstore, &ko, &t->kv) != MX_OK)
         return fit_error(t, "kvstore", mx_last_status());
     MX_TRY(profile_setup(t));
     MX_TRY(make_iter(t, "train", st->train, &t->train_spec, &t->train_it));
@@ -535,7 +535,6 @@ static mx_status setup(trainer *t)
         MX_TRY(mx_ndarray_create(t->rt, vl, MX_FLOAT32, mx_cpu(), &t->val_label_copy));
     }
     MX_TRY(make_optimizer(t));
-    t->update_in_place = t->group.n == 1 && !mx_kvstore_type_is_dist(st->fit.kvstore);
     for (int i = 0; i < t->n_args && !t->update_in_place; i++)
         if (t->key[i] >= 0) MX_TRY(mx_kvstore_init(t->kv, t->key[i], t->args[i]));
     MX_TRY(make_metrics(t));
