@@ -249,19 +249,31 @@ static mx_status bn_scale(const mx_op_ctx *ctx, const bn_params *bp, const bn_ge
     return MX_OK;
 }
 
+/* What both directions need: the worker's cuDNN handle, 2 * C floats of
+ * scratch for per-channel results (*per_channel; a third C after them
+ * holds the ones of fix_gamma), the descriptors, and gamma as cuDNN reads
+ * it. */
+static mx_status bn_cudnn_begin(const mx_op_ctx *ctx, const bn_params *bp, const bn_geom &g, const float *gamma,
+                                cudnnHandle_t *h, float **per_channel, bn_cudnn_desc *d, const float **scale)
+{
+    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
+    MX_TRY(mx_cuda_worker_cudnn(worker, h));
+    void *scratch;
+    MX_TRY(mx_cuda_worker_scratch(worker, 3 * (size_t)g.C * sizeof(float), &scratch));
+    *per_channel = (float *)scratch;
+    MX_TRY(bn_cudnn_init(d, g));
+    return bn_scale(ctx, bp, g, gamma, *per_channel + 2 * g.C, scale);
+}
+
 static mx_status bn_cudnn_forward(const mx_op_ctx *ctx, const bn_params *bp, const bn_geom &g, bool train,
                                   const mx_tensor *in, const mx_req *req, mx_tensor *out, mx_tensor *aux)
 {
-    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
     cudnnHandle_t h;
-    MX_TRY(mx_cuda_worker_cudnn(worker, &h));
-    void *scratch;
-    MX_TRY(mx_cuda_worker_scratch(worker, 3 * (size_t)g.C * sizeof(float), &scratch));
-    float *batch_mean = (float *)scratch, *batch_invstd = batch_mean + g.C, *ones = batch_invstd + g.C;
+    float *stats;
     bn_cudnn_desc d;
-    MX_TRY(bn_cudnn_init(&d, g));
     const float *scale;
-    MX_TRY(bn_scale(ctx, bp, g, (const float *)in[1].data, ones, &scale));
+    MX_TRY(bn_cudnn_begin(ctx, bp, g, (const float *)in[1].data, &h, &stats, &d, &scale));
+    float *batch_mean = stats, *batch_invstd = stats + g.C;
     const float alpha = 1.0f, beta = mx_cuda_beta(req[0]);
     if (train) {
         MX_CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
@@ -284,16 +296,12 @@ static mx_status bn_cudnn_backward(const mx_op_ctx *ctx, const bn_params *bp, co
                                    const mx_tensor *out_grad, const mx_tensor *in, const mx_tensor *out,
                                    const mx_req *req, mx_tensor *in_grad)
 {
-    mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
     cudnnHandle_t h;
-    MX_TRY(mx_cuda_worker_cudnn(worker, &h));
-    void *scratch;
-    MX_TRY(mx_cuda_worker_scratch(worker, 3 * (size_t)g.C * sizeof(float), &scratch));
-    float *dgamma_sum = (float *)scratch, *dbeta_sum = dgamma_sum + g.C, *ones = dbeta_sum + g.C;
+    float *sums;
     bn_cudnn_desc d;
-    MX_TRY(bn_cudnn_init(&d, g));
     const float *scale;
-    MX_TRY(bn_scale(ctx, bp, g, (const float *)in[1].data, ones, &scale));
+    MX_TRY(bn_cudnn_begin(ctx, bp, g, (const float *)in[1].data, &h, &sums, &d, &scale));
+    float *dgamma_sum = sums, *dbeta_sum = sums + g.C;
     const float one = 1.0f, zero = 0.0f, beta_dx = mx_cuda_beta(req[0]);
     MX_CUDNN_TRY(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &one, &beta_dx, &one, &zero, d.x,
                                                  in[0].data, d.x, out_grad[0].data, d.x, in_grad[0].data,

@@ -271,18 +271,29 @@ static mx_status pool_cudnn_status(cudnnStatus_t st, const char *call, bool *use
     return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", call, cudnnGetErrorString(st));
 }
 
+/* What both directions need: *ok false when cuDNN does not compute this
+ * pooling exactly (the own kernels then run), else its descriptors in *d
+ * and the worker's cuDNN handle. */
+static mx_status pool_cudnn_begin(const mx_op_ctx *ctx, const pool_params *pp, const pool_gpu_geom &g,
+                                  const mx_shape *data, pool_cudnn_desc *d, cudnnHandle_t *h, bool *ok)
+{
+    *ok = false;
+    if (!pool_cudnn_fits(pp, g, data)) return MX_OK;
+    MX_TRY(pool_cudnn_init(d, pp, g, data, ok));
+    if (!*ok) return MX_OK;
+    return mx_cuda_worker_cudnn(mx_cuda_op_worker(ctx), h);
+}
+
 /* *used: whether cuDNN computed out[0]; false leaves it to the own kernel. */
 static mx_status pool_cudnn_forward(const mx_op_ctx *ctx, const pool_params *pp, const pool_gpu_geom &g,
                                     const mx_tensor *in, mx_req req, mx_tensor *out, bool *used)
 {
     *used = false;
-    if (!pool_cudnn_fits(pp, g, &in[0].shape)) return MX_OK;
     pool_cudnn_desc d;
-    bool ok;
-    MX_TRY(pool_cudnn_init(&d, pp, g, &in[0].shape, &ok));
-    if (!ok) return MX_OK;
     cudnnHandle_t h;
-    MX_TRY(mx_cuda_worker_cudnn(mx_cuda_op_worker(ctx), &h));
+    bool ok;
+    MX_TRY(pool_cudnn_begin(ctx, pp, g, &in[0].shape, &d, &h, &ok));
+    if (!ok) return MX_OK;
     const float alpha = 1.0f, beta = mx_cuda_beta(req);
     return pool_cudnn_status(cudnnPoolingForward(h, d.pool, &alpha, d.x, in[0].data, &beta, d.y, out[0].data),
                              "cudnnPoolingForward", used);
@@ -294,14 +305,12 @@ static mx_status pool_cudnn_backward(const mx_op_ctx *ctx, const pool_params *pp
                                      mx_req req, mx_tensor *in_grad, bool *used)
 {
     *used = false;
-    if (!pool_cudnn_fits(pp, g, &in[0].shape)) return MX_OK;
     if (out == nullptr || out[0].data == nullptr) return MX_OK; /* no forward output: own kernel */
     pool_cudnn_desc d;
-    bool ok;
-    MX_TRY(pool_cudnn_init(&d, pp, g, &in[0].shape, &ok));
-    if (!ok) return MX_OK;
     cudnnHandle_t h;
-    MX_TRY(mx_cuda_worker_cudnn(mx_cuda_op_worker(ctx), &h));
+    bool ok;
+    MX_TRY(pool_cudnn_begin(ctx, pp, g, &in[0].shape, &d, &h, &ok));
+    if (!ok) return MX_OK;
     const float alpha = 1.0f, beta = mx_cuda_beta(req);
     return pool_cudnn_status(cudnnPoolingBackward(h, d.pool, &alpha, d.y, out[0].data, d.y, out_grad[0].data, d.x,
                                                   in[0].data, &beta, d.x, in_grad[0].data),
