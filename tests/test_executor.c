@@ -107,6 +107,39 @@ static mx_graph *inception(void)
     return g;
 }
 
+/* Every kind of producer an Activation folds into (BatchNorm, Convolution
+ * through im2col and the depthwise kernel, ElementWiseSum,
+ * FullyConnected), every act_type, and a BatchNorm whose output has two
+ * readers, which must not fold. */
+static mx_graph *folding(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "Convolution", "c0", "kernel=(3,3);pad=(1,1);num_filter=4;no_bias=True", &x, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn0", "fix_gamma=False", &x, 1));
+    mx_entry a0 = test_entry(test_graph_op(g, "Activation", "a0", "act_type=relu", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "c1", "kernel=(3,3);pad=(1,1);num_filter=4", &a0, 1));
+    x = test_entry(test_graph_op(g, "Activation", "a1", "act_type=sigmoid", &x, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=False", &x, 1));
+    mx_entry sum_in[2] = {x, a0};
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "s", "num_args=2", sum_in, 2));
+    x = test_entry(test_graph_op(g, "Activation", "a2", "act_type=softsign", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "dw", "kernel=(3,3);pad=(1,1);num_filter=4;num_group=4", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "a3", "act_type=tanh", &x, 1));
+    mx_entry b2 = test_entry(test_graph_op(g, "BatchNorm", "bn2", "fix_gamma=False", &x, 1));
+    mx_entry two[2];
+    two[0] = test_entry(test_graph_op(g, "Activation", "a4", "act_type=relu", &b2, 1));
+    two[1] = test_entry(test_graph_op(g, "Pooling", "p", "kernel=(3,3);pad=(1,1);pool_type=avg", &b2, 1));
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "m", "num_args=2", two, 2));
+    x = test_entry(test_graph_op(g, "Flatten", "flat", NULL, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=8", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "a5", "act_type=softrelu", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
 /* A bound network with host copies of its arguments. */
 typedef struct bound {
     mx_runtime *rt;
@@ -304,23 +337,32 @@ START_TEST(planner_and_engine_modes_are_bit_identical)
         mx_graph *(*make)(void);
         mx_shape shape;
         int classes;
-    } nets[] = {{lenet, MX_SHAPE(3, 1, 14, 14), 4}, {residual, MX_SHAPE(4, 2, 5, 5), 3}, {inception, MX_SHAPE(2, 3, 6, 6), 3}};
+    } nets[] = {{lenet, MX_SHAPE(3, 1, 14, 14), 4},
+                {residual, MX_SHAPE(4, 2, 5, 5), 3},
+                {inception, MX_SHAPE(2, 3, 6, 6), 3},
+                {folding, MX_SHAPE(3, 2, 6, 6), 3}};
     for (size_t k = 0; k < sizeof(nets) / sizeof(nets[0]); k++) {
         float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000);
         setenv("MXNET_EXEC_ENABLE_INPLACE", "0", 1);
         setenv("MXNET_EXEC_ENABLE_COSHARE", "0", 1);
+        setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
         size_t n = run_step(nets[k].make, nets[k].shape, nets[k].classes, true, ref);
-        const char *modes[][2] = {{"1", "1"}, {"1", "0"}, {"0", "1"}};
-        for (int m = 0; m < 3; m++)
-            for (int naive = 0; naive <= 1; naive++) {
-                setenv("MXNET_EXEC_ENABLE_INPLACE", modes[m][0], 1);
-                setenv("MXNET_EXEC_ENABLE_COSHARE", modes[m][1], 1);
-                ck_assert_int_eq(run_step(nets[k].make, nets[k].shape, nets[k].classes, naive, got), n);
-                ck_assert_msg(memcmp(ref, got, n * sizeof(float)) == 0, "net %zu differs: inplace %s coshare %s naive %d",
-                              k, modes[m][0], modes[m][1], naive);
-            }
+        const char *modes[][2] = {{"1", "1"}, {"1", "0"}, {"0", "1"}, {"0", "0"}};
+        for (int m = 0; m < 4; m++)
+            for (int naive = 0; naive <= 1; naive++)
+                for (int fold = 0; fold <= 1; fold++) {
+                    if (m == 3 && !fold) continue; /* the reference */
+                    setenv("MXNET_EXEC_ENABLE_INPLACE", modes[m][0], 1);
+                    setenv("MXNET_EXEC_ENABLE_COSHARE", modes[m][1], 1);
+                    setenv("MXNET_EXEC_ENABLE_FOLDING", fold ? "1" : "0", 1);
+                    ck_assert_int_eq(run_step(nets[k].make, nets[k].shape, nets[k].classes, naive, got), n);
+                    ck_assert_msg(memcmp(ref, got, n * sizeof(float)) == 0,
+                                  "net %zu differs: inplace %s coshare %s naive %d folding %d", k, modes[m][0],
+                                  modes[m][1], naive, fold);
+                }
         unsetenv("MXNET_EXEC_ENABLE_INPLACE");
         unsetenv("MXNET_EXEC_ENABLE_COSHARE");
+        unsetenv("MXNET_EXEC_ENABLE_FOLDING");
         free(ref);
         free(got);
     }
@@ -334,10 +376,10 @@ START_TEST(prediction_and_feature_extraction_are_pruned)
     bind_net(&pred, lenet(), MX_SHAPE(3, 1, 14, 14), 4, false, false, 5);
     int f, bw;
     mx_executor_count_nodes(train.ex, &f, &bw);
-    ck_assert_int_eq(f, 11);
+    ck_assert_int_eq(f, 8); /* 11 layers, 3 activations folded into conv1, conv2 and fc1 */
     ck_assert_int_gt(bw, 0);
     mx_executor_count_nodes(pred.ex, &f, &bw);
-    ck_assert_int_eq(f, 11);
+    ck_assert_int_eq(f, 8);
     ck_assert_int_eq(bw, 0);
     mx_memory_plan_stats st_train, st_pred;
     mx_executor_memory(train.ex, &st_train);
@@ -346,7 +388,19 @@ START_TEST(prediction_and_feature_extraction_are_pruned)
     ck_assert_uint_le(st_train.both, st_train.inplace);
     ck_assert_uint_le(st_train.both, st_train.coshare);
     ck_assert_uint_lt(st_train.coshare, st_train.naive);
-    ck_assert_uint_lt(st_pred.both * 2, st_pred.naive);
+    /* Folded activations have no tensor of their own, so the naive figure
+     * shrinks too; unfolded, planning halves it. */
+    ck_assert_uint_lt(st_pred.both, st_pred.naive);
+    bound unfolded;
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    bind_net(&unfolded, lenet(), MX_SHAPE(3, 1, 14, 14), 4, false, false, 5);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    mx_memory_plan_stats st_unfolded;
+    mx_executor_memory(unfolded.ex, &st_unfolded);
+    ck_assert_uint_lt(st_unfolded.both * 2, st_unfolded.naive);
+    ck_assert_uint_le(st_pred.both, st_unfolded.both);
+    ck_assert_uint_lt(st_pred.naive, st_unfolded.naive);
+    unbind(&unfolded);
 
     /* Features at pool1: only conv1, tanh1 and pool1 run; the values equal
      * those seen in a bind that also computes the final output. */
@@ -355,7 +409,7 @@ START_TEST(prediction_and_feature_extraction_are_pruned)
     mx_executor *feat;
     ck_assert_msg(mx_executor_bind(pred.rt, pred.g, &bc, &feat) == MX_OK, "%s", mx_last_error());
     mx_executor_count_nodes(feat, &f, &bw);
-    ck_assert_int_eq(f, 3);
+    ck_assert_int_eq(f, 2); /* conv1+tanh1, pool1 */
     const char *both_outs[] = {"pool1", "softmax_output"};
     bc.outputs = both_outs;
     bc.n_outputs = 2;
@@ -395,9 +449,10 @@ START_TEST(layer_timing_covers_every_layer)
     mx_layer_time *t;
     int n;
     ck_assert_int_eq(mx_executor_time_layers(b.ex, 2, &t, &n), MX_OK);
-    ck_assert_int_eq(n, 11); /* every forward layer */
-    ck_assert_str_eq(t[0].name, "conv1");
-    ck_assert_str_eq(t[0].op, "Convolution");
+    ck_assert_int_eq(n, 8); /* every forward layer, folded activations with their producers */
+    ck_assert_str_eq(t[0].name, "conv1+tanh1");
+    ck_assert_str_eq(t[0].op, "Convolution+Activation");
+    ck_assert_str_eq(t[1].name, "pool1");
     for (int i = 0; i < n; i++) {
         ck_assert(t[i].forward_ms > 0.0);
         ck_assert(t[i].backward_ms > 0.0); /* every layer is on the gradient path */
@@ -405,6 +460,79 @@ START_TEST(layer_timing_covers_every_layer)
     free(t);
     ck_assert_int_eq(mx_executor_time_layers(b.ex, 0, &t, &n), MX_ERR_INVALID);
     unbind(&b);
+}
+END_TEST
+
+/* forward(is_train) outputs of a bind of g (fresh graph from make) into out. */
+static size_t predict_once(mx_graph *(*make)(void), mx_shape shape, int classes, const char *const *outputs,
+                           int n_outputs, int *n_forward, float *out)
+{
+    bound b;
+    bind_net(&b, make(), shape, classes, false, false, 3);
+    mx_executor *ex = b.ex;
+    if (outputs) {
+        mx_bind_config bc = {.ctx = mx_cpu(), .args = b.args, .aux = b.aux, .outputs = outputs,
+                             .n_outputs = n_outputs};
+        ck_assert_msg(mx_executor_bind(b.rt, b.g, &bc, &ex) == MX_OK, "%s", mx_last_error());
+    }
+    int bw;
+    mx_executor_count_nodes(ex, n_forward, &bw);
+    ck_assert_int_eq(mx_executor_forward(ex, false), MX_OK);
+    size_t used = 0;
+    for (int h = 0; h < mx_executor_num_outputs(ex); h++) {
+        mx_ndarray *o = mx_executor_output(ex, h);
+        ck_assert_int_eq(mx_ndarray_to_host(o, out + used, mx_ndarray_nbytes(o)), MX_OK);
+        used += (size_t)mx_ndarray_size(o);
+    }
+    if (ex != b.ex) mx_executor_free(ex);
+    unbind(&b);
+    return used;
+}
+
+START_TEST(folding_folds_only_what_nobody_else_reads)
+{
+    /* Training: a0, a1, a2, a3 and a5 fold; a4 does not (bn2 also feeds
+     * the pooling). */
+    int f_on, f_off, bw;
+    bound b;
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    bind_net(&b, folding(), MX_SHAPE(3, 2, 6, 6), 3, false, true, 5);
+    mx_executor_count_nodes(b.ex, &f_off, &bw);
+    unbind(&b);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    bind_net(&b, folding(), MX_SHAPE(3, 2, 6, 6), 3, false, true, 5);
+    mx_executor_count_nodes(b.ex, &f_on, &bw);
+    ck_assert_int_eq(f_off, 19);
+    ck_assert_int_eq(f_on, 14);
+    mx_layer_time *t;
+    int n;
+    ck_assert_int_eq(mx_executor_time_layers(b.ex, 1, &t, &n), MX_OK);
+    ck_assert_int_eq(n, 16); /* and the gradient sums of bn0+a0's and bn2's outputs */
+    const char *want[] = {"c0", "bn0+a0", "c1+a1", "bn1", "s+a2", "dw+a3", "bn2", "a4", "p", "m", "flat", "fc1+a5",
+                          "fc2", "softmax"};
+    for (int i = 0; i < 14; i++) ck_assert_str_eq(t[i].name, want[i]);
+    free(t);
+    unbind(&b);
+
+    /* Prediction (BatchNorm on its moving statistics): the same bits with
+     * and without folding; an Activation asked for as an output does not
+     * fold, and has the value it has unfolded. */
+    float *ref = malloc(sizeof(float) * 10000), *got = malloc(sizeof(float) * 10000);
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    size_t nr = predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, NULL, 0, &f_off, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    ck_assert_int_eq(predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, NULL, 0, &f_on, got), nr);
+    ck_assert_int_eq(f_off - f_on, 5);
+    ck_assert_int_eq(memcmp(ref, got, nr * sizeof(float)), 0);
+    const char *outs[] = {"a0_output", "softmax_output"};
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    nr = predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, outs, 2, &f_off, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    ck_assert_int_eq(predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, outs, 2, &f_on, got), nr);
+    ck_assert_int_eq(f_off - f_on, 4);
+    ck_assert_int_eq(memcmp(ref, got, nr * sizeof(float)), 0);
+    free(ref);
+    free(got);
 }
 END_TEST
 
@@ -529,6 +657,7 @@ int main(void)
     tcase_add_test(tc, planner_and_engine_modes_are_bit_identical);
     tcase_add_test(tc, prediction_and_feature_extraction_are_pruned);
     tcase_add_test(tc, layer_timing_covers_every_layer);
+    tcase_add_test(tc, folding_folds_only_what_nobody_else_reads);
     tcase_add_test(tc, hidden_outputs_nobody_reads_get_no_memory);
     tcase_add_test(tc, bind_errors_are_clear);
     tcase_add_test(tc, non_loss_heads_take_head_gradients);

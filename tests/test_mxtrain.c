@@ -221,9 +221,11 @@ START_TEST(dry_run_and_time_report)
     ck_assert_ptr_nonnull(strstr(err, "total parameters: 431080"));
     ck_assert_ptr_nonnull(strstr(err, "  training "));
     ck_assert_ptr_nonnull(strstr(err, "  prediction "));
+    ck_assert_msg(strstr(err, "operation folding: 3 activations run inside the layer before them: conv1+tanh1, "
+                              "conv2+tanh2, fc1+tanh3"), "%s", err);
     free(err);
     ck_assert_int_eq(run("configs/lenet.conf train.num_parts=6 --time 2", &err), 0);
-    ck_assert_msg(strstr(err, "conv2                    Convolution"), "%s", err);
+    ck_assert_msg(strstr(err, "conv2+tanh2              Convolution+Activation"), "%s", err);
     ck_assert_ptr_nonnull(strstr(err, "total: forward "));
     free(err);
 }

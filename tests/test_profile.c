@@ -145,9 +145,10 @@ static void write_run(const char *conf)
     fclose(fc);
 }
 
-static const char *const layers[] = {"fc1 (FullyConnected)", "relu1 (Activation)", "fc2 (FullyConnected)",
+/* relu1 runs inside fc1 (operation folding). */
+static const char *const layers[] = {"fc1+relu1 (FullyConnected+Activation)", "fc2 (FullyConnected)",
                                      "softmax (SoftmaxOutput)"};
-#define N_LAYERS 4
+#define N_LAYERS 3
 
 /* Checks one trace file of `batches` profiled batches: pid, every layer's
  * fwd and bwd exactly `batches` times, tracks in time order without

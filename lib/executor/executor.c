@@ -1,6 +1,7 @@
 /* executor.c - bind, allocate from the plan, push nodes to the engine. */
 #include "executor/plan.h"
 #include "device/device.h"
+#include "ops/activation.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -24,7 +25,14 @@ typedef struct node_info {
     mx_engine_var **reads, **writes;
     int n_reads, n_writes;
     bool uses_workspace;
-    char label[128];         /* for the timeline: "conv1 (Convolution) fwd" */
+    /* 1 + the act_type of an Activation folded into this node, 0 none:
+     * forward kernels apply it; backward first turns the output gradient
+     * into the Activation's input gradient, in place (it has no other
+     * reader). */
+    int folded_act;
+    char name[128];          /* "conv1", or "bn1+relu1" with a folded Activation */
+    char op_name[64];        /* "Convolution", or "BatchNorm+Activation" */
+    char label[208];         /* for the timeline: "conv1 (Convolution) fwd" */
     /* Whether forward draws random numbers in training / inference passes;
      * when it may, the rng's variable is the last write, left out of the
      * passes that draw nothing (Dropout at inference). */
@@ -57,6 +65,11 @@ struct mx_executor {
 };
 
 static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
+
+bool mx_executor_folds(mx_context ctx)
+{
+    return ctx.dev_type == MX_DEV_CPU && env_flag("MXNET_EXEC_ENABLE_FOLDING");
+}
 
 static mx_tensor tensor_of(mx_ndarray *a, mx_shape shape)
 {
@@ -159,7 +172,7 @@ mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, c
                                   bool for_training, mx_memory_plan_stats *out)
 {
     exec_graph eg;
-    MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, NULL, names, shapes, n, &eg));
+    MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, NULL, names, shapes, n, mx_executor_folds(mx_cpu()), &eg));
     memory_plan both;
     mx_status s = memory_plan_build(&eg, true, true, &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
@@ -216,7 +229,13 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
         ks = MX_ERROR(MX_ERR_UNSUPPORTED, "operator '%s' has no %s kernel", f->op->name,
                       ni->backward ? "backward" : "forward");
     if (ks != MX_OK) return mx_error_prefix(ks, "bind: layer '%s'", f->name);
-    snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", f->name, f->op->name, ni->backward ? "bwd" : "fwd");
+    ni->folded_act = f->folded_act;
+    if (f->folded_act)
+        snprintf(ni->name, sizeof(ni->name), "%s+%s", f->name, mx_graph_node(eg->g, f->folded_node)->name);
+    else
+        snprintf(ni->name, sizeof(ni->name), "%s", f->name);
+    snprintf(ni->op_name, sizeof(ni->op_name), "%s%s", f->op->name, f->folded_act ? "+Activation" : "");
+    snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", ni->name, ni->op_name, ni->backward ? "bwd" : "fwd");
     ni->n_in = f->n_inputs;
     ni->n_out = f->n_outputs;
     ni->n_aux = mx_node_num_aux(f);
@@ -264,6 +283,13 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     if (!ni->backward)
         for (int j = ni->n_in - ni->n_aux; j < ni->n_in; j++)
             ni->writes[ni->n_writes++] = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, f->inputs[j])]);
+    /* The folded Activation's backward rewrites the output gradient. */
+    if (ni->backward && ni->folded_act && n->inputs[0].node != MX_NO_NODE) {
+        mx_engine_var *dy = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, n->inputs[0])]);
+        for (int r = 0; r < ni->n_reads; r++)
+            if (ni->reads[r] == dy) ni->reads[r--] = ni->reads[--ni->n_reads];
+        ni->writes[ni->n_writes++] = dy;
+    }
     ni->rng_var = (ni->rng_train || ni->rng_infer) && ex->rng;
     if (ni->rng_var) ni->writes[ni->n_writes++] = mx_rng_var(ex->rng);
     return MX_OK;
@@ -332,7 +358,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     }
     if (s == MX_OK)
         s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, grad_needed, names, shapes,
-                               n_args + n_aux_list, &ex->eg);
+                               n_args + n_aux_list, mx_executor_folds(cfg->ctx), &ex->eg);
     free(ids);
     free(names);
     free(shapes);
@@ -442,18 +468,22 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     node_job *job = payload;
     node_info *ni = job->ni;
     mx_executor *ex = job->ex;
-    mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state};
+    mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state,
+                     .folded_act = ni->backward ? 0 : ni->folded_act};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
         ctx.workspace_bytes = ex->plan.workspace;
     }
     mx_tensor *aux = ni->n_aux ? &ni->in[ni->n_in - ni->n_aux] : NULL;
+    if (ni->backward && ni->folded_act && ni->out_grad[0].data)
+        mx_activation_fold_backward(mx_op_pool(&ctx), ni->folded_act - 1, ni->out_grad[0].data, ni->out[0].data,
+                                    mx_shape_size(&ni->out[0].shape));
     mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,
                                                       ni->in_grad, aux)
                                : ni->kernels.forward(&ctx, ni->params, ni->in, ni->req, ni->out, aux);
     /* Device kernels are queued on the worker's stream. */
     if (s == MX_OK) s = mx_device_op_done(exec);
-    if (s != MX_OK) mx_error_prefix(s, "layer '%s'", ni->node->name);
+    if (s != MX_OK) mx_error_prefix(s, "layer '%s'", ni->name);
     return s;
 }
 
@@ -558,7 +588,7 @@ mx_status mx_executor_time_layers(mx_executor *ex, int n_iter, mx_layer_time **o
             slot[i] = slot[ni->node->forward_node];
             continue;
         }
-        t[n] = (mx_layer_time){.name = ni->node->name, .op = ni->op->name};
+        t[n] = (mx_layer_time){.name = ni->name, .op = ni->op_name};
         slot[i] = n++;
     }
     MX_TRY(mx_engine_wait_all(engine));

@@ -17,6 +17,14 @@
  * what it reads and writes, so independent branches run in parallel and
  * parameter updates pushed between iterations overlap the next forward.
  *
+ * Operation folding (MXNET_EXEC_ENABLE_FOLDING=0 turns it off): before
+ * the backward pass is appended, an Activation that alone reads output 0
+ * of a BatchNorm, Convolution, FullyConnected or ElementWiseSum runs inside
+ * that layer (mx_graph_fold_activations): the layer's forward applies it
+ * as it writes, its backward first turns the output gradient into the
+ * Activation's input gradient in place. Same bits as unfolded; one pass
+ * over the tensor and one engine operation fewer each way. CPU only.
+ *
  * Environment: MXNET_EXEC_ENABLE_INPLACE=0 turns in-place off,
  * MXNET_EXEC_ENABLE_COSHARE=0 turns co-sharing off (each internal tensor
  * gets its own buffer), MXNET_EXEC_NUM_MATCH_COLOR (default 4) sets the
@@ -106,8 +114,8 @@ void mx_executor_count_nodes(const mx_executor *ex, int *n_forward, int *n_backw
  * time is attributed to the layer it differentiates; gradient sums are
  * reported under their own names. *out is malloc'ed (free with free()). */
 typedef struct mx_layer_time {
-    const char *name;     /* borrowed from the executor's graph */
-    const char *op;
+    const char *name;     /* borrowed from the executor: "conv1", "bn1+relu1" (folded) */
+    const char *op;       /* "Convolution", "BatchNorm+Activation" */
     double forward_ms, backward_ms;
 } mx_layer_time;
 mx_status mx_executor_time_layers(mx_executor *ex, int n_iter, mx_layer_time **out, int *n);
@@ -124,8 +132,13 @@ typedef struct mx_memory_plan_stats {
     int n_buffers;      /* buffers with both strategies */
 } mx_memory_plan_stats;
 
+/* Whether binds on ctx fold activations into the layers before them
+ * (MXNET_EXEC_ENABLE_FOLDING, default on; CPU kernels only so far). */
+bool mx_executor_folds(mx_context ctx);
+
 /* Plans a bind of g with the given input shapes without allocating
- * anything: for --dry-run, mxviz and docs/memory.md. */
+ * anything (folding as on the CPU): for --dry-run, mxviz and
+ * docs/memory.md. */
 mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                   bool for_training, mx_memory_plan_stats *out);
 /* The plan of a bound executor. */

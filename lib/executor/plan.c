@@ -85,9 +85,15 @@ int exec_node_reads(const exec_graph *eg, uint32_t id, mx_entry *reads)
         bool wanted = (deps & MX_BWD_IN_DATA) && (!in_mask || (j < 64 && (in_mask >> j) & 1));
         if (wanted || j >= n_in - n_aux) reads[count++] = n->inputs[n_out + j];
     }
+    bool out0 = false;
     if (deps & MX_BWD_OUT_DATA)
         for (int k = 0; k < n_out; k++)
-            if (!out_mask || (k < 64 && (out_mask >> k) & 1)) reads[count++] = n->inputs[n_out + n_in + k];
+            if (!out_mask || (k < 64 && (out_mask >> k) & 1)) {
+                reads[count++] = n->inputs[n_out + n_in + k];
+                out0 = out0 || k == 0;
+            }
+    /* A folded activation's derivative is taken from output 0. */
+    if (f->folded_act && !out0) reads[count++] = n->inputs[n_out + n_in];
     return count;
 }
 
@@ -135,7 +141,7 @@ static mx_status color_nodes(exec_graph *eg, int n_colors)
 
 mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
                              const bool *grad_needed, const char *const *names, const mx_shape *shapes, int n_shapes,
-                             exec_graph *eg)
+                             bool fold, exec_graph *eg)
 {
     memset(eg, 0, sizeof(*eg));
     for (int i = 0; i < mx_graph_num_nodes(src); i++)
@@ -153,6 +159,7 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
         free(heads);
     }
     if (s == MX_OK && mx_graph_num_heads(g) == 0) s = MX_ERROR(MX_ERR_INVALID, "bind: the symbol has no outputs");
+    if (s == MX_OK && fold) s = mx_graph_fold_activations(g, NULL, &eg->n_folded);
     int n_fwd = mx_graph_num_nodes(g);
     eg->n_forward = n_fwd;
     if (s == MX_OK) {

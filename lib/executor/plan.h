@@ -29,14 +29,16 @@ typedef struct exec_graph {
     int n_args, n_aux;
     mx_entry *grads;         /* per argument: its gradient entry (node MX_NO_NODE: none) */
     int *color;              /* per node */
+    int n_folded;            /* activations folded into their producers */
 } exec_graph;
 
-/* Builds the clone, the backward pass (training: with respect to the
+/* Builds the clone, folds activations into their producers when `fold`
+ * (mx_graph_fold_activations, before the backward pass), the backward pass (training: with respect to the
  * arguments whose grad_needed is set; NULL: all), marks what runs, infers
  * shapes and classifies entries. */
 mx_status exec_graph_prepare(const mx_graph *g, const char *const *outputs, int n_outputs, bool for_training,
                              const bool *grad_needed, const char *const *names, const mx_shape *shapes, int n_shapes,
-                             exec_graph *out);
+                             bool fold, exec_graph *out);
 void exec_graph_free(exec_graph *eg);
 
 /* Entries a node reads (per backward deps for backward nodes), or -1-less

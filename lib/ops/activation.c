@@ -127,6 +127,31 @@ static void act_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
 #define ACT_PIECE_CHEAP 16384
 #define ACT_PIECE_EXP 4096
 
+static int64_t act_piece(int act_type, bool backward)
+{
+    if (act_type == ACT_RELU || act_type == ACT_SOFTSIGN) return ACT_PIECE_CHEAP;
+    if (backward) return act_type == ACT_SOFTRELU ? ACT_PIECE_EXP : ACT_PIECE_CHEAP;
+    return act_type == ACT_SOFTRELU ? ACT_PIECE_EXP / 4 : ACT_PIECE_EXP;
+}
+
+void mx_activation_fold_rows(int act_type, float *y, int64_t n)
+{
+    act_job j = {.type = act_type, .level = mx_simd_level(), .x = y, .out = y};
+    MX_SIMD_DISPATCH(j.level, act_forward, &j, 0, n);
+}
+
+void mx_activation_fold_forward(mx_threadpool *pool, int act_type, float *y, int64_t n)
+{
+    act_job j = {.type = act_type, .level = mx_simd_level(), .x = y, .out = y};
+    mx_simd_parallel_for(pool, n, act_piece(act_type, false), act_forward_range, &j);
+}
+
+void mx_activation_fold_backward(mx_threadpool *pool, int act_type, float *dy, const float *y, int64_t n)
+{
+    act_job j = {.type = act_type, .level = mx_simd_level(), .dy = dy, .y = y, .out = dy};
+    mx_simd_parallel_for(pool, n, act_piece(act_type, true), act_backward_range, &j);
+}
+
 static mx_status act_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                              mx_tensor *out, mx_tensor *aux)
 {
@@ -137,10 +162,8 @@ static mx_status act_forward(const mx_op_ctx *ctx, const void *p, const mx_tenso
         return MX_ERROR(MX_ERR_INVALID, "Activation: unknown act_type %d", ap->act_type);
     act_job j = {.type = ap->act_type, .level = mx_simd_level(), .add = req[0] == MX_REQ_ADD, .x = in[0].data,
                  .out = out[0].data};
-    int64_t piece = ap->act_type == ACT_RELU || ap->act_type == ACT_SOFTSIGN ? ACT_PIECE_CHEAP
-                    : ap->act_type == ACT_SOFTRELU                           ? ACT_PIECE_EXP / 4
-                                                                             : ACT_PIECE_EXP;
-    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&in[0].shape), piece, act_forward_range, &j);
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&in[0].shape), act_piece(ap->act_type, false),
+                         act_forward_range, &j);
     return MX_OK;
 }
 
@@ -155,8 +178,8 @@ static mx_status act_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
         return MX_ERROR(MX_ERR_INVALID, "Activation: unknown act_type %d", ap->act_type);
     act_job j = {.type = ap->act_type, .level = mx_simd_level(), .add = req[0] == MX_REQ_ADD, .dy = out_grad[0].data,
                  .y = out[0].data, .out = in_grad[0].data};
-    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape),
-                         ap->act_type == ACT_SOFTRELU ? ACT_PIECE_EXP : ACT_PIECE_CHEAP, act_backward_range, &j);
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape), act_piece(ap->act_type, true),
+                         act_backward_range, &j);
     return MX_OK;
 }
 

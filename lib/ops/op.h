@@ -59,6 +59,11 @@ typedef struct mx_op_ctx {
      * store what it creates, freed by its kernels' state_free when the
      * executor goes. NULL slot: no caching (the kernel cleans up itself). */
     void **state;
+    /* An Activation the executor folded into this node
+     * (MXNET_EXEC_ENABLE_FOLDING): 0 none, else 1 + its act_type. Only
+     * forward kernels of ops with folds_activation see it; they apply it to
+     * output 0 as they write it. */
+    int folded_act;
 } mx_op_ctx;
 
 /* The kernel thread pool to split work on (NULL: run on the calling thread). */
@@ -155,6 +160,12 @@ struct mx_op_def {
      * binds need no generator and inference passes do not wait on it.
      * NULL: draws in every pass. */
     bool (*uses_rng)(const void *params, bool is_train);
+
+    /* The CPU forward applies ctx->folded_act to output 0, so the executor
+     * may fold an Activation that alone reads that output into this op
+     * (backward needs nothing of the op: the executor turns the output
+     * gradient into the activation's input gradient first). */
+    bool folds_activation;
 
     /* The CPU kernels. */
     mx_op_forward_fn forward;

@@ -14,6 +14,7 @@
  */
 #include "symbol/symbol_internal.h"
 
+#include "ops/activation.h"
 #include "ops/batch_norm.h"
 #include "ops/convolution.h"
 
@@ -228,4 +229,59 @@ done:
     free(drop);
     free(map);
     return s;
+}
+
+/* ------------------------------------------------- activation folding */
+
+mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int *n_pairs)
+{
+    if (pairs) *pairs = NULL;
+    *n_pairs = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].kind == MX_NODE_BACKWARD)
+            return MX_ERROR(MX_ERR_INVALID, "folding: the graph already has a backward pass");
+    /* Readers of every node's output 0, and which outputs are heads. */
+    int *readers = mx_calloc((size_t)g->n_nodes + 1, sizeof(int));
+    bool *head0 = mx_calloc((size_t)g->n_nodes + 1, sizeof(bool));
+    mx_graph_act_fold *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
+    if (!readers || !head0 || !found) {
+        free(readers);
+        free(head0);
+        free(found);
+        return MX_ERR_NOMEM;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            if (g->nodes[i].inputs[j].index == 0) readers[g->nodes[i].inputs[j].node]++;
+    for (int h = 0; h < g->n_heads; h++)
+        if (g->heads[h].index == 0) head0[g->heads[h].node] = true;
+    int n = 0;
+    for (int a = 0; a < g->n_nodes; a++) {
+        mx_node *act = &g->nodes[a];
+        if (!is_op(act, "Activation") || act->n_inputs != 1 || head0[a]) continue;
+        mx_entry in = act->inputs[0];
+        mx_node *p = &g->nodes[in.node];
+        if (in.index != 0 || p->kind != MX_NODE_OP || !p->op->folds_activation || p->folded_act ||
+            readers[in.node] != 1 || head0[in.node])
+            continue;
+        p->folded_act = 1 + ((const act_params *)act->params)->act_type;
+        p->folded_node = (uint32_t)a;
+        /* Readers of the Activation's output now read the op's: they all
+         * come after it (topological order). */
+        for (int i = a + 1; i < g->n_nodes; i++)
+            for (int j = 0; j < g->nodes[i].n_inputs; j++)
+                if (g->nodes[i].inputs[j].node == (uint32_t)a) {
+                    g->nodes[i].inputs[j] = (mx_entry){in.node, 0};
+                    readers[in.node]++;
+                }
+        readers[in.node]--; /* the Activation's own read, gone with it */
+        readers[a] = 0;
+        found[n++] = (mx_graph_act_fold){in.node, (uint32_t)a};
+    }
+    free(readers);
+    free(head0);
+    *n_pairs = n;
+    if (pairs) *pairs = found;
+    else free(found);
+    return MX_OK;
 }

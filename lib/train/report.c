@@ -217,6 +217,46 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     logf_(opt, "  each rank reads 1/%d of the data; rank 0 logs and writes checkpoints", mx_comm_size(comm));
 }
 
+/* What operation folding does to this net on the training contexts. */
+static mx_status report_folding(const mx_train_settings *s, const mx_train_options *opt)
+{
+    char c[32];
+    for (int i = 0; i < s->n_ctx; i++)
+        if (!mx_executor_folds(s->ctx[i])) {
+            if (s->ctx[i].dev_type == MX_DEV_CPU)
+                logf_(opt, "operation folding: off (MXNET_EXEC_ENABLE_FOLDING=0)");
+            else
+                logf_(opt, "operation folding: none on %s (only the CPU kernels fold so far)",
+                      mx_context_str(s->ctx[i], c, sizeof(c)));
+            return MX_OK;
+        }
+    mx_graph *g;
+    MX_TRY(mx_graph_clone(s->cfg->graph, &g));
+    mx_graph_act_fold *pairs = NULL;
+    int n = 0;
+    mx_status st = mx_graph_fold_activations(g, &pairs, &n);
+    const char **names = st == MX_OK ? mx_calloc((size_t)n + 1, sizeof(char *)) : NULL;
+    char *text = names ? mx_calloc((size_t)n + 1, 256) : NULL;
+    if (st == MX_OK && (!names || !text)) st = MX_ERR_NOMEM;
+    for (int i = 0; i < n && st == MX_OK; i++) {
+        names[i] = text + (size_t)i * 256;
+        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, pairs[i].op)->name,
+                 mx_graph_node(g, pairs[i].activation)->name);
+    }
+    if (st == MX_OK) {
+        char list[1024];
+        name_list(names, n, list, sizeof(list));
+        if (n) logf_(opt, "operation folding: %d activation%s run inside the layer before %s: %s", n, n == 1 ? "" : "s",
+                     n == 1 ? "it" : "them", list);
+        else logf_(opt, "operation folding: nothing to fold");
+    }
+    free(names);
+    free(text);
+    free(pairs);
+    mx_graph_free(g);
+    return st;
+}
+
 mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *opt)
 {
     const mx_config *cfg = s->cfg;
@@ -294,6 +334,7 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
               st[k]->both ? (double)st[k]->naive / (double)st[k]->both : 0.0,
               human_bytes((double)st[k]->workspace, w, sizeof(w)));
     }
+    MX_TRY(report_folding(s, opt));
     if (s->val && s->train) {
         mx_shape vd, vl;
         if (mx_data_iter_spec_shapes(s->val, &vd, &vl) == MX_OK && vd.dims[0] != shape.dims[0]) {

@@ -17,6 +17,7 @@
 #include "ops/cpu/im2col.h"
 
 #include "blas/blas.h"
+#include "ops/activation.h"
 #include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/winograd.h"
@@ -398,6 +399,7 @@ typedef struct conv_call {
     int64_t chunk;       /* images lowered side by side */
     int64_t piece;       /* images per piece when the batch is split */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
+    int folded_act;      /* forward: 1 + the Activation applied to y, 0 none */
     atomic_int failed;   /* a piece could not get scratch memory */
 } conv_call;
 
@@ -406,7 +408,7 @@ static int64_t in_image(const mx_conv_geom *g) { return g->in_c * g->in_h * g->i
 
 /* Forward of images [n0, n0 + b) through col (and its staging area);
  * pool splits the chunk's own work, NULL when the chunk is one piece. */
-static void forward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col)
+static void forward_chunk_raw(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col)
 {
     const mx_conv_geom *g = c->g;
     const int64_t p = g->out_h * g->out_w, grp = g->groups, fg = g->out_c / grp, cg = g->in_c / grp;
@@ -435,6 +437,22 @@ static void forward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, i
                  stage + k * fg * cols, cols);
     /* (F, B*P) -> (B, F, P), with the bias on the way. */
     scatter_chunk(pool, g, stage, b, c->bias, c->req == MX_REQ_ADD, yn);
+}
+
+/* A folded Activation goes over images [n0, n0 + b) right after they are
+ * written, while they are still in cache. */
+static void fold_images(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b)
+{
+    if (!c->folded_act) return;
+    float *yn = c->y + n0 * out_image(c->g);
+    if (pool) mx_activation_fold_forward(pool, c->folded_act - 1, yn, b * out_image(c->g));
+    else mx_activation_fold_rows(c->folded_act - 1, yn, b * out_image(c->g));
+}
+
+static void forward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col)
+{
+    forward_chunk_raw(c, pool, n0, b, col);
+    fold_images(c, pool, n0, b);
 }
 
 /* Backward of images [n0, n0 + b): dw (F, C/G*KH*KW) = beta_dw * dw + this
@@ -528,6 +546,7 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
             int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
             mx_winograd_forward(g, c->u, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
                                 c->y + p0 * out_image(g), scratch);
+            fold_images(c, NULL, p0, b);
         }
         return;
     }
@@ -542,6 +561,7 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
             int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
             mx_direct_forward(g, c->packed, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
                               c->y + p0 * out_image(g), scratch);
+            fold_images(c, NULL, p0, b);
         }
         return;
     }
@@ -708,9 +728,21 @@ static mx_status scratch_failed(void)
 mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
                           const float *bias, float *y, mx_req req, void *ws, size_t ws_bytes)
 {
+    return mx_conv_forward_act(pool, g, x, w, bias, 0, y, req, ws, ws_bytes);
+}
+
+mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                              const float *bias, int folded_act, float *y, mx_req req, void *ws, size_t ws_bytes)
+{
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
-    if (mx_depthwise_supported(g)) return mx_depthwise_forward(pool, g, x, w, bias, y, req);
-    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req};
+    if (folded_act && req == MX_REQ_ADD)
+        return MX_ERROR(MX_ERR_INVALID, "Convolution: a folded activation cannot add to its output");
+    if (mx_depthwise_supported(g)) {
+        MX_TRY(mx_depthwise_forward(pool, g, x, w, bias, y, req));
+        if (folded_act) mx_activation_fold_forward(pool, folded_act - 1, y, g->batch * g->out_c * g->out_h * g->out_w);
+        return MX_OK;
+    }
+    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .folded_act = folded_act};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
     if (mx_winograd_profitable(g)) {
