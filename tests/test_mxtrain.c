@@ -221,6 +221,9 @@ START_TEST(dry_run_and_time_report)
     ck_assert_ptr_nonnull(strstr(err, "total parameters: 431080"));
     ck_assert_ptr_nonnull(strstr(err, "  training "));
     ck_assert_ptr_nonnull(strstr(err, "  prediction "));
+    /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
+    ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
+    ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);
     free(err);
     ck_assert_int_eq(run("configs/lenet.conf train.num_parts=6 --time 2", &err), 0);
     ck_assert_msg(strstr(err, "conv2                    Convolution"), "%s", err);

@@ -13,6 +13,7 @@
  * parallelism.
  */
 #include "executor/plan.h"
+#include "ops/batch_norm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -128,14 +129,79 @@ static mx_status color_nodes(exec_graph *eg, int n_colors)
     }
     for (int i = 0; i < n; i++)
         if (eg->color[i] < 0) eg->color[i] = n_colors - 1;
+    /* A mirror copy runs just before its first reader and feeds it (or the
+     * copy that does): it takes that reader's colour, so that it reuses the
+     * buffers the forward pass freed; on a colour of its own it would find
+     * none, and mirroring would cost memory instead of saving it. Readers
+     * come later, so their colours are final when read back to front. */
+    for (int i = 0; i < n; i++) best[i] = -1; /* first reader */
+    for (int i = eg->n_forward; i < n && eg->n_mirror; i++) {
+        if (!eg->needed[i]) continue;
+        int k = exec_node_reads(eg, (uint32_t)i, reads);
+        for (int j = 0; j < k; j++) {
+            int u = (int)reads[j].node;
+            if (best[u] < 0 && exec_node_is_mirror(mx_graph_node(eg->g, (uint32_t)u))) best[u] = i;
+        }
+    }
+    for (int i = n - 1; i >= eg->n_forward; i--)
+        if (best[i] >= 0) eg->color[i] = eg->color[best[i]];
     free(best);
     free(prev);
     return MX_OK;
 }
 
+/* Whether the backward pass recomputes node id instead of keeping its
+ * outputs: MXNet's need_mirror (graph_executor.cc) — never Dropout (its
+ * mask is random), always a node with __force_mirroring__, and with
+ * do_mirror every op but Convolution, FullyConnected, Concat and
+ * SoftmaxOutput — plus our own limits: a copy redraws random numbers, so
+ * no op that draws is mirrored; a copy of an op with aux states would move
+ * them again, so only BatchNorm is (its copy moves scratch states instead,
+ * executor.c), and only with batch statistics, which make its output
+ * independent of the states; a head is kept as an output anyway. */
+static bool mirror_wanted(const mx_graph *g, uint32_t id, bool do_mirror, const bool *is_head)
+{
+    const mx_node *n = mx_graph_node(g, id);
+    if (n->kind != MX_NODE_OP || is_head[id] || (n->op->flags & MX_OP_NEEDS_RNG)) return false;
+    if (mx_node_num_aux(n) > 0 &&
+        (strcmp(n->op->name, "BatchNorm") != 0 || ((const bn_params *)n->params)->use_global_stats))
+        return false;
+    const char *force = mx_graph_get_attr(g, id, "__force_mirroring__");
+    if (force && (!strcmp(force, "1") || !strcmp(force, "True") || !strcmp(force, "true"))) return true;
+    if (!do_mirror) return false;
+    static const char *const kept[] = {"Convolution", "FullyConnected", "Concat", "SoftmaxOutput"};
+    for (size_t k = 0; k < sizeof(kept) / sizeof(kept[0]); k++)
+        if (!strcmp(n->op->name, kept[k])) return false;
+    return true;
+}
+
+/* The per-node mirror marks of g (NULL in *out when none is marked). */
+static mx_status mirror_marks(const mx_graph *g, bool do_mirror, bool **out)
+{
+    int n = mx_graph_num_nodes(g);
+    bool *is_head = mx_calloc((size_t)n + 1, sizeof(bool));
+    bool *mark = mx_calloc((size_t)n + 1, sizeof(bool));
+    *out = NULL;
+    if (!is_head || !mark) {
+        free(is_head);
+        free(mark);
+        return MX_ERR_NOMEM;
+    }
+    for (int h = 0; h < mx_graph_num_heads(g); h++) is_head[mx_graph_head(g, h).node] = true;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        mark[i] = mirror_wanted(g, (uint32_t)i, do_mirror, is_head);
+        any = any || mark[i];
+    }
+    free(is_head);
+    if (any) *out = mark;
+    else free(mark);
+    return MX_OK;
+}
+
 mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
-                             const bool *grad_needed, const char *const *names, const mx_shape *shapes, int n_shapes,
-                             exec_graph *eg)
+                             bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
+                             int n_shapes, exec_graph *eg)
 {
     memset(eg, 0, sizeof(*eg));
     for (int i = 0; i < mx_graph_num_nodes(src); i++)
@@ -177,7 +243,10 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
                 which[n_wrt] = i;
                 wrt[n_wrt++] = eg->args[i];
             }
-        if (s == MX_OK) s = mx_graph_gradient(g, wrt, n_wrt, grads);
+        bool *marks = NULL;
+        if (s == MX_OK) s = mirror_marks(g, mirror, &marks);
+        if (s == MX_OK) s = mx_graph_gradient_mirror(g, wrt, n_wrt, marks, grads);
+        free(marks);
         for (int k = 0; k < n_wrt && s == MX_OK; k++) eg->grads[which[k]] = grads[k];
         free(wrt);
         free(which);
@@ -219,6 +288,7 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
     for (int i = 0; i < n; i++) {
         const mx_node *nd = mx_graph_node(g, (uint32_t)i);
         if (!eg->needed[i]) continue;
+        eg->n_mirror += exec_node_is_mirror(nd);
         for (int j = 0; j < nd->n_outputs; j++) {
             uint32_t e = eg->shapes.entry_offset[i] + (uint32_t)j;
             eg->kind[e] = nd->kind == MX_NODE_VARIABLE ? ENTRY_HEAD_GRAD : ENTRY_INTERNAL;
