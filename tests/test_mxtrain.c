@@ -223,6 +223,9 @@ START_TEST(dry_run_and_time_report)
     ck_assert_ptr_nonnull(strstr(err, "  prediction "));
     ck_assert_msg(strstr(err, "operation folding: 3 activations run inside the layer before them: conv1+tanh1, "
                               "conv2+tanh2, fc1+tanh3"), "%s", err);
+    /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
+    ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
+    ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);
     free(err);
     ck_assert_int_eq(run("configs/lenet.conf train.num_parts=6 --time 2", &err), 0);
     ck_assert_msg(strstr(err, "conv2+tanh2              Convolution+Activation"), "%s", err);

@@ -18,6 +18,8 @@ typedef struct node_info {
     void *kernel_state;      /* the device kernels' instance state (cuDNN set-up) */
     const void *params;
     bool backward;
+    bool mirror;             /* a recomputation copy, run in backward */
+    mx_ndarray **scratch;    /* mirror of an op with aux states: states it moves instead (n_aux) */
     int n_in, n_out, n_aux;  /* of the forward op */
     mx_tensor *in, *out;     /* forward: inputs, outputs */
     mx_tensor *out_grad, *in_grad; /* backward */
@@ -104,6 +106,8 @@ static void executor_destroy(mx_executor *ex)
         for (int i = 0; i < ex->eg.n_nodes; i++) {
             node_info *ni = &ex->nodes[i];
             if (ni->kernel_state && ni->kernels.state_free) ni->kernels.state_free(ni->kernel_state);
+            for (int j = 0; ni->scratch && j < ni->n_aux; j++) mx_ndarray_free(ni->scratch[j]);
+            free(ni->scratch);
             free(ni->in);
             free(ni->out);
             free(ni->out_grad);
@@ -165,20 +169,34 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->both = memory_plan_total(both);
     st->n_buffers = both->n_buffers;
     st->workspace = both->workspace;
+    st->n_mirror = eg->n_mirror;
     return MX_OK;
 }
 
-mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
-                                  bool for_training, mx_memory_plan_stats *out)
+static mx_status plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
+                             bool for_training, bool mirror, mx_memory_plan_stats *out)
 {
     exec_graph eg;
-    MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, NULL, names, shapes, n, mx_executor_folds(mx_cpu()), &eg));
+    MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, mirror, NULL, names, shapes, n, mx_executor_folds(mx_cpu()),
+                              &eg));
     memory_plan both;
     mx_status s = memory_plan_build(&eg, true, true, &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
     memory_plan_free(&both);
     exec_graph_free(&eg);
     return s;
+}
+
+mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
+                                  bool for_training, mx_memory_plan_stats *out)
+{
+    return plan_memory(g, names, shapes, n, for_training, false, out);
+}
+
+mx_status mx_executor_plan_memory_mirror(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
+                                         mx_memory_plan_stats *out)
+{
+    return plan_memory(g, names, shapes, n, true, true, out);
 }
 
 void mx_executor_memory(const mx_executor *ex, mx_memory_plan_stats *out) { *out = ex->stats; }
@@ -220,6 +238,7 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     ni->id = id;
     ni->node = n;
     ni->backward = n->kind == MX_NODE_BACKWARD;
+    ni->mirror = exec_node_is_mirror(n);
     const mx_node *f = ni->backward ? mx_graph_node(eg->g, n->forward_node) : n;
     uint32_t fid = ni->backward ? n->forward_node : id;
     ni->op = f->op;
@@ -230,12 +249,14 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
                       ni->backward ? "backward" : "forward");
     if (ks != MX_OK) return mx_error_prefix(ks, "bind: layer '%s'", f->name);
     ni->folded_act = f->folded_act;
+    const char *layer = ni->mirror ? mx_graph_node(eg->g, n->forward_node)->name : f->name;
     if (f->folded_act)
-        snprintf(ni->name, sizeof(ni->name), "%s+%s", f->name, mx_graph_node(eg->g, f->folded_node)->name);
+        snprintf(ni->name, sizeof(ni->name), "%s+%s", layer, mx_graph_node(eg->g, f->folded_node)->name);
     else
-        snprintf(ni->name, sizeof(ni->name), "%s", f->name);
+        snprintf(ni->name, sizeof(ni->name), "%s", layer);
     snprintf(ni->op_name, sizeof(ni->op_name), "%s%s", f->op->name, f->folded_act ? "+Activation" : "");
-    snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", ni->name, ni->op_name, ni->backward ? "bwd" : "fwd");
+    snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", ni->name, ni->op_name,
+             ni->backward ? "bwd" : ni->mirror ? "mirror" : "fwd");
     ni->n_in = f->n_inputs;
     ni->n_out = f->n_outputs;
     ni->n_aux = mx_node_num_aux(f);
@@ -243,8 +264,13 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     ni->out = mx_calloc((size_t)ni->n_out + 1, sizeof(mx_tensor));
     ni->req = mx_calloc((size_t)(ni->n_in + ni->n_out) + 1, sizeof(mx_req));
     if (!ni->in || !ni->out || !ni->req) return MX_ERR_NOMEM;
-    for (int j = 0; j < ni->n_in; j++) ni->in[j] = ex->entry_tensors[exec_entry_id(eg, f->inputs[j])];
-    for (int k = 0; k < ni->n_out; k++) ni->out[k] = ex->entry_tensors[eg->shapes.entry_offset[fid] + (uint32_t)k];
+    /* A backward node's inputs list the forward tensors it sees (with
+     * mirroring, some are the recomputation copies'). */
+    for (int j = 0; j < ni->n_in; j++)
+        ni->in[j] = ex->entry_tensors[exec_entry_id(eg, ni->backward ? n->inputs[ni->n_out + j] : f->inputs[j])];
+    for (int k = 0; k < ni->n_out; k++)
+        ni->out[k] = ni->backward ? ex->entry_tensors[exec_entry_id(eg, n->inputs[ni->n_out + ni->n_in + k])]
+                                  : ex->entry_tensors[eg->shapes.entry_offset[fid] + (uint32_t)k];
     uint32_t outs[MX_OP_MAX_IO];
     for (int k = 0; k < n->n_outputs; k++) outs[k] = eg->shapes.entry_offset[id] + (uint32_t)k;
     if (ni->backward) {
@@ -279,10 +305,23 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     mx_entry reads[3 * MX_OP_MAX_IO];
     int n_reads = exec_node_reads(eg, id, reads);
     MX_TRY(collect_vars(ex, ni, reads, n_reads, outs, n->n_outputs));
-    /* Ops with auxiliary states update them in training forward. */
-    if (!ni->backward)
+    /* Ops with auxiliary states update them in training forward. A mirror
+     * copy (BatchNorm with batch statistics, plan.c) recomputes the same
+     * outputs, so it moves scratch states, the real ones once a step. */
+    if (ni->mirror && ni->n_aux) {
+        ni->scratch = mx_calloc((size_t)ni->n_aux, sizeof(mx_ndarray *));
+        if (!ni->scratch) return MX_ERR_NOMEM;
+        for (int j = 0; j < ni->n_aux; j++) {
+            int slot = ni->n_in - ni->n_aux + j;
+            MX_TRY(mx_ndarray_create(ex->rt, ni->in[slot].shape, MX_FLOAT32, ex->ctx, &ni->scratch[j]));
+            MX_TRY(mx_nd_fill(ni->scratch[j], 0.0));
+            ni->in[slot] = tensor_of(ni->scratch[j], ni->in[slot].shape);
+            ni->writes[ni->n_writes++] = mx_ndarray_var(ni->scratch[j]);
+        }
+    } else if (!ni->backward) {
         for (int j = ni->n_in - ni->n_aux; j < ni->n_in; j++)
             ni->writes[ni->n_writes++] = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, f->inputs[j])]);
+    }
     /* The folded Activation's backward rewrites the output gradient. */
     if (ni->backward && ni->folded_act && n->inputs[0].node != MX_NO_NODE) {
         mx_engine_var *dy = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, n->inputs[0])]);
@@ -356,8 +395,10 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         ex->arg_grads[i] = req != MX_GRAD_NULL ? gr : NULL;
         grad_needed[i] = req != MX_GRAD_NULL;
     }
+    /* Read once, at bind, as MXNet's graph executor does. */
+    bool mirror = mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) != 0;
     if (s == MX_OK)
-        s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, grad_needed, names, shapes,
+        s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, mirror, grad_needed, names, shapes,
                                n_args + n_aux_list, mx_executor_folds(cfg->ctx), &ex->eg);
     free(ids);
     free(names);
@@ -584,7 +625,7 @@ mx_status mx_executor_time_layers(mx_executor *ex, int n_iter, mx_layer_time **o
         slot[i] = -1;
         node_info *ni = &ex->nodes[i];
         if (!ni->op) continue;
-        if (ni->backward) {
+        if (ni->backward || ni->mirror) { /* recomputation counts as the layer's backward time */
             slot[i] = slot[ni->node->forward_node];
             continue;
         }
@@ -604,7 +645,7 @@ mx_status mx_executor_time_layers(mx_executor *ex, int n_iter, mx_layer_time **o
             s = push_node(ex, ni, has_backward); /* a prediction executor times inference passes */
             if (s == MX_OK) s = mx_engine_wait_all(engine);
             double ms = (mx_time_seconds() - t0) * 1e3 / n_iter;
-            if (ni->backward) t[slot[i]].backward_ms += ms;
+            if (ni->backward || ni->mirror) t[slot[i]].backward_ms += ms;
             else t[slot[i]].forward_ms += ms;
         }
     }
@@ -681,7 +722,8 @@ static const char *nonfinite_str(const nonfinite *nf, char *buf, size_t size)
 /* Gradient sums are the ElementWiseSum nodes the gradient pass appends. */
 static bool is_grad_sum(const mx_executor *ex, uint32_t id)
 {
-    return (int)id >= ex->eg.n_forward && mx_graph_node(ex->eg.g, id)->kind == MX_NODE_OP;
+    const mx_node *n = mx_graph_node(ex->eg.g, id);
+    return (int)id >= ex->eg.n_forward && n->kind == MX_NODE_OP && !exec_node_is_mirror(n);
 }
 
 /* A forward entry or variable in the user's names: 'fc1_weight',
@@ -788,6 +830,7 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
     /* Outputs: what the node wrote, then the aux states training moves. */
     char layer[300];
     if (ni->backward) snprintf(layer, sizeof(layer), "%s", f->name);
+    else if (ni->mirror) snprintf(layer, sizeof(layer), "%s (recomputed)", mx_graph_node(eg->g, n->forward_node)->name);
     else if (is_grad_sum(ex, ni->id)) snprintf(layer, sizeof(layer), "%s (gradient sum)", n->name);
     else snprintf(layer, sizeof(layer), "%s", n->name);
     for (int k = 0; k < n->n_outputs; k++) {
@@ -813,7 +856,7 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
         return MX_ERROR(MX_ERR_RUNTIME, "%s: forward output%s has %s; %s", layer, what,
                         nonfinite_str(&nf, kind, sizeof(kind)), inputs);
     }
-    for (int j = ni->n_in - ni->n_aux; !ni->backward && is_train && j < ni->n_in; j++) {
+    for (int j = ni->n_in - ni->n_aux; !ni->backward && !ni->mirror && is_train && j < ni->n_in; j++) {
         uint32_t e = exec_entry_id(eg, f->inputs[j]);
         MX_TRY(scan_array(ex->entry_arrays[e], &nf));
         if (nf.first < 0) {

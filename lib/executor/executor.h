@@ -25,6 +25,14 @@
  * Activation's input gradient in place. Same bits as unfolded; one pass
  * over the tensor and one engine operation fewer each way. CPU only.
  *
+ * Backward mirroring (Chen et al. 2016, MXNet's MXNET_BACKWARD_DO_MIRROR=1,
+ * read at bind): the backward pass recomputes the outputs of cheap nodes
+ * (every op but Convolution, FullyConnected, Concat, SoftmaxOutput and
+ * those that draw random numbers; BatchNorm too, unlike MXNet) from the
+ * nearest kept tensors just before it reads them, so the forward pass
+ * frees them after their last forward reader; results are bit-identical.
+ * Nodes with the attribute __force_mirroring__ are mirrored either way.
+ *
  * Environment: MXNET_EXEC_ENABLE_INPLACE=0 turns in-place off,
  * MXNET_EXEC_ENABLE_COSHARE=0 turns co-sharing off (each internal tensor
  * gets its own buffer), MXNET_EXEC_NUM_MATCH_COLOR (default 4) sets the
@@ -130,6 +138,7 @@ typedef struct mx_memory_plan_stats {
     size_t workspace;   /* the shared temporary space */
     int n_internal;     /* internal tensors */
     int n_buffers;      /* buffers with both strategies */
+    int n_mirror;       /* recomputation copies in the backward pass (mirroring) */
 } mx_memory_plan_stats;
 
 /* Whether binds on ctx fold activations into the layers before them
@@ -141,6 +150,10 @@ bool mx_executor_folds(mx_context ctx);
  * docs/memory.md. */
 mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                   bool for_training, mx_memory_plan_stats *out);
+/* The training plan with backward mirroring, as a bind with
+ * MXNET_BACKWARD_DO_MIRROR=1 makes it. */
+mx_status mx_executor_plan_memory_mirror(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
+                                         mx_memory_plan_stats *out);
 /* The plan of a bound executor. */
 void mx_executor_memory(const mx_executor *ex, mx_memory_plan_stats *out);
 

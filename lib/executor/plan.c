@@ -13,6 +13,7 @@
  * parallelism.
  */
 #include "executor/plan.h"
+#include "ops/batch_norm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,24 +77,13 @@ int exec_node_reads(const exec_graph *eg, uint32_t id, mx_entry *reads)
     }
     if (n->kind != MX_NODE_BACKWARD) return 0;
     const mx_node *f = mx_graph_node(eg->g, n->forward_node);
-    unsigned deps = f->op->backward_deps;
-    int n_out = f->n_outputs, n_in = f->n_inputs, n_aux = mx_node_num_aux(f);
+    int n_out = f->n_outputs, n_in = f->n_inputs;
     for (int k = 0; k < n_out; k++)
-        if ((deps & MX_BWD_OUT_GRAD) && n->inputs[k].node != MX_NO_NODE) reads[count++] = n->inputs[k];
-    uint64_t in_mask = f->op->backward_in_mask, out_mask = f->op->backward_out_mask;
-    for (int j = 0; j < n_in; j++) {
-        bool wanted = (deps & MX_BWD_IN_DATA) && (!in_mask || (j < 64 && (in_mask >> j) & 1));
-        if (wanted || j >= n_in - n_aux) reads[count++] = n->inputs[n_out + j];
-    }
-    bool out0 = false;
-    if (deps & MX_BWD_OUT_DATA)
-        for (int k = 0; k < n_out; k++)
-            if (!out_mask || (k < 64 && (out_mask >> k) & 1)) {
-                reads[count++] = n->inputs[n_out + n_in + k];
-                out0 = out0 || k == 0;
-            }
-    /* A folded activation's derivative is taken from output 0. */
-    if (f->folded_act && !out0) reads[count++] = n->inputs[n_out + n_in];
+        if ((f->op->backward_deps & MX_BWD_OUT_GRAD) && n->inputs[k].node != MX_NO_NODE) reads[count++] = n->inputs[k];
+    for (int j = 0; j < n_in; j++)
+        if (mx_node_backward_reads_input(f, j)) reads[count++] = n->inputs[n_out + j];
+    for (int k = 0; k < n_out; k++)
+        if (mx_node_backward_reads_output(f, k)) reads[count++] = n->inputs[n_out + n_in + k];
     return count;
 }
 
@@ -134,14 +124,79 @@ static mx_status color_nodes(exec_graph *eg, int n_colors)
     }
     for (int i = 0; i < n; i++)
         if (eg->color[i] < 0) eg->color[i] = n_colors - 1;
+    /* A mirror copy runs just before its first reader and feeds it (or the
+     * copy that does): it takes that reader's colour, so that it reuses the
+     * buffers the forward pass freed; on a colour of its own it would find
+     * none, and mirroring would cost memory instead of saving it. Readers
+     * come later, so their colours are final when read back to front. */
+    for (int i = 0; i < n; i++) best[i] = -1; /* first reader */
+    for (int i = eg->n_forward; i < n && eg->n_mirror; i++) {
+        if (!eg->needed[i]) continue;
+        int k = exec_node_reads(eg, (uint32_t)i, reads);
+        for (int j = 0; j < k; j++) {
+            int u = (int)reads[j].node;
+            if (best[u] < 0 && exec_node_is_mirror(mx_graph_node(eg->g, (uint32_t)u))) best[u] = i;
+        }
+    }
+    for (int i = n - 1; i >= eg->n_forward; i--)
+        if (best[i] >= 0) eg->color[i] = eg->color[best[i]];
     free(best);
     free(prev);
     return MX_OK;
 }
 
+/* Whether the backward pass recomputes node id instead of keeping its
+ * outputs: MXNet's need_mirror (graph_executor.cc) — never Dropout (its
+ * mask is random), always a node with __force_mirroring__, and with
+ * do_mirror every op but Convolution, FullyConnected, Concat and
+ * SoftmaxOutput — plus our own limits: a copy redraws random numbers, so
+ * no op that draws is mirrored; a copy of an op with aux states would move
+ * them again, so only BatchNorm is (its copy moves scratch states instead,
+ * executor.c), and only with batch statistics, which make its output
+ * independent of the states; a head is kept as an output anyway. */
+static bool mirror_wanted(const mx_graph *g, uint32_t id, bool do_mirror, const bool *is_head)
+{
+    const mx_node *n = mx_graph_node(g, id);
+    if (n->kind != MX_NODE_OP || is_head[id] || (n->op->flags & MX_OP_NEEDS_RNG)) return false;
+    if (mx_node_num_aux(n) > 0 &&
+        (strcmp(n->op->name, "BatchNorm") != 0 || ((const bn_params *)n->params)->use_global_stats))
+        return false;
+    const char *force = mx_graph_get_attr(g, id, "__force_mirroring__");
+    if (force && (!strcmp(force, "1") || !strcmp(force, "True") || !strcmp(force, "true"))) return true;
+    if (!do_mirror) return false;
+    static const char *const kept[] = {"Convolution", "FullyConnected", "Concat", "SoftmaxOutput"};
+    for (size_t k = 0; k < sizeof(kept) / sizeof(kept[0]); k++)
+        if (!strcmp(n->op->name, kept[k])) return false;
+    return true;
+}
+
+/* The per-node mirror marks of g (NULL in *out when none is marked). */
+static mx_status mirror_marks(const mx_graph *g, bool do_mirror, bool **out)
+{
+    int n = mx_graph_num_nodes(g);
+    bool *is_head = mx_calloc((size_t)n + 1, sizeof(bool));
+    bool *mark = mx_calloc((size_t)n + 1, sizeof(bool));
+    *out = NULL;
+    if (!is_head || !mark) {
+        free(is_head);
+        free(mark);
+        return MX_ERR_NOMEM;
+    }
+    for (int h = 0; h < mx_graph_num_heads(g); h++) is_head[mx_graph_head(g, h).node] = true;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        mark[i] = mirror_wanted(g, (uint32_t)i, do_mirror, is_head);
+        any = any || mark[i];
+    }
+    free(is_head);
+    if (any) *out = mark;
+    else free(mark);
+    return MX_OK;
+}
+
 mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
-                             const bool *grad_needed, const char *const *names, const mx_shape *shapes, int n_shapes,
-                             bool fold, exec_graph *eg)
+                             bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
+                             int n_shapes, bool fold, exec_graph *eg)
 {
     memset(eg, 0, sizeof(*eg));
     for (int i = 0; i < mx_graph_num_nodes(src); i++)
@@ -184,7 +239,10 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
                 which[n_wrt] = i;
                 wrt[n_wrt++] = eg->args[i];
             }
-        if (s == MX_OK) s = mx_graph_gradient(g, wrt, n_wrt, grads);
+        bool *marks = NULL;
+        if (s == MX_OK) s = mirror_marks(g, mirror, &marks);
+        if (s == MX_OK) s = mx_graph_gradient_mirror(g, wrt, n_wrt, marks, grads);
+        free(marks);
         for (int k = 0; k < n_wrt && s == MX_OK; k++) eg->grads[which[k]] = grads[k];
         free(wrt);
         free(which);
@@ -226,6 +284,7 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
     for (int i = 0; i < n; i++) {
         const mx_node *nd = mx_graph_node(g, (uint32_t)i);
         if (!eg->needed[i]) continue;
+        eg->n_mirror += exec_node_is_mirror(nd);
         for (int j = 0; j < nd->n_outputs; j++) {
             uint32_t e = eg->shapes.entry_offset[i] + (uint32_t)j;
             eg->kind[e] = nd->kind == MX_NODE_VARIABLE ? ENTRY_HEAD_GRAD : ENTRY_INTERNAL;
@@ -411,6 +470,29 @@ static const mx_inplace *node_inplace(const mx_node *n, const mx_graph *g)
     return NULL;
 }
 
+/* The backward of a node with a folded activation reads the forward
+ * output only to turn the output gradient into the activation's input
+ * gradient, before the op's own backward runs, and the ops that fold do not
+ * read that output themselves: so the data gradient may take its buffer
+ * when this node is its last reader (as the unfolded activation's backward
+ * freed it before the op's). Returns that buffer, or -1. */
+static int folded_output_buffer(const exec_graph *eg, const memory_plan *p, const mx_node *n, const int *refs,
+                                const int *users, size_t bytes)
+{
+    if (n->kind != MX_NODE_BACKWARD) return -1;
+    const mx_node *f = mx_graph_node(eg->g, n->forward_node);
+    unsigned deps = f->op->backward_deps;
+    if (!f->folded_act || ((deps & MX_BWD_OUT_DATA) && (!f->op->backward_out_mask || (f->op->backward_out_mask & 1))))
+        return -1;
+    mx_entry y = n->inputs[f->n_outputs + f->n_inputs];
+    uint32_t ye = exec_entry_id(eg, y);
+    int cand = p->storage[ye];
+    if (eg->kind[ye] != ENTRY_INTERNAL || cand < 0 || refs[ye] != 1 || users[cand] != 1 ||
+        exec_entry_bytes(eg, ye) != bytes)
+        return -1;
+    return cand;
+}
+
 mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
 {
     memset(p, 0, sizeof(*p));
@@ -462,6 +544,13 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
                     continue;
                 sid = cand;
                 p->inplace[e] = 1;
+            }
+            if (sid < 0 && j == 0 && enable_inplace) {
+                int cand = folded_output_buffer(eg, p, n, refs, users, bytes);
+                if (cand >= 0) {
+                    sid = cand;
+                    p->inplace[e] = 1;
+                }
             }
             if (sid < 0 && enable_coshare) {
                 /* Best fit among free buffers of this colour. */

@@ -30,15 +30,24 @@ typedef struct exec_graph {
     mx_entry *grads;         /* per argument: its gradient entry (node MX_NO_NODE: none) */
     int *color;              /* per node */
     int n_folded;            /* activations folded into their producers */
+    int n_mirror;            /* mirror copies that run (backward mirroring) */
 } exec_graph;
+
+/* A recomputation copy of a forward node, run in the backward pass. */
+static inline bool exec_node_is_mirror(const mx_node *n)
+{
+    return n->kind == MX_NODE_OP && n->forward_node != MX_NO_NODE;
+}
 
 /* Builds the clone, folds activations into their producers when `fold`
  * (mx_graph_fold_activations, before the backward pass), the backward pass (training: with respect to the
  * arguments whose grad_needed is set; NULL: all), marks what runs, infers
- * shapes and classifies entries. */
+ * shapes and classifies entries. mirror: backward mirroring of the cheap
+ * nodes (MXNET_BACKWARD_DO_MIRROR; nodes with __force_mirroring__ are
+ * mirrored either way). */
 mx_status exec_graph_prepare(const mx_graph *g, const char *const *outputs, int n_outputs, bool for_training,
-                             const bool *grad_needed, const char *const *names, const mx_shape *shapes, int n_shapes,
-                             bool fold, exec_graph *out);
+                             bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
+                             int n_shapes, bool fold, exec_graph *out);
 void exec_graph_free(exec_graph *eg);
 
 /* Entries a node reads (per backward deps for backward nodes), or -1-less

@@ -590,7 +590,103 @@ static mx_status grad_total(mx_graph *g, const char *base, uint32_t index, grad_
     return MX_OK;
 }
 
+bool mx_node_backward_reads_input(const mx_node *f, int j)
+{
+    uint64_t mask = f->op->backward_in_mask;
+    return ((f->op->backward_deps & MX_BWD_IN_DATA) && (!mask || (j < 64 && (mask >> j) & 1))) ||
+           j >= f->n_inputs - mx_node_num_aux(f);
+}
+
+bool mx_node_backward_reads_output(const mx_node *f, int k)
+{
+    uint64_t mask = f->op->backward_out_mask;
+    return ((f->op->backward_deps & MX_BWD_OUT_DATA) && (!mask || (k < 64 && (mask >> k) & 1))) ||
+           (k == 0 && f->folded_act);
+}
+
+/* Copies made for the backward nodes that read them are kept for the later
+ * backward readers of the same entries (cached); copies made only as
+ * inputs of other copies (a chain through ResNet's identity shortcuts)
+ * serve that one request (temp) and are made again when needed, so that
+ * a chain does not hold a whole stage of recomputed tensors alive. */
+typedef struct mirror_state {
+    const bool *mirror;
+    uint32_t *cached, *temp; /* per forward node: its copy, MX_NO_NODE: none */
+    uint32_t *stack, *touched; /* n_fwd slots each: a DAG puts a node on the stack at most once */
+} mirror_state;
+
+static uint32_t copy_of(const mirror_state *ms, uint32_t node)
+{
+    return ms->cached[node] != MX_NO_NODE ? ms->cached[node] : ms->temp[node];
+}
+
+/* The recomputation copy of forward node `root` (made first for the
+ * mirrored nodes it reads, so that a chain recomputes from the nearest
+ * kept tensor), appended now so that it runs just before the backward node
+ * about to be appended. */
+static mx_status mirror_node(mx_graph *g, mirror_state *ms, uint32_t root)
+{
+    int top = 0, n_touched = 0;
+    mx_status s = MX_OK;
+    ms->stack[top++] = root;
+    while (top > 0 && s == MX_OK) {
+        uint32_t t = ms->stack[top - 1];
+        if (copy_of(ms, t) != MX_NO_NODE) {
+            top--;
+            continue;
+        }
+        bool ready = true;
+        for (int j = 0; j < g->nodes[t].n_inputs && ready; j++) {
+            uint32_t u = g->nodes[t].inputs[j].node;
+            if (ms->mirror[u] && copy_of(ms, u) == MX_NO_NODE) {
+                ms->stack[top++] = u;
+                ready = false;
+            }
+        }
+        if (!ready) continue;
+        char *name = join3("_mirror_", g->nodes[t].name, "");
+        mx_node *m;
+        s = name ? push_node(g, name, &m) : MX_ERR_NOMEM;
+        free(name);
+        if (s != MX_OK) break;
+        const mx_node *f = &g->nodes[t]; /* re-read: push_node may move nodes */
+        m->kind = MX_NODE_OP;
+        m->op = f->op;
+        m->forward_node = t;
+        m->folded_act = f->folded_act; /* recomputes what the node computes */
+        m->folded_node = f->folded_node;
+        m->n_inputs = f->n_inputs;
+        m->n_outputs = f->n_outputs;
+        m->params = mx_malloc(f->op->params_size ? f->op->params_size : 1);
+        m->inputs = mx_malloc(sizeof(mx_entry) * (size_t)(f->n_inputs ? f->n_inputs : 1));
+        if (!m->params || !m->inputs || set_attrs(m, f->attrs, f->n_attrs) != MX_OK) {
+            pop_node(g);
+            s = MX_ERR_NOMEM;
+            break;
+        }
+        memcpy(m->params, f->params, f->op->params_size);
+        for (int j = 0; j < f->n_inputs; j++) {
+            mx_entry e = f->inputs[j];
+            m->inputs[j] = ms->mirror[e.node] ? (mx_entry){copy_of(ms, e.node), e.index} : e;
+        }
+        if (t == root) {
+            ms->cached[t] = (uint32_t)(g->n_nodes - 1);
+        } else {
+            ms->temp[t] = (uint32_t)(g->n_nodes - 1);
+            ms->touched[n_touched++] = t;
+        }
+        top--;
+    }
+    for (int k = 0; k < n_touched; k++) ms->temp[ms->touched[k]] = MX_NO_NODE;
+    return s;
+}
+
 mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entry *grads)
+{
+    return mx_graph_gradient_mirror(g, wrt, n_wrt, NULL, grads);
+}
+
+mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, mx_entry *grads)
 {
     int n_fwd = g->n_nodes;
     for (int i = 0; i < n_fwd; i++)
@@ -599,7 +695,16 @@ mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entr
     bool *to_head = mx_calloc((size_t)n_fwd + 1, sizeof(bool));
     uint32_t *offset = mx_calloc((size_t)n_fwd + 1, sizeof(uint32_t));
     grad_list *lists = NULL;
-    mx_status s = (from_wrt && to_head && offset) ? MX_OK : MX_ERR_NOMEM;
+    mirror_state ms = {.mirror = mirror};
+    uint32_t *ms_buf = mirror ? mx_malloc(4 * sizeof(uint32_t) * ((size_t)n_fwd + 1)) : NULL;
+    mx_status s = (from_wrt && to_head && offset && (!mirror || ms_buf)) ? MX_OK : MX_ERR_NOMEM;
+    if (ms_buf) {
+        ms.cached = ms_buf;
+        ms.temp = ms.cached + n_fwd + 1;
+        ms.stack = ms.temp + n_fwd + 1;
+        ms.touched = ms.stack + n_fwd + 1;
+        for (int i = 0; i < n_fwd; i++) ms.cached[i] = ms.temp[i] = MX_NO_NODE;
+    }
     for (int i = 0; i < n_fwd && s == MX_OK; i++) offset[i + 1] = offset[i] + (uint32_t)g->nodes[i].n_outputs;
     if (s == MX_OK) {
         lists = mx_calloc((size_t)offset[n_fwd] + 1, sizeof(grad_list));
@@ -649,6 +754,16 @@ mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entr
         if (s != MX_OK) break;
         for (int j = 0; j < n_in; j++) ins[n_out + j] = g->nodes[i].inputs[j];
         for (int k = 0; k < n_out; k++) ins[n_out + n_in + k] = (mx_entry){(uint32_t)i, (uint32_t)k};
+        /* What this backward node reads of mirrored nodes it reads from
+         * their copies (made now, unless an earlier reader made them). */
+        for (int j = 0; j < n_in + n_out && mirror && s == MX_OK; j++) {
+            mx_entry *e = &ins[n_out + j];
+            bool read = j < n_in ? mx_node_backward_reads_input(&g->nodes[i], j) : mx_node_backward_reads_output(&g->nodes[i], j - n_in);
+            if (!read || !mirror[e->node]) continue;
+            s = mirror_node(g, &ms, e->node);
+            e->node = ms.cached[e->node];
+        }
+        if (s != MX_OK) break;
         char *name = join3("_backward_", g->nodes[i].name, "");
         mx_node *b;
         s = name ? push_node(g, name, &b) : MX_ERR_NOMEM;
@@ -683,5 +798,6 @@ mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entr
     free(offset);
     free(from_wrt);
     free(to_head);
+    free(ms_buf);
     return s;
 }

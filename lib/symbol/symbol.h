@@ -48,8 +48,11 @@ typedef struct mx_node {
     int n_inputs;
     int n_outputs;
     /* MX_NODE_BACKWARD: inputs are out_grad[n_outputs of forward], then
-     * the forward node's inputs, then its outputs; outputs are the
+     * the forward node's inputs, then its outputs (or, with mirroring,
+     * the entries of their recomputation copies); outputs are the
      * gradients of the forward node's non-aux inputs.
+     * MX_NODE_OP: forward_node is MX_NO_NODE, or, for a mirror copy
+     * (mx_graph_gradient_mirror), the node it recomputes.
      * Head-gradient variables: (forward_node, forward_index) is the head
      * whose gradient they carry (their shape). Else MX_NO_NODE. */
     uint32_t forward_node;
@@ -141,6 +144,24 @@ static inline const mx_shape *mx_graph_entry_shape(const mx_graph_shapes *s, mx_
  * (node MX_NO_NODE when the heads do not depend on it). Nodes not on a path
  * from a wrt variable to a head get no backward node. */
 mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entry *grads);
+/* Whether the backward node of forward op node f reads f's input j (per
+ * the op's backward_deps and input mask; aux states always) and its output
+ * k (per backward_deps and the output mask; output 0 too when an
+ * activation is folded into f, whose derivative is taken from it). */
+bool mx_node_backward_reads_input(const mx_node *f, int j);
+bool mx_node_backward_reads_output(const mx_node *f, int k);
+/* The same with backward mirroring (Chen et al. 2016, MXNet's
+ * MXNET_BACKWARD_DO_MIRROR): mirror[i] (per node of g before the call;
+ * false for variables) marks forward op nodes whose outputs the backward
+ * pass recomputes instead of keeping. Each backward
+ * node reads, in place of such a node's outputs, those of a copy: an
+ * operator node named _mirror_NAME with NAME's op, parameters and
+ * attributes, forward_node = NAME's id, whose inputs are the copies of
+ * mirrored nodes and the original entries of the rest. A copy is appended
+ * just before the first backward node that reads it (copies of copies
+ * before it), so it is computed late and freed early; it is made only
+ * when read. mirror NULL: none (mx_graph_gradient). */
+mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, mx_entry *grads);
 
 /* ---------------------------------------------------------------- folding */
 

@@ -61,6 +61,7 @@ mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
     MX_TRY(input_shape(s, &name, &shape));
     out->batch_size = shape.dims[0];
     MX_TRY(mx_executor_plan_memory(s->cfg->graph, &name, &shape, 1, true, &out->train));
+    MX_TRY(mx_executor_plan_memory_mirror(s->cfg->graph, &name, &shape, 1, &out->train_mirror));
     MX_TRY(mx_executor_plan_memory(s->cfg->graph, &name, &shape, 1, false, &out->predict));
     return MX_OK;
 }
@@ -322,18 +323,22 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     mx_train_report r;
     MX_TRY(mx_train_plan_report(s, &r));
     logf_(opt, "internal memory at batch %lld (arguments, gradients and outputs excluded):", (long long)r.batch_size);
-    logf_(opt, "  %-10s %12s %12s %12s %12s %10s %12s", "plan", "naive", "inplace", "co-share", "both", "saving",
+    logf_(opt, "  %-17s %12s %12s %12s %12s %10s %12s", "plan", "naive", "inplace", "co-share", "both", "saving",
           "workspace");
-    const mx_memory_plan_stats *st[2] = {&r.train, &r.predict};
-    const char *label[2] = {"training", "prediction"};
-    for (int k = 0; k < 2; k++) {
+    /* Mirroring's row whatever MXNET_BACKWARD_DO_MIRROR says, so that one
+     * dry run shows what it would save. */
+    const mx_memory_plan_stats *st[3] = {&r.train, &r.train_mirror, &r.predict};
+    const char *label[3] = {"training", "training (mirror)", "prediction"};
+    for (int k = 0; k < 3; k++) {
         char a[32], b[32], c[32], d[32], w[32];
-        logf_(opt, "  %-10s %12s %12s %12s %12s %9.2fx %12s", label[k], human_bytes((double)st[k]->naive, a, sizeof(a)),
+        logf_(opt, "  %-17s %12s %12s %12s %12s %9.2fx %12s", label[k], human_bytes((double)st[k]->naive, a, sizeof(a)),
               human_bytes((double)st[k]->inplace, b, sizeof(b)), human_bytes((double)st[k]->coshare, c, sizeof(c)),
               human_bytes((double)st[k]->both, d, sizeof(d)),
               st[k]->both ? (double)st[k]->naive / (double)st[k]->both : 0.0,
               human_bytes((double)st[k]->workspace, w, sizeof(w)));
     }
+    logf_(opt, "  training (mirror): MXNET_BACKWARD_DO_MIRROR=1 (%s in this run) recomputes %d layer outputs in backward",
+          mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) ? "on" : "off", r.train_mirror.n_mirror);
     MX_TRY(report_folding(s, opt));
     if (s->val && s->train) {
         mx_shape vd, vl;

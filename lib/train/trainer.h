@@ -53,6 +53,7 @@ const char *mx_train_interrupted_path(const char *prefix, char *buf, size_t size
 typedef struct mx_train_report {
     int64_t batch_size;
     mx_memory_plan_stats train, predict;
+    mx_memory_plan_stats train_mirror; /* training with backward mirroring (MXNET_BACKWARD_DO_MIRROR=1) */
 } mx_train_report;
 mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out);
 
