@@ -1,7 +1,6 @@
 /* executor.c - bind, allocate from the plan, push nodes to the engine. */
 #include "executor/plan.h"
 #include "device/device.h"
-#include "ops/activation.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -27,11 +26,10 @@ typedef struct node_info {
     mx_engine_var **reads, **writes;
     int n_reads, n_writes;
     bool uses_workspace;
-    /* 1 + the act_type of an Activation folded into this node, 0 none:
-     * forward kernels apply it; backward first turns the output gradient
-     * into the Activation's input gradient, in place (it has no other
-     * reader). */
-    int folded_act;
+    /* The Activation or clip folded into this node: forward kernels apply
+     * it; backward first turns the output gradient into the folded layer's
+     * input gradient, in place (it has no other reader). */
+    mx_fold fold;
     char name[128];          /* "conv1", or "bn1+relu1" with a folded Activation */
     char op_name[64];        /* "Convolution", or "BatchNorm+Activation" */
     char label[208];         /* for the timeline: "conv1 (Convolution) fwd" */
@@ -248,13 +246,16 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
         ks = MX_ERROR(MX_ERR_UNSUPPORTED, "operator '%s' has no %s kernel", f->op->name,
                       ni->backward ? "backward" : "forward");
     if (ks != MX_OK) return mx_error_prefix(ks, "bind: layer '%s'", f->name);
-    ni->folded_act = f->folded_act;
+    ni->fold = f->fold;
     const char *layer = ni->mirror ? mx_graph_node(eg->g, n->forward_node)->name : f->name;
-    if (f->folded_act)
+    if (f->fold.kind != MX_FOLD_NONE)
         snprintf(ni->name, sizeof(ni->name), "%s+%s", layer, mx_graph_node(eg->g, f->folded_node)->name);
     else
         snprintf(ni->name, sizeof(ni->name), "%s", layer);
-    snprintf(ni->op_name, sizeof(ni->op_name), "%s%s", f->op->name, f->folded_act ? "+Activation" : "");
+    if (f->fold.kind != MX_FOLD_NONE)
+        snprintf(ni->op_name, sizeof(ni->op_name), "%s+%s", f->op->name, mx_graph_node(eg->g, f->folded_node)->op->name);
+    else
+        snprintf(ni->op_name, sizeof(ni->op_name), "%s", f->op->name);
     snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", ni->name, ni->op_name,
              ni->backward ? "bwd" : ni->mirror ? "mirror" : "fwd");
     ni->n_in = f->n_inputs;
@@ -323,7 +324,7 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
             ni->writes[ni->n_writes++] = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, f->inputs[j])]);
     }
     /* The folded Activation's backward rewrites the output gradient. */
-    if (ni->backward && ni->folded_act && n->inputs[0].node != MX_NO_NODE) {
+    if (ni->backward && ni->fold.kind != MX_FOLD_NONE && n->inputs[0].node != MX_NO_NODE) {
         mx_engine_var *dy = mx_ndarray_var(ex->entry_arrays[exec_entry_id(eg, n->inputs[0])]);
         for (int r = 0; r < ni->n_reads; r++)
             if (ni->reads[r] == dy) ni->reads[r--] = ni->reads[--ni->n_reads];
@@ -510,14 +511,14 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     node_info *ni = job->ni;
     mx_executor *ex = job->ex;
     mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state,
-                     .folded_act = ni->backward ? 0 : ni->folded_act};
+                     .fold = ni->backward ? (mx_fold){MX_FOLD_NONE, 0, 0, 0} : ni->fold};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
         ctx.workspace_bytes = ex->plan.workspace;
     }
     mx_tensor *aux = ni->n_aux ? &ni->in[ni->n_in - ni->n_aux] : NULL;
-    if (ni->backward && ni->folded_act && ni->out_grad[0].data)
-        mx_activation_fold_backward(mx_op_pool(&ctx), ni->folded_act - 1, ni->out_grad[0].data, ni->out[0].data,
+    if (ni->backward && ni->fold.kind != MX_FOLD_NONE && ni->out_grad[0].data)
+        mx_fold_backward(mx_op_pool(&ctx), &ni->fold, ni->out_grad[0].data, ni->out[0].data,
                                     mx_shape_size(&ni->out[0].shape));
     mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,
                                                       ni->in_grad, aux)

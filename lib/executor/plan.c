@@ -482,7 +482,7 @@ static int folded_output_buffer(const exec_graph *eg, const memory_plan *p, cons
     if (n->kind != MX_NODE_BACKWARD) return -1;
     const mx_node *f = mx_graph_node(eg->g, n->forward_node);
     unsigned deps = f->op->backward_deps;
-    if (!f->folded_act || ((deps & MX_BWD_OUT_DATA) && (!f->op->backward_out_mask || (f->op->backward_out_mask & 1))))
+    if (f->fold.kind == MX_FOLD_NONE || ((deps & MX_BWD_OUT_DATA) && (!f->op->backward_out_mask || (f->op->backward_out_mask & 1))))
         return -1;
     mx_entry y = n->inputs[f->n_outputs + f->n_inputs];
     uint32_t ye = exec_entry_id(eg, y);

@@ -19,7 +19,6 @@
  */
 #include "ops/op.h"
 #include "ops/batch_norm.h"
-#include "ops/activation.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -174,7 +173,7 @@ typedef struct bn_fwd_job {
     const mx_req *req;
     int64_t outer, C, inner;
     bool train;
-    int folded_act; /* mx_op_ctx's */
+    mx_fold fold; /* mx_op_ctx's */
     const float *x, *gamma, *beta;
     float *mm, *mv, *y, *save_mean, *save_invstd;
 } bn_fwd_job;
@@ -216,7 +215,7 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
                 for (int64_t i = 0; i < inner; i++) ys[i] += xs[i] * scale + shift;
             else
                 for (int64_t i = 0; i < inner; i++) ys[i] = xs[i] * scale + shift;
-            if (j->folded_act) mx_activation_fold_rows(j->folded_act - 1, ys, inner);
+            mx_fold_rows(&j->fold, ys, inner);
         }
     }
 }
@@ -229,10 +228,10 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
                             mx_tensor *out, mx_tensor *aux)
 {
     const bn_params *bp = p;
-    if (ctx->folded_act && req[0] == MX_REQ_ADD)
+    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
         return MX_ERROR(MX_ERR_INVALID, "BatchNorm: a folded activation cannot add to its output");
     bn_fwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats,
-                    .folded_act = ctx->folded_act, .x = in[0].data,
+                    .fold = ctx->fold, .x = in[0].data,
                     .gamma = in[1].data, .beta = in[2].data, .mm = aux[0].data, .mv = aux[1].data,
                     .y = out[0].data, .save_mean = out[1].data, .save_invstd = out[2].data};
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
@@ -334,7 +333,7 @@ const mx_op_def mx_op_batch_norm = {
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA | MX_BWD_OUT_DATA,
     .backward_in_mask = (1u << 0) | (1u << 1),  /* data, gamma (not beta) */
     .backward_out_mask = (1u << 1) | (1u << 2), /* saved mean and inverse std, not the output */
-    .folds_activation = true,
+    .folds_elementwise = true,
     .forward = bn_forward,
     .backward = bn_backward,
     .gpu = MX_OP_GPU(batch_norm),

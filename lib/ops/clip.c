@@ -1,9 +1,12 @@
 /*
  * clip.c - clip: out = min(max(x, a_min), a_max) element-wise. The gradient
  * passes where a_min <= x <= a_max and is zero outside (MXNet's clip_grad).
+ * On the widest vector unit the CPU has (simd.h), split across the kernel
+ * pool; clamping is exact, so every split gives the same bits.
  */
 #include "ops/op.h"
 #include "ops/clip.h"
+#include "ops/cpu/simd.h"
 
 #include <stddef.h>
 
@@ -46,35 +49,102 @@ static mx_status clip_infer_shape(const void *p, mx_shape *in, int n_in, mx_shap
     return MX_OK;
 }
 
+/* The kernels, one per width (simd.h), over a range of elements:
+ * forward y = x > hi ? hi : x < lo ? lo : x (NaN stays NaN), written or
+ * added; backward from the input, dx = dy where lo <= x <= hi (MXNet's
+ * clip_grad); and, for a clip folded into the op before it, from the
+ * output in place: dy = 0 unless lo < y < hi. */
+typedef struct clip_job {
+    int level;
+    bool add;
+    float lo, hi;
+    const float *x, *dy;
+    float *out;
+} clip_job;
+
+#define CLIP_KERNELS(P, W, TARGET)                                                                                  \
+    TARGET static void clip_forward_##P(const clip_job *j, int64_t lo, int64_t hi)                                 \
+    {                                                                                                               \
+        const P##_f l = P##_splat(j->lo), h = P##_splat(j->hi);                                                     \
+        MX_SIMD_MAP1(P, W, j->x, j->out, lo, hi, j->add, P##_select(v > h, h, P##_select(v < l, l, v)));            \
+    }                                                                                                               \
+    TARGET static void clip_backward_##P(const clip_job *j, int64_t lo, int64_t hi)                                \
+    {                                                                                                               \
+        const P##_f l = P##_splat(j->lo), h = P##_splat(j->hi), zero = P##_splat(0.0f);                             \
+        /* v = x, u = dy */                                                                                         \
+        MX_SIMD_MAP2(P, W, j->x, j->dy, j->out, lo, hi, j->add, P##_select((v > h) | (v < l), zero, u));            \
+    }                                                                                                               \
+    TARGET static void clip_fold_backward_##P(const clip_job *j, int64_t lo, int64_t hi)                           \
+    {                                                                                                               \
+        const P##_f l = P##_splat(j->lo), h = P##_splat(j->hi), zero = P##_splat(0.0f);                             \
+        /* v = y, u = dy */                                                                                         \
+        MX_SIMD_MAP2(P, W, j->x, j->dy, j->out, lo, hi, false, P##_select((v > l) & (v < h), u, zero));             \
+    }
+
+MX_SIMD_INSTANTIATE(CLIP_KERNELS)
+
+static void clip_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const clip_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, clip_forward, j, lo, hi);
+}
+
+static void clip_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const clip_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, clip_backward, j, lo, hi);
+}
+
+static void clip_fold_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const clip_job *j = arg;
+    MX_SIMD_DISPATCH(j->level, clip_fold_backward, j, lo, hi);
+}
+
+#define CLIP_PIECE 16384 /* elements per piece on the kernel pool: a memory-bound map */
+
+void mx_clip_fold_rows(float lo, float hi, float *y, int64_t n)
+{
+    clip_job j = {.level = mx_simd_level(), .lo = lo, .hi = hi, .x = y, .out = y};
+    MX_SIMD_DISPATCH(j.level, clip_forward, &j, 0, n);
+}
+
+void mx_clip_fold_forward(mx_threadpool *pool, float lo, float hi, float *y, int64_t n)
+{
+    clip_job j = {.level = mx_simd_level(), .lo = lo, .hi = hi, .x = y, .out = y};
+    mx_simd_parallel_for(pool, n, CLIP_PIECE, clip_forward_range, &j);
+}
+
+void mx_clip_fold_backward(mx_threadpool *pool, float lo, float hi, float *dy, const float *y, int64_t n)
+{
+    clip_job j = {.level = mx_simd_level(), .lo = lo, .hi = hi, .x = y, .dy = dy, .out = dy};
+    mx_simd_parallel_for(pool, n, CLIP_PIECE, clip_fold_backward_range, &j);
+}
+
 static mx_status clip_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                               mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
+    (void)aux;
     const clip_params *cp = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    int64_t n = mx_shape_size(&in[0].shape);
-    const float *x = in[0].data;
-    float *y = out[0].data, lo = (float)cp->a_min, hi = (float)cp->a_max;
-    if (req[0] == MX_REQ_ADD)
-        for (int64_t i = 0; i < n; i++) y[i] += x[i] > hi ? hi : x[i] < lo ? lo : x[i];
-    else
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] > hi ? hi : x[i] < lo ? lo : x[i];
+    clip_job j = {.level = mx_simd_level(), .add = req[0] == MX_REQ_ADD, .lo = (float)cp->a_min,
+                  .hi = (float)cp->a_max, .x = in[0].data, .out = out[0].data};
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&in[0].shape), CLIP_PIECE, clip_forward_range, &j);
     return MX_OK;
 }
 
 static mx_status clip_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                                const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)ctx, (void)out, (void)aux;
+    (void)out, (void)aux;
     const clip_params *cp = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    int64_t n = mx_shape_size(&in[0].shape);
-    const float *x = in[0].data, *dy = out_grad[0].data;
-    float *dx = in_grad[0].data, lo = (float)cp->a_min, hi = (float)cp->a_max;
-    if (req[0] == MX_REQ_ADD)
-        for (int64_t i = 0; i < n; i++) dx[i] += (x[i] > hi || x[i] < lo) ? 0.0f : dy[i];
-    else
-        for (int64_t i = 0; i < n; i++) dx[i] = (x[i] > hi || x[i] < lo) ? 0.0f : dy[i];
+    clip_job j = {.level = mx_simd_level(), .add = req[0] == MX_REQ_ADD, .lo = (float)cp->a_min,
+                  .hi = (float)cp->a_max, .x = in[0].data, .dy = out_grad[0].data, .out = in_grad[0].data};
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&in[0].shape), CLIP_PIECE, clip_backward_range, &j);
     return MX_OK;
 }
 

@@ -208,7 +208,7 @@ static mx_status conv_forward(const mx_op_ctx *ctx, const void *vp, const mx_ten
     const conv_params *p = vp;
     mx_conv_geom g = conv_geom(p, &in[0].shape);
     return mx_conv_forward_act(mx_op_pool(ctx), &g, in[0].data, in[1].data, p->no_bias ? NULL : in[2].data,
-                               ctx->folded_act, out[0].data, req[0], ctx->workspace, usable_ws(ctx, p, &g));
+                               &ctx->fold, out[0].data, req[0], ctx->workspace, usable_ws(ctx, p, &g));
 }
 
 static mx_status conv_backward(const mx_op_ctx *ctx, const void *vp, const mx_tensor *out_grad, const mx_tensor *in,
@@ -243,7 +243,7 @@ const mx_op_def mx_op_convolution = {
     .workspace = conv_workspace,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .backward_in_mask = (1u << 0) | (1u << 1), /* data and weight, not the bias */
-    .folds_activation = true,
+    .folds_elementwise = true,
     .forward = conv_forward,
     .backward = conv_backward,
     .gpu = MX_OP_GPU(convolution),

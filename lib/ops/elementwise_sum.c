@@ -5,7 +5,6 @@
  * (simd.h), large tensors split across the kernel pool.
  */
 #include "ops/elementwise_sum.h"
-#include "ops/activation.h"
 #include "ops/cpu/simd.h"
 
 #include <stddef.h>
@@ -77,7 +76,7 @@ typedef struct esum_job {
     const mx_req *req;
     float *y;
     bool add;
-    int folded_act; /* mx_op_ctx's: applied to each chunk before it is stored */
+    mx_fold fold; /* mx_op_ctx's: applied to each chunk before it is stored */
 } esum_job;
 
 #define ESUM_KERNELS(P, W, TARGET)                                                                                  \
@@ -91,7 +90,7 @@ typedef struct esum_job {
                 const float *xk = j->x[k] + i0;                                                                     \
                 MX_SIMD_MAP2(P, W, acc, xk, acc, 0, w, false, v + u);                                               \
             }                                                                                                       \
-            if (j->folded_act) mx_activation_fold_rows(j->folded_act - 1, acc, w);                                  \
+            mx_fold_rows(&j->fold, acc, w);                                                                         \
             if (j->add) MX_SIMD_MAP2(P, W, acc, j->y + i0, j->y + i0, 0, w, false, v + u);                          \
             else memcpy(j->y + i0, acc, (size_t)w * sizeof(float));                                                 \
         }                                                                                                           \
@@ -130,10 +129,10 @@ static mx_status esum_forward(const mx_op_ctx *ctx, const void *p, const mx_tens
     if (req[0] == MX_REQ_NULL) return MX_OK;
     const float *x[MX_OP_MAX_IO];
     for (int k = 0; k < ep->num_args; k++) x[k] = in[k].data;
-    if (ctx->folded_act && req[0] == MX_REQ_ADD)
+    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
         return MX_ERROR(MX_ERR_INVALID, "ElementWiseSum: a folded activation cannot add to its output");
     esum_job j = {.na = (int)ep->num_args, .level = mx_simd_level(), .x = x, .y = out[0].data,
-                  .add = req[0] == MX_REQ_ADD, .folded_act = ctx->folded_act};
+                  .add = req[0] == MX_REQ_ADD, .fold = ctx->fold};
     mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape), ESUM_PIECE, esum_forward_range, &j);
     return MX_OK;
 }
@@ -172,7 +171,7 @@ const mx_op_def mx_op_elementwise_sum = {
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward_inplace = esum_inplace,
     .backward_inplace = esum_inplace,
-    .folds_activation = true,
+    .folds_elementwise = true,
     .forward = esum_forward,
     .backward = esum_backward,
     .gpu = MX_OP_GPU(elementwise_sum),

@@ -5,7 +5,6 @@
  * the work in both directions.
  */
 #include "ops/fully_connected.h"
-#include "ops/activation.h"
 
 #include "blas/blas.h"
 
@@ -78,7 +77,7 @@ static mx_status fc_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     (void)aux;
     const fc_params *fc = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    if (ctx->folded_act && req[0] == MX_REQ_ADD)
+    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
         return MX_ERROR(MX_ERR_INVALID, "FullyConnected: a folded activation cannot add to its output");
     int64_t rows, k;
     fc_rows_cols(fc, &in[0].shape, &rows, &k);
@@ -96,7 +95,7 @@ static mx_status fc_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
         beta = 1.0f;
     }
     mx_sgemm(mx_op_pool(ctx), false, true, rows, h, k, 1.0f, in[0].data, k, in[1].data, k, beta, y, h);
-    if (ctx->folded_act) mx_activation_fold_forward(mx_op_pool(ctx), ctx->folded_act - 1, y, rows * h);
+    mx_fold_forward(mx_op_pool(ctx), &ctx->fold, y, rows * h);
     return MX_OK;
 }
 
@@ -139,7 +138,7 @@ const mx_op_def mx_op_fully_connected = {
     .infer_shape = fc_infer_shape,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .backward_in_mask = (1u << 0) | (1u << 1), /* data and weight, not the bias */
-    .folds_activation = true,
+    .folds_elementwise = true,
     .forward = fc_forward,
     .backward = fc_backward,
     .gpu = MX_OP_GPU(fully_connected),

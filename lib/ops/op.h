@@ -47,6 +47,28 @@ typedef struct mx_tensor {
 
 /* ------------------------------------------------------------ contexts */
 
+/* An element-wise layer folded into the op that produces its input
+ * (MXNET_EXEC_ENABLE_FOLDING): an Activation or a clip. */
+typedef enum mx_fold_kind { MX_FOLD_NONE = 0, MX_FOLD_ACTIVATION, MX_FOLD_CLIP } mx_fold_kind;
+typedef struct mx_fold {
+    mx_fold_kind kind;
+    int act_type;  /* MX_FOLD_ACTIVATION: activation.h's ACT_* */
+    float lo, hi;  /* MX_FOLD_CLIP: a_min, a_max */
+} mx_fold;
+
+/* A folded layer computed as its own op computes it:
+ *   mx_fold_rows: y = f(y) in place on the calling thread, for a
+ *     producer's output pass (a row, a chunk, a piece of images);
+ *   mx_fold_forward: the same over a whole tensor on `pool`;
+ *   mx_fold_backward: dy = dy * f'(y) in place on `pool`, from the folded
+ *     layer's output y: its input gradient, handed to the producer's
+ *     backward. A clip's derivative is 1 where a_min < y < a_max (clip
+ *     itself, which reads its input, also passes the gradient where the
+ *     input is exactly a bound). */
+void mx_fold_rows(const mx_fold *f, float *y, int64_t n);
+void mx_fold_forward(mx_threadpool *pool, const mx_fold *f, float *y, int64_t n);
+void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const float *y, int64_t n);
+
 /* What a kernel is handed besides its tensors. */
 typedef struct mx_op_ctx {
     const mx_exec_ctx *exec; /* device, worker, stream */
@@ -59,11 +81,11 @@ typedef struct mx_op_ctx {
      * store what it creates, freed by its kernels' state_free when the
      * executor goes. NULL slot: no caching (the kernel cleans up itself). */
     void **state;
-    /* An Activation the executor folded into this node
-     * (MXNET_EXEC_ENABLE_FOLDING): 0 none, else 1 + its act_type. Only
-     * forward kernels of ops with folds_activation see it; they apply it to
-     * output 0 as they write it. */
-    int folded_act;
+    /* An element-wise layer the executor folded into this node
+     * (MXNET_EXEC_ENABLE_FOLDING); kind MX_FOLD_NONE (zero) when none. Only
+     * forward kernels of ops with folds_elementwise see it; they apply it
+     * to output 0 as they write it (mx_fold_rows, mx_fold_forward). */
+    mx_fold fold;
 } mx_op_ctx;
 
 /* The kernel thread pool to split work on (NULL: run on the calling thread). */
@@ -161,11 +183,11 @@ struct mx_op_def {
      * NULL: draws in every pass. */
     bool (*uses_rng)(const void *params, bool is_train);
 
-    /* The CPU forward applies ctx->folded_act to output 0, so the executor
-     * may fold an Activation that alone reads that output into this op
+    /* The CPU forward applies ctx->fold to output 0, so the executor may
+     * fold an Activation or clip that alone reads that output into this op
      * (backward needs nothing of the op: the executor turns the output
-     * gradient into the activation's input gradient first). */
-    bool folds_activation;
+     * gradient into the folded layer's input gradient first). */
+    bool folds_elementwise;
 
     /* The CPU kernels. */
     mx_op_forward_fn forward;

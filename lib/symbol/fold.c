@@ -16,6 +16,7 @@
 
 #include "ops/activation.h"
 #include "ops/batch_norm.h"
+#include "ops/clip.h"
 #include "ops/convolution.h"
 
 #include <stdio.h>
@@ -258,15 +259,21 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int 
     int n = 0;
     for (int a = 0; a < g->n_nodes; a++) {
         mx_node *act = &g->nodes[a];
-        if (!is_op(act, "Activation") || act->n_inputs != 1 || head0[a]) continue;
+        mx_fold fold = {MX_FOLD_NONE, 0, 0, 0};
+        if (is_op(act, "Activation"))
+            fold = (mx_fold){.kind = MX_FOLD_ACTIVATION, .act_type = ((const act_params *)act->params)->act_type};
+        else if (is_op(act, "clip"))
+            fold = (mx_fold){.kind = MX_FOLD_CLIP, .lo = (float)((const clip_params *)act->params)->a_min,
+                             .hi = (float)((const clip_params *)act->params)->a_max};
+        if (fold.kind == MX_FOLD_NONE || act->n_inputs != 1 || head0[a]) continue;
         mx_entry in = act->inputs[0];
         mx_node *p = &g->nodes[in.node];
-        if (in.index != 0 || p->kind != MX_NODE_OP || !p->op->folds_activation || p->folded_act ||
+        if (in.index != 0 || p->kind != MX_NODE_OP || !p->op->folds_elementwise || p->fold.kind != MX_FOLD_NONE ||
             readers[in.node] != 1 || head0[in.node])
             continue;
-        p->folded_act = 1 + ((const act_params *)act->params)->act_type;
+        p->fold = fold;
         p->folded_node = (uint32_t)a;
-        /* Readers of the Activation's output now read the op's: they all
+        /* Readers of the folded layer's output now read the op's: they all
          * come after it (topological order). */
         for (int i = a + 1; i < g->n_nodes; i++)
             for (int j = 0; j < g->nodes[i].n_inputs; j++)
@@ -274,7 +281,7 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int 
                     g->nodes[i].inputs[j] = (mx_entry){in.node, 0};
                     readers[in.node]++;
                 }
-        readers[in.node]--; /* the Activation's own read, gone with it */
+        readers[in.node]--; /* the folded layer's own read, gone with it */
         readers[a] = 0;
         found[n++] = (mx_graph_act_fold){in.node, (uint32_t)a};
     }

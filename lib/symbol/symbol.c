@@ -601,7 +601,7 @@ bool mx_node_backward_reads_output(const mx_node *f, int k)
 {
     uint64_t mask = f->op->backward_out_mask;
     return ((f->op->backward_deps & MX_BWD_OUT_DATA) && (!mask || (k < 64 && (mask >> k) & 1))) ||
-           (k == 0 && f->folded_act);
+           (k == 0 && f->fold.kind != MX_FOLD_NONE);
 }
 
 /* Copies made for the backward nodes that read them are kept for the later
@@ -653,7 +653,7 @@ static mx_status mirror_node(mx_graph *g, mirror_state *ms, uint32_t root)
         m->kind = MX_NODE_OP;
         m->op = f->op;
         m->forward_node = t;
-        m->folded_act = f->folded_act; /* recomputes what the node computes */
+        m->fold = f->fold; /* recomputes what the node computes */
         m->folded_node = f->folded_node;
         m->n_inputs = f->n_inputs;
         m->n_outputs = f->n_outputs;

@@ -57,10 +57,10 @@ typedef struct mx_node {
      * whose gradient they carry (their shape). Else MX_NO_NODE. */
     uint32_t forward_node;
     uint32_t forward_index;
-    /* An Activation folded into this op node (mx_graph_fold_activations):
-     * 0 none, else 1 + its act_type; folded_node is that Activation, left
-     * in the graph with no reader. */
-    int folded_act;
+    /* An Activation or clip folded into this op node
+     * (mx_graph_fold_activations; kind MX_FOLD_NONE: none); folded_node is
+     * that layer, left in the graph with no reader. */
+    mx_fold fold;
     uint32_t folded_node;
 } mx_node;
 
@@ -192,14 +192,14 @@ mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph 
 void mx_graph_bn_folds_free(mx_graph_bn_fold *folds, int n);
 
 /* Operation folding for the executor (MXNET_EXEC_ENABLE_FOLDING): each
- * Activation whose input is output 0 of an op that can apply it
- * (mx_op_def.folds_activation) is folded into that op, in place: the op
- * gets folded_act, the Activation's readers read the op's output 0, and the
- * Activation is left with no reader (it no longer runs). A pair folds only
- * when the Activation alone reads that output and neither output is a
- * head, so every value anyone can ask for is still computed. Graphs with
+ * Activation or clip whose input is output 0 of an op that can apply it
+ * (mx_op_def.folds_elementwise) is folded into that op, in place: the op
+ * gets `fold`, the folded layer's readers read the op's output 0, and the
+ * folded layer is left with no reader (it no longer runs). A pair folds
+ * only when the folded layer alone reads that output and neither output is
+ * a head, so every value anyone can ask for is still computed. Graphs with
  * backward nodes do not fold (fold first, then append the backward pass).
- * *pairs (when not NULL) gets the folds as (op node, Activation node),
+ * *pairs (when not NULL) gets the folds as (op node, folded node),
  * malloc'ed; *n_pairs their count. */
 typedef struct mx_graph_act_fold {
     uint32_t op, activation;

@@ -17,7 +17,6 @@
 #include "ops/cpu/im2col.h"
 
 #include "blas/blas.h"
-#include "ops/activation.h"
 #include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/winograd.h"
@@ -399,7 +398,7 @@ typedef struct conv_call {
     int64_t chunk;       /* images lowered side by side */
     int64_t piece;       /* images per piece when the batch is split */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
-    int folded_act;      /* forward: 1 + the Activation applied to y, 0 none */
+    const mx_fold *fold; /* forward: the element-wise layer applied to y, NULL none */
     atomic_int failed;   /* a piece could not get scratch memory */
 } conv_call;
 
@@ -443,10 +442,10 @@ static void forward_chunk_raw(const conv_call *c, mx_threadpool *pool, int64_t n
  * written, while they are still in cache. */
 static void fold_images(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b)
 {
-    if (!c->folded_act) return;
+    if (!c->fold) return;
     float *yn = c->y + n0 * out_image(c->g);
-    if (pool) mx_activation_fold_forward(pool, c->folded_act - 1, yn, b * out_image(c->g));
-    else mx_activation_fold_rows(c->folded_act - 1, yn, b * out_image(c->g));
+    if (pool) mx_fold_forward(pool, c->fold, yn, b * out_image(c->g));
+    else mx_fold_rows(c->fold, yn, b * out_image(c->g));
 }
 
 static void forward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col)
@@ -728,21 +727,22 @@ static mx_status scratch_failed(void)
 mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
                           const float *bias, float *y, mx_req req, void *ws, size_t ws_bytes)
 {
-    return mx_conv_forward_act(pool, g, x, w, bias, 0, y, req, ws, ws_bytes);
+    return mx_conv_forward_act(pool, g, x, w, bias, NULL, y, req, ws, ws_bytes);
 }
 
 mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                              const float *bias, int folded_act, float *y, mx_req req, void *ws, size_t ws_bytes)
+                              const float *bias, const mx_fold *fold, float *y, mx_req req, void *ws, size_t ws_bytes)
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
-    if (folded_act && req == MX_REQ_ADD)
+    if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
+    if (fold && req == MX_REQ_ADD)
         return MX_ERROR(MX_ERR_INVALID, "Convolution: a folded activation cannot add to its output");
     if (mx_depthwise_supported(g)) {
         MX_TRY(mx_depthwise_forward(pool, g, x, w, bias, y, req));
-        if (folded_act) mx_activation_fold_forward(pool, folded_act - 1, y, g->batch * g->out_c * g->out_h * g->out_w);
+        if (fold) mx_fold_forward(pool, fold, y, g->batch * g->out_c * g->out_h * g->out_w);
         return MX_OK;
     }
-    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .folded_act = folded_act};
+    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .fold = fold};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
     if (mx_winograd_profitable(g)) {

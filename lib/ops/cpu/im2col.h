@@ -42,10 +42,11 @@ size_t mx_conv_workspace_bytes(const mx_conv_geom *g, int64_t chunk);
  * needs, a buffer is allocated for the call. Errors: MX_ERR_NOMEM. */
 mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w, const float *bias, float *y,
                           mx_req req, void *ws, size_t ws_bytes);
-/* The same with a folded Activation (1 + act_type, 0 none) applied to
- * each piece of images right after it is written; req must not be add. */
+/* The same with a folded element-wise layer (NULL or kind none: none)
+ * applied to each piece of images right after it is written; req must not
+ * be add. */
 mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                              const float *bias, int folded_act, float *y, mx_req req, void *ws, size_t ws_bytes);
+                              const float *bias, const mx_fold *fold, float *y, mx_req req, void *ws, size_t ws_bytes);
 
 /* From dy (N, F, OH, OW): dx (per req_dx, skipped when MX_REQ_NULL or dx
  * NULL) and dw (per req_dw, likewise). x is read only for dw, w only for

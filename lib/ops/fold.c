@@ -1,0 +1,34 @@
+/*
+ * fold.c - element-wise layers folded into the op before them (op.h's
+ * mx_fold_*): each kind computed by its own operator's kernels.
+ */
+#include "ops/op.h"
+#include "ops/activation.h"
+#include "ops/clip.h"
+
+void mx_fold_rows(const mx_fold *f, float *y, int64_t n)
+{
+    switch (f->kind) {
+    case MX_FOLD_ACTIVATION: mx_activation_fold_rows(f->act_type, y, n); break;
+    case MX_FOLD_CLIP: mx_clip_fold_rows(f->lo, f->hi, y, n); break;
+    case MX_FOLD_NONE: break;
+    }
+}
+
+void mx_fold_forward(mx_threadpool *pool, const mx_fold *f, float *y, int64_t n)
+{
+    switch (f->kind) {
+    case MX_FOLD_ACTIVATION: mx_activation_fold_forward(pool, f->act_type, y, n); break;
+    case MX_FOLD_CLIP: mx_clip_fold_forward(pool, f->lo, f->hi, y, n); break;
+    case MX_FOLD_NONE: break;
+    }
+}
+
+void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const float *y, int64_t n)
+{
+    switch (f->kind) {
+    case MX_FOLD_ACTIVATION: mx_activation_fold_backward(pool, f->act_type, dy, y, n); break;
+    case MX_FOLD_CLIP: mx_clip_fold_backward(pool, f->lo, f->hi, dy, y, n); break;
+    case MX_FOLD_NONE: break;
+    }
+}
