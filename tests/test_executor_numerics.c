@@ -79,6 +79,10 @@ static void fill_random(mx_ndarray *a, float lo, float hi)
 /* Binds g: labels k % 3, every other argument uniform in [-1, 1) (gamma in
  * [0.5, 1.5)), moving mean 0 and var 1; gradients for all but labels when
  * training (grad_req add when `add`). naive: the synchronous engine. */
+/* Binds with folding unless the test sets this (numerics tracing binds
+ * unfolded: mx_bind_config.no_folding). */
+static bool bind_unfolded;
+
 static void bind_opts(bound *b, mx_graph *g, mx_shape data_shape, bool training, bool naive, bool add)
 {
     memset(b, 0, sizeof(*b));
@@ -120,7 +124,8 @@ static void bind_opts(bound *b, mx_graph *g, mx_shape data_shape, bool training,
     }
     mx_graph_shapes_free(&sh);
     mx_bind_config bc = {.ctx = mx_cpu(), .args = b->args, .arg_grads = training ? b->grads : NULL,
-                         .grad_reqs = training ? reqs : NULL, .aux = b->aux, .for_training = training};
+                         .grad_reqs = training ? reqs : NULL, .aux = b->aux, .for_training = training,
+                         .no_folding = bind_unfolded};
     ck_assert_msg(mx_executor_bind(b->rt, g, &bc, &b->ex) == MX_OK, "%s", mx_last_error());
 }
 
@@ -469,6 +474,35 @@ START_TEST(test_checked_results_are_identical)
 }
 END_TEST
 
+/* (f) Operation folding hides the intermediate values it does not
+ * materialise: bn1's output has NaN in channel 0 (its gamma is NaN), which
+ * the folded relu turns into 0, so a folded bind sees the NaN only in
+ * bn1's backward; bound unfolded (as mxtrain binds for checked runs), the
+ * check names bn1's forward output. */
+START_TEST(test_unfolded_bind_names_the_first_layer)
+{
+    bound b;
+    bind_net(&b, convnet(), MX_SHAPE(3, 2, 6, 6), true);
+    ck_assert_int_eq(mx_executor_set_check_numerics(b.ex, true), MX_OK);
+    set_one(arg(&b, "bn1_gamma"), 0, NAN);
+    ck_assert_msg(mx_executor_forward(b.ex, true) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(mx_executor_backward(b.ex, NULL), MX_ERR_RUNTIME);
+    ck_assert_msg(strstr(mx_last_error(), "bn1+act1: backward gradient of "), "%s", mx_last_error());
+    unbind(&b);
+
+    bind_unfolded = true;
+    bind_net(&b, convnet(), MX_SHAPE(3, 2, 6, 6), true);
+    bind_unfolded = false;
+    ck_assert_int_eq(mx_executor_set_check_numerics(b.ex, true), MX_OK);
+    set_one(arg(&b, "bn1_gamma"), 0, NAN);
+    expect_error(mx_executor_forward(b.ex, true),
+                 "bn1: forward output 'bn1_output' has NaN (108 of 432 values, first at index 0); its input 'bn1_gamma' "
+                 "has NaN "
+                 "(1 of 4 values, first at index 0)");
+    unbind(&b);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("executor_numerics");
@@ -482,6 +516,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_aux_state_is_checked);
     tcase_add_test(tc, test_checks_off_cost_nothing);
     tcase_add_test(tc, test_checked_results_are_identical);
+    tcase_add_test(tc, test_unfolded_bind_names_the_first_layer);
     suite_add_tcase(s, tc);
     return s;
 }

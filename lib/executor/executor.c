@@ -400,7 +400,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     bool mirror = mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) != 0;
     if (s == MX_OK)
         s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, mirror, grad_needed, names, shapes,
-                               n_args + n_aux_list, mx_executor_folds(cfg->ctx), &ex->eg);
+                               n_args + n_aux_list, !cfg->no_folding && mx_executor_folds(cfg->ctx), &ex->eg);
     free(ids);
     free(names);
     free(shapes);
@@ -830,10 +830,11 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
 
     /* Outputs: what the node wrote, then the aux states training moves. */
     char layer[300];
-    if (ni->backward) snprintf(layer, sizeof(layer), "%s", f->name);
-    else if (ni->mirror) snprintf(layer, sizeof(layer), "%s (recomputed)", mx_graph_node(eg->g, n->forward_node)->name);
+    /* ni->name: the layer, with a folded one ("bn1+relu1"). */
+    if (ni->backward) snprintf(layer, sizeof(layer), "%s", ni->name);
+    else if (ni->mirror) snprintf(layer, sizeof(layer), "%s (recomputed)", ni->name);
     else if (is_grad_sum(ex, ni->id)) snprintf(layer, sizeof(layer), "%s (gradient sum)", n->name);
-    else snprintf(layer, sizeof(layer), "%s", n->name);
+    else snprintf(layer, sizeof(layer), "%s", ni->name);
     for (int k = 0; k < n->n_outputs; k++) {
         uint32_t e = base + (uint32_t)k;
         mx_ndarray *a = ex->entry_arrays[e];

@@ -64,6 +64,10 @@ typedef struct mx_bind_config {
      * (Dropout mode=always), as MXNet runs Dropout as the identity there.
      * Inference passes of either never wait on it when nothing draws. */
     mx_rng *rng;
+    /* Every layer runs as written, no operation folding: for numerics
+     * tracing, which checks every intermediate value (a folded one is
+     * never materialised; relu of a NaN is 0). */
+    bool no_folding;
 } mx_bind_config;
 
 typedef struct mx_executor mx_executor;

@@ -95,7 +95,7 @@ static mx_status bind_device(const train_group_config *c, train_group *g, int k,
     mx_graph_shapes_free(&sh);
     MX_TRY(s);
     mx_bind_config bc = {.ctx = d->ctx, .args = d->args, .arg_grads = d->grads, .grad_reqs = c->reqs,
-                         .aux = d->aux, .for_training = true, .rng = c->rng};
+                         .aux = d->aux, .for_training = true, .rng = c->rng, .no_folding = c->no_folding};
     return mx_executor_bind(c->rt, c->g, &bc, &d->ex);
 }
 

@@ -37,6 +37,7 @@ typedef struct train_group_config {
     mx_shape data_shape, label_shape; /* of the whole batch */
     const mx_grad_req *reqs;    /* per argument; NULL_REQ arguments get no gradient array */
     mx_rng *rng;
+    bool no_folding;            /* mx_bind_config's (numerics tracing) */
 } train_group_config;
 
 /* MXNet's _split_input_slice: rows of each context for a batch, by

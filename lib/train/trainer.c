@@ -509,7 +509,9 @@ static mx_status setup(trainer *t)
     for (int i = 0; i < st->n_ctx; i++) t->contexts[i] = st->ctx[i].dev_type == MX_DEV_CPU ? (mx_context){MX_DEV_CPU, i} : st->ctx[i];
     train_group_config gc = {.rt = t->rt, .g = g, .ctx = t->contexts, .n_ctx = st->n_ctx,
                              .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
-                             .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng};
+                             .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng,
+                             /* checked runs see every layer's output */
+                             .no_folding = t->tracing || st->fit.check_numerics};
     s = train_group_bind(&gc, &t->group);
     if (s != MX_OK) return st->n_ctx > 1 ? fit_error(t, "ctx", s) : s;
     t->args = t->group.dev[0].args;
