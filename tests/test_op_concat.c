@@ -61,6 +61,9 @@ START_TEST(forward_backward_against_reference)
     mx_shape g[20];
     for (int i = 0; i < 20; i++) g[i] = MX_SHAPE(2, 1 + i % 3, 3);
     run("1", 20, g, 7);
+    /* Above 256 KiB the copies are split across the kernel pool. */
+    mx_shape h[] = {MX_SHAPE(3, 40, 24, 24), MX_SHAPE(3, 7, 24, 24), MX_SHAPE(3, 17, 24, 24)};
+    run("1", 3, h, 8);
 }
 END_TEST
 

@@ -68,26 +68,6 @@ static mx_status concat_infer_shape(const void *p, mx_shape *in, int n_in, mx_sh
     return MX_OK;
 }
 
-/* dst = src or dst += src over n elements; dst and src do not overlap. */
-static mx_status seg_copy(void *dst, const void *src, int64_t n, mx_dtype dtype, bool add)
-{
-    if (!add) {
-        memcpy(dst, src, (size_t)n * mx_dtype_size(dtype));
-    } else if (dtype == MX_FLOAT32) {
-        float *d = dst;
-        const float *s = src;
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-    } else if (dtype == MX_FLOAT64) {
-        double *d = dst;
-        const double *s = src;
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-    } else {
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "Concat: accumulating (req add) into %s is not supported",
-                        mx_dtype_name(dtype));
-    }
-    return MX_OK;
-}
-
 /* Rows before the axis and, per input, the elements of one slab. */
 static int64_t concat_geometry(const concat_params *cp, const mx_shape *s0, int n, const mx_tensor *t, int64_t *slab)
 {
@@ -100,52 +80,98 @@ static int64_t concat_geometry(const concat_params *cp, const mx_shape *s0, int 
     return outer;
 }
 
+/* One copy per (row before the axis, input): the slab of that input in
+ * that row of the output, copied from it (forward) or to its gradient
+ * (backward), written or added; units split across the kernel pool. */
+typedef struct concat_job {
+    int n;
+    bool backward;
+    mx_dtype dtype;
+    size_t es;
+    int64_t row, slab[MX_OP_MAX_IO], at[MX_OP_MAX_IO]; /* at: the slab's offset in a row */
+    char *whole;                                        /* output / its gradient */
+    char *part[MX_OP_MAX_IO];                           /* inputs / their gradients (NULL: skip) */
+    bool add[MX_OP_MAX_IO];
+} concat_job;
+
+static void concat_units(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)worker;
+    const concat_job *j = arg;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t o = u / j->n;
+        int i = (int)(u % j->n);
+        if (!j->part[i]) continue;
+        char *w = j->whole + (size_t)(o * j->row + j->at[i]) * j->es, *p = j->part[i] + (size_t)(o * j->slab[i]) * j->es;
+        char *dst = j->backward ? p : w;
+        const char *src = j->backward ? w : p;
+        int64_t m = j->slab[i];
+        if (!j->add[i]) {
+            memcpy(dst, src, (size_t)m * j->es);
+        } else if (j->dtype == MX_FLOAT32) {
+            float *d = (float *)dst;
+            const float *sv = (const float *)src;
+            for (int64_t k = 0; k < m; k++) d[k] += sv[k];
+        } else {
+            double *d = (double *)dst;
+            const double *sv = (const double *)src;
+            for (int64_t k = 0; k < m; k++) d[k] += sv[k];
+        }
+    }
+}
+
+#define CONCAT_PARALLEL_MIN_BYTES (256 << 10) /* smaller copies stay on the calling thread */
+#define CONCAT_PIECE_BYTES (64 << 10)
+
+static mx_status concat_run(const mx_op_ctx *ctx, concat_job *j, int64_t outer)
+{
+    for (int i = 0; i < j->n; i++)
+        if (j->part[i] && j->add[i] && j->dtype != MX_FLOAT32 && j->dtype != MX_FLOAT64)
+            return MX_ERROR(MX_ERR_UNSUPPORTED, "Concat: accumulating (req add) into %s is not supported",
+                            mx_dtype_name(j->dtype));
+    j->row = 0;
+    for (int i = 0; i < j->n; i++) {
+        j->at[i] = j->row;
+        j->row += j->slab[i];
+    }
+    int64_t units = outer * j->n, bytes = outer * j->row * (int64_t)j->es;
+    mx_threadpool *pool = bytes >= CONCAT_PARALLEL_MIN_BYTES ? mx_op_pool(ctx) : NULL;
+    int64_t unit_bytes = units ? bytes / units : 1, min_units = CONCAT_PIECE_BYTES / (unit_bytes ? unit_bytes : 1);
+    mx_parallel_for(pool, units, mx_parallel_grain(pool, units, 4, min_units > 1 ? min_units : 1), concat_units, j);
+    return MX_OK;
+}
+
 static mx_status concat_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                                 mx_tensor *out, mx_tensor *aux)
 {
-    (void)ctx, (void)aux;
+    (void)aux;
     const concat_params *cp = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    int n = (int)cp->num_args;
-    int64_t slab[MX_OP_MAX_IO], row = 0;
-    int64_t outer = concat_geometry(cp, &in[0].shape, n, in, slab);
-    for (int i = 0; i < n; i++) row += slab[i];
-    size_t es = mx_dtype_size(out[0].dtype);
-    char *y = out[0].data;
-    for (int64_t o = 0; o < outer; o++) {
-        int64_t at = o * row;
-        for (int i = 0; i < n; i++) {
-            MX_TRY(seg_copy(y + (size_t)at * es, (const char *)in[i].data + (size_t)(o * slab[i]) * es, slab[i],
-                            out[0].dtype, req[0] == MX_REQ_ADD));
-            at += slab[i];
-        }
+    concat_job j = {.n = (int)cp->num_args, .dtype = out[0].dtype, .es = mx_dtype_size(out[0].dtype),
+                    .whole = out[0].data};
+    int64_t outer = concat_geometry(cp, &in[0].shape, j.n, in, j.slab);
+    for (int i = 0; i < j.n; i++) {
+        j.part[i] = in[i].data;
+        j.add[i] = req[0] == MX_REQ_ADD;
     }
-    return MX_OK;
+    return concat_run(ctx, &j, outer);
 }
 
 static mx_status concat_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
                                  const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
                                  mx_tensor *aux)
 {
-    (void)ctx, (void)in, (void)out, (void)aux;
+    (void)in, (void)out, (void)aux;
     const concat_params *cp = p;
-    int n = (int)cp->num_args;
-    int64_t slab[MX_OP_MAX_IO], row = 0;
+    concat_job j = {.n = (int)cp->num_args, .backward = true, .dtype = out_grad[0].dtype,
+                    .es = mx_dtype_size(out_grad[0].dtype), .whole = out_grad[0].data};
     /* Shapes from in_grad: data inputs are not backward dependencies. */
-    int64_t outer = concat_geometry(cp, &in_grad[0].shape, n, in_grad, slab);
-    for (int i = 0; i < n; i++) row += slab[i];
-    size_t es = mx_dtype_size(out_grad[0].dtype);
-    const char *dy = out_grad[0].data;
-    for (int64_t o = 0; o < outer; o++) {
-        int64_t at = o * row;
-        for (int i = 0; i < n; i++) {
-            if (req[i] != MX_REQ_NULL)
-                MX_TRY(seg_copy((char *)in_grad[i].data + (size_t)(o * slab[i]) * es, dy + (size_t)at * es, slab[i],
-                                out_grad[0].dtype, req[i] == MX_REQ_ADD));
-            at += slab[i];
-        }
+    int64_t outer = concat_geometry(cp, &in_grad[0].shape, j.n, in_grad, j.slab);
+    for (int i = 0; i < j.n; i++) {
+        j.part[i] = req[i] == MX_REQ_NULL ? NULL : in_grad[i].data;
+        j.add[i] = req[i] == MX_REQ_ADD;
     }
-    return MX_OK;
+    return concat_run(ctx, &j, outer);
 }
 
 static const char *const concat_aliases[] = {"concat", NULL};
