@@ -78,11 +78,13 @@ static mx_tensor tensor_of(mx_ndarray *a, mx_shape shape)
                        .ctx = mx_ndarray_context(a)};
 }
 
-/* A view of the first elements of a flat buffer with the given shape. */
-static mx_status buffer_view(mx_ndarray *buffer, const mx_shape *shape, mx_ndarray **out)
+/* A view of a flat buffer's elements from `offset` bytes on, with the
+ * given shape. */
+static mx_status buffer_view(mx_ndarray *buffer, size_t offset, const mx_shape *shape, mx_ndarray **out)
 {
     mx_ndarray *head;
-    MX_TRY(mx_ndarray_slice(buffer, 0, mx_shape_size(shape), &head));
+    int64_t first = (int64_t)(offset / sizeof(float));
+    MX_TRY(mx_ndarray_slice(buffer, first, first + mx_shape_size(shape), &head));
     mx_status s = mx_ndarray_reshape(head, *shape, out);
     mx_ndarray_free(head);
     return s;
@@ -471,7 +473,8 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         mx_ndarray **slot = &ex->entry_arrays[e];
         switch (eg->kind[e]) {
         case ENTRY_INTERNAL:
-            if (ex->plan.storage[e] >= 0) s = buffer_view(ex->buffers[ex->plan.storage[e]], &eg->shapes.shapes[e], slot);
+            if (ex->plan.storage[e] >= 0)
+                s = buffer_view(ex->buffers[ex->plan.storage[e]], ex->plan.offset[e], &eg->shapes.shapes[e], slot);
             break;
         case ENTRY_ARG: *slot = mx_ndarray_retain(cfg->args[k]); break;
         case ENTRY_AUX: *slot = mx_ndarray_retain(cfg->aux[k]); break;

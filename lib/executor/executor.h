@@ -7,10 +7,12 @@
  * plans memory once:
  *   - in-place: an op writes its output into an input's buffer when it is
  *     the last reader of that input and the op allows it;
- *   - co-share: tensors whose lifetimes do not overlap share a buffer,
- *     sized to the largest of them; buffers are only shared inside a colour
- *     of the longest-path colouring (MXNet's heuristic), so branches that
- *     can run in parallel keep separate memory;
+ *   - co-share: tensors whose lifetimes do not overlap share memory: each
+ *     colour of the longest-path colouring (MXNet's heuristic) is one arena
+ *     in which a tensor takes the best-fitting free range and gives it back
+ *     after its last reader, so branches that can run in parallel keep
+ *     separate memory; the smallest of the in-place + co-share, in-place
+ *     and co-share plans is kept;
  *   - one workspace for every op's temporary space, tagged by its own
  *     engine variable.
  * Forward and backward push one engine operation per node, with the tags of

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MATCH_RANGE 16 /* a free buffer between size/16 and size*16 may be reused */
 
 void exec_graph_free(exec_graph *eg)
 {
@@ -349,99 +348,92 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
 
 /* ---------------------------------------------------------------- planner */
 
-/* Free buffers by (colour, size): classes sorted by that key, each a stack
- * of buffer ids, so that the best fit is a binary search instead of a scan
- * of every free buffer (quadratic in a deep net). Only non-empty classes
- * are kept; a net has few distinct sizes. */
-typedef struct size_class {
-    int color;
-    size_t bytes;
-    int *ids;
-    int n, cap;
-} size_class;
+/* Each colour's tensors live in one arena (one buffer): a tensor takes
+ * the best-fitting free range of its colour's arena, split off the
+ * front, or the arena grows at its end; a range freed merges with its
+ * free neighbours. Unlike whole buffers handed from tensor to tensor, a
+ * large freed range serves several smaller tensors and neighbours freed
+ * apart serve one larger, so the arena stays close to the most bytes
+ * alive at once. Offsets are multiples of 64 bytes (vector loads). */
+#define ARENA_ALIGN 64
 
-typedef struct free_pool {
-    size_class *c;
-    int n, cap;
-} free_pool;
+typedef struct free_range {
+    size_t off, len;
+} free_range;
 
-static int class_cmp(const size_class *c, int color, size_t bytes)
+typedef struct arena {
+    int buffer;        /* its buffer id, -1 until the first tensor */
+    size_t end;        /* bytes used so far: the buffer's size */
+    free_range *free;  /* free ranges below end, by offset */
+    int n_free, cap;
+} arena;
+
+static size_t arena_round(size_t bytes) { return (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+static size_t arena_take(arena *a, size_t bytes)
 {
-    if (c->color != color) return c->color < color ? -1 : 1;
-    return c->bytes < bytes ? -1 : c->bytes > bytes;
-}
-
-/* The first class not below (color, bytes). */
-static int pool_lower_bound(const free_pool *p, int color, size_t bytes)
-{
-    int lo = 0, hi = p->n;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (class_cmp(&p->c[mid], color, bytes) < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static mx_status pool_put(free_pool *p, int color, size_t bytes, int id)
-{
-    int k = pool_lower_bound(p, color, bytes);
-    if (k == p->n || class_cmp(&p->c[k], color, bytes) != 0) {
-        if (p->n == p->cap) {
-            int cap = p->cap ? 2 * p->cap : 16;
-            size_class *grown = mx_realloc(p->c, (size_t)cap * sizeof(*grown));
-            if (!grown) return MX_ERR_NOMEM;
-            p->c = grown;
-            p->cap = cap;
+    int best = -1;
+    for (int k = 0; k < a->n_free; k++)
+        if (a->free[k].len >= bytes && (best < 0 || a->free[k].len < a->free[best].len)) best = k;
+    if (best >= 0) {
+        size_t off = a->free[best].off;
+        a->free[best].off += bytes;
+        a->free[best].len -= bytes;
+        if (a->free[best].len == 0) {
+            memmove(&a->free[best], &a->free[best + 1], (size_t)(a->n_free - best - 1) * sizeof(free_range));
+            a->n_free--;
         }
-        memmove(&p->c[k + 1], &p->c[k], (size_t)(p->n - k) * sizeof(*p->c));
-        p->c[k] = (size_class){.color = color, .bytes = bytes};
-        p->n++;
+        return off;
     }
-    size_class *c = &p->c[k];
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 4;
-        int *grown = mx_realloc(c->ids, (size_t)cap * sizeof(int));
+    /* Grow: from the free range at the end, if there is one. */
+    if (a->n_free > 0 && a->free[a->n_free - 1].off + a->free[a->n_free - 1].len == a->end) {
+        size_t off = a->free[--a->n_free].off;
+        a->end = off + bytes;
+        return off;
+    }
+    size_t off = a->end;
+    a->end += bytes;
+    return off;
+}
+
+static mx_status arena_give(arena *a, size_t off, size_t len)
+{
+    int k = 0;
+    while (k < a->n_free && a->free[k].off < off) k++;
+    bool join_prev = k > 0 && a->free[k - 1].off + a->free[k - 1].len == off;
+    bool join_next = k < a->n_free && off + len == a->free[k].off;
+    if (join_prev && join_next) {
+        a->free[k - 1].len += len + a->free[k].len;
+        memmove(&a->free[k], &a->free[k + 1], (size_t)(a->n_free - k - 1) * sizeof(free_range));
+        a->n_free--;
+        return MX_OK;
+    }
+    if (join_prev) {
+        a->free[k - 1].len += len;
+        return MX_OK;
+    }
+    if (join_next) {
+        a->free[k].off = off;
+        a->free[k].len += len;
+        return MX_OK;
+    }
+    if (a->n_free == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 16;
+        free_range *grown = mx_realloc(a->free, (size_t)cap * sizeof(*grown));
         if (!grown) return MX_ERR_NOMEM;
-        c->ids = grown;
-        c->cap = cap;
+        a->free = grown;
+        a->cap = cap;
     }
-    c->ids[c->n++] = id;
+    memmove(&a->free[k + 1], &a->free[k], (size_t)(a->n_free - k) * sizeof(free_range));
+    a->free[k] = (free_range){off, len};
+    a->n_free++;
     return MX_OK;
-}
-
-/* Takes a buffer of class k (dropping the class when it empties). */
-static int pool_take(free_pool *p, int k)
-{
-    size_class *c = &p->c[k];
-    int id = c->ids[--c->n];
-    if (c->n == 0) {
-        free(c->ids);
-        memmove(&p->c[k], &p->c[k + 1], (size_t)(p->n - k - 1) * sizeof(*p->c));
-        p->n--;
-    }
-    return id;
-}
-
-/* The class to reuse for `bytes`: the smallest that fits, else the largest
- * that does not, both within MATCH_RANGE; -1 when none. */
-static int pool_best(const free_pool *p, int color, size_t bytes)
-{
-    int k = pool_lower_bound(p, color, bytes);
-    if (k < p->n && p->c[k].color == color && p->c[k].bytes <= bytes * MATCH_RANGE) return k;
-    if (k > 0 && p->c[k - 1].color == color && p->c[k - 1].bytes * MATCH_RANGE >= bytes) return k - 1;
-    return -1;
-}
-
-static void pool_free(free_pool *p)
-{
-    for (int k = 0; k < p->n; k++) free(p->c[k].ids);
-    free(p->c);
 }
 
 void memory_plan_free(memory_plan *p)
 {
     free(p->storage);
+    free(p->offset);
     free(p->inplace);
     free(p->buffer_bytes);
     memset(p, 0, sizeof(*p));
@@ -478,11 +470,11 @@ static const mx_inplace *node_inplace(const mx_node *n, const mx_graph *g)
 /* The backward of a node with a folded activation reads the forward
  * output only to turn the output gradient into the activation's input
  * gradient, before the op's own backward runs, and the ops that fold do not
- * read that output themselves: so the data gradient may take its buffer
+ * read that output themselves: so the data gradient may take its memory
  * when this node is its last reader (as the unfolded activation's backward
- * freed it before the op's). Returns that buffer, or -1. */
-static int folded_output_buffer(const exec_graph *eg, const memory_plan *p, const mx_node *n, const int *refs,
-                                const int *users, size_t bytes)
+ * freed it before the op's). Returns that memory's slot, or -1. */
+static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx_node *n, const int *refs,
+                              const int *users, size_t bytes)
 {
     if (n->kind != MX_NODE_BACKWARD) return -1;
     const mx_node *f = mx_graph_node(eg->g, n->forward_node);
@@ -491,41 +483,48 @@ static int folded_output_buffer(const exec_graph *eg, const memory_plan *p, cons
         return -1;
     mx_entry y = n->inputs[f->n_outputs + f->n_inputs];
     uint32_t ye = exec_entry_id(eg, y);
-    int cand = p->storage[ye];
+    int cand = slot_of[ye];
     if (eg->kind[ye] != ENTRY_INTERNAL || cand < 0 || refs[ye] != 1 || users[cand] != 1 ||
         exec_entry_bytes(eg, ye) != bytes)
         return -1;
     return cand;
 }
 
-mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
+static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
 {
     memset(p, 0, sizeof(*p));
-    int n_entries = eg->shapes.n_entries;
+    int n_entries = eg->shapes.n_entries, n_colors = 1;
+    for (int i = 0; i < eg->n_nodes; i++)
+        if (eg->color[i] + 1 > n_colors) n_colors = eg->color[i] + 1;
     p->storage = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
+    p->offset = mx_calloc((size_t)n_entries + 1, sizeof(size_t));
     p->inplace = mx_calloc((size_t)n_entries + 1, 1);
-    p->buffer_bytes = mx_malloc(sizeof(size_t) * ((size_t)n_entries + 1));
+    p->buffer_bytes = mx_calloc((size_t)n_entries + (size_t)n_colors + 1, sizeof(size_t));
     int *refs = mx_calloc((size_t)n_entries + 1, sizeof(int));
-    int *users = mx_calloc((size_t)n_entries + 1, sizeof(int));  /* live entries per buffer */
-    int *buffer_color = mx_malloc(sizeof(int) * ((size_t)n_entries + 1));
-    free_pool pool = {0};
-    if (!p->storage || !p->inplace || !p->buffer_bytes || !refs || !users || !buffer_color) {
-        free(refs);
-        free(users);
-        free(buffer_color);
-        memory_plan_free(p);
-        return MX_ERR_NOMEM;
-    }
+    /* A slot: the memory of one tensor and of those written in place over
+     * it after it (same bytes). */
+    int *slot_of = mx_malloc(sizeof(int) * ((size_t)n_entries + 1));
+    int *users = mx_calloc((size_t)n_entries + 1, sizeof(int)); /* live entries per slot */
+    int *slot_color = mx_malloc(sizeof(int) * ((size_t)n_entries + 1));
+    size_t *slot_bytes = mx_malloc(sizeof(size_t) * ((size_t)n_entries + 1));
+    size_t *slot_off = mx_malloc(sizeof(size_t) * ((size_t)n_entries + 1));
+    int *slot_buffer = mx_malloc(sizeof(int) * ((size_t)n_entries + 1));
+    arena *arenas = mx_calloc((size_t)n_colors, sizeof(arena));
+    int n_slots = 0;
     mx_status st = MX_OK;
-    for (int e = 0; e < n_entries; e++) p->storage[e] = -1;
+    if (!p->storage || !p->offset || !p->inplace || !p->buffer_bytes || !refs || !slot_of || !users || !slot_color ||
+        !slot_bytes || !slot_off || !slot_buffer || !arenas)
+        st = MX_ERR_NOMEM;
+    for (int e = 0; e < n_entries && st == MX_OK; e++) p->storage[e] = slot_of[e] = -1;
+    for (int c = 0; c < n_colors && st == MX_OK; c++) arenas[c].buffer = -1;
     mx_entry reads[3 * MX_OP_MAX_IO];
-    for (int i = 0; i < eg->n_nodes; i++) {
+    for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
         if (!eg->needed[i]) continue;
         int k = exec_node_reads(eg, (uint32_t)i, reads);
         for (int j = 0; j < k; j++) refs[exec_entry_id(eg, reads[j])]++;
     }
 
-    for (int i = 0; i < eg->n_nodes; i++) {
+    for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
         if (!eg->needed[i] || n->kind == MX_NODE_VARIABLE) continue;
         size_t ws = node_workspace(eg, (uint32_t)i);
@@ -541,9 +540,9 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
                 mx_entry src = n->inputs[o->in];
                 if (src.node == MX_NO_NODE) continue;
                 uint32_t se = exec_entry_id(eg, src);
-                int cand = p->storage[se];
+                int cand = slot_of[se];
                 /* Only if this node is the last reader and nothing else
-                 * of this node already took that buffer. */
+                 * of this node already took that memory. */
                 if (eg->kind[se] != ENTRY_INTERNAL || cand < 0 || refs[se] != 1 || users[cand] != 1 ||
                     exec_entry_bytes(eg, se) != bytes)
                     continue;
@@ -551,49 +550,85 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
                 p->inplace[e] = 1;
             }
             if (sid < 0 && j == 0 && enable_inplace) {
-                int cand = folded_output_buffer(eg, p, n, refs, users, bytes);
-                if (cand >= 0) {
-                    sid = cand;
-                    p->inplace[e] = 1;
+                sid = folded_output_slot(eg, slot_of, n, refs, users, bytes);
+                if (sid >= 0) p->inplace[e] = 1;
+            }
+            if (sid < 0) { /* a new slot: in its colour's arena, or a buffer of its own */
+                sid = n_slots++;
+                slot_color[sid] = eg->color[i];
+                slot_bytes[sid] = arena_round(bytes);
+                arena *a = &arenas[eg->color[i]];
+                if (enable_coshare) {
+                    if (a->buffer < 0) a->buffer = p->n_buffers++;
+                    slot_buffer[sid] = a->buffer;
+                    slot_off[sid] = arena_take(a, slot_bytes[sid]);
+                } else {
+                    slot_buffer[sid] = p->n_buffers;
+                    slot_off[sid] = 0;
+                    p->buffer_bytes[p->n_buffers++] = bytes;
                 }
             }
-            if (sid < 0 && enable_coshare) {
-                /* Best fit among free buffers of this colour. */
-                int best = pool_best(&pool, eg->color[i], bytes);
-                if (best >= 0) {
-                    sid = pool_take(&pool, best);
-                    if (p->buffer_bytes[sid] < bytes) p->buffer_bytes[sid] = bytes;
-                }
-            }
-            if (sid < 0) {
-                sid = p->n_buffers++;
-                p->buffer_bytes[sid] = bytes;
-                buffer_color[sid] = eg->color[i];
-            }
-            p->storage[e] = sid;
+            /* In place or not, the slot's memory. */
+            p->storage[e] = slot_buffer[sid];
+            p->offset[e] = slot_off[sid];
+            slot_of[e] = sid;
             users[sid]++;
         }
         /* Release inputs whose last reader this was, then unread outputs. */
         int k = exec_node_reads(eg, (uint32_t)i, reads);
-        for (int j = 0; j <= k; j++) {
+        for (int j = 0; j <= k && st == MX_OK; j++) {
             bool output_pass = j == k;
             int m = output_pass ? n->n_outputs : 1;
-            for (int q = 0; q < m; q++) {
+            for (int q = 0; q < m && st == MX_OK; q++) {
                 uint32_t e = output_pass ? eg->shapes.entry_offset[i] + (uint32_t)q : exec_entry_id(eg, reads[j]);
                 if (!output_pass) refs[e]--;
-                if (eg->kind[e] != ENTRY_INTERNAL || p->storage[e] < 0 || refs[e] != 0) continue;
-                int sid = p->storage[e];
+                if (eg->kind[e] != ENTRY_INTERNAL || slot_of[e] < 0 || refs[e] != 0) continue;
+                int sid = slot_of[e];
                 if (output_pass && users[sid] == 0) continue;
-                if (--users[sid] == 0 && st == MX_OK) st = pool_put(&pool, buffer_color[sid], p->buffer_bytes[sid], sid);
+                if (--users[sid] == 0 && enable_coshare)
+                    st = arena_give(&arenas[slot_color[sid]], slot_off[sid], slot_bytes[sid]);
                 refs[e] = -1; /* released once */
             }
         }
-        if (st != MX_OK) break;
     }
+    for (int c = 0; c < n_colors && st == MX_OK; c++)
+        if (arenas[c].buffer >= 0) p->buffer_bytes[arenas[c].buffer] = arenas[c].end;
+    for (int c = 0; arenas && c < n_colors; c++) free(arenas[c].free);
+    free(arenas);
     free(refs);
+    free(slot_of);
     free(users);
-    free(buffer_color);
-    pool_free(&pool);
+    free(slot_color);
+    free(slot_bytes);
+    free(slot_off);
+    free(slot_buffer);
     if (st != MX_OK) memory_plan_free(p);
     return st;
+}
+
+mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
+{
+    MX_TRY(plan_build(eg, enable_inplace, enable_coshare, p));
+    if (!enable_coshare) return MX_OK;
+    /* Arenas round every tensor up to 64 bytes and can fragment, and an
+     * output taken in place can keep a range that co-sharing would have
+     * used better: in small nets a buffer per tensor, or co-sharing alone,
+     * can come out smaller. Plans are cheap: keep the smallest (results are
+     * the same bits whichever runs). */
+    bool tries[2][2] = {{enable_inplace, false}, {false, true}};
+    for (int t = 0; t < (enable_inplace ? 2 : 1); t++) {
+        memory_plan other;
+        mx_status st = plan_build(eg, tries[t][0], tries[t][1], &other);
+        if (st != MX_OK) {
+            memory_plan_free(p);
+            return st;
+        }
+        if (memory_plan_total(&other) < memory_plan_total(p)) {
+            memory_plan_free(p);
+            *p = other;
+        } else {
+            memory_plan_free(&other);
+        }
+    }
+    return MX_OK;
 }

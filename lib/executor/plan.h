@@ -58,6 +58,7 @@ size_t exec_entry_bytes(const exec_graph *eg, uint32_t entry);
 
 typedef struct memory_plan {
     int32_t *storage;        /* per entry: buffer id, -1 if none */
+    size_t *offset;          /* per entry: bytes into its buffer */
     uint8_t *inplace;        /* per entry: written in place over an input */
     size_t *buffer_bytes;    /* per buffer */
     int n_buffers;
