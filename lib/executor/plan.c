@@ -354,8 +354,9 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
  * free neighbours. Unlike whole buffers handed from tensor to tensor, a
  * large freed range serves several smaller tensors and neighbours freed
  * apart serve one larger, so the arena stays close to the most bytes
- * alive at once. Offsets are multiples of 64 bytes (vector loads). */
-#define ARENA_ALIGN 64
+ * alive at once. Offsets are multiples of 256 bytes, as cudaMalloc aligns
+ * (vector loads, cuDNN and cuBLAS on GPU arenas). */
+#define ARENA_ALIGN 256
 
 typedef struct free_range {
     size_t off, len;
@@ -610,7 +611,7 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
 {
     MX_TRY(plan_build(eg, enable_inplace, enable_coshare, p));
     if (!enable_coshare) return MX_OK;
-    /* Arenas round every tensor up to 64 bytes and can fragment, and an
+    /* Arenas round every tensor up to 256 bytes and can fragment, and an
      * output taken in place can keep a range that co-sharing would have
      * used better: in small nets a buffer per tensor, or co-sharing alone,
      * can come out smaller. Plans are cheap: keep the smallest (results are
