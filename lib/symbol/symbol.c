@@ -620,6 +620,34 @@ static uint32_t copy_of(const mirror_state *ms, uint32_t node)
     return ms->cached[node] != MX_NO_NODE ? ms->cached[node] : ms->temp[node];
 }
 
+
+/* A node made from forward node `id` (its backward, or a recomputation
+ * copy): named PREFIX + its name, with its op and a copy of its params, and
+ * room for n_inputs inputs (filled by the caller); *out is valid until the
+ * next node is added. */
+static mx_status push_derived(mx_graph *g, const char *prefix, uint32_t id, mx_node_kind kind, int n_inputs,
+                              int n_outputs, mx_node **out)
+{
+    char *name = join3(prefix, g->nodes[id].name, "");
+    mx_status s = name ? push_node(g, name, out) : MX_ERR_NOMEM;
+    free(name);
+    if (s != MX_OK) return s;
+    mx_node *m = *out;
+    const mx_node *f = &g->nodes[id]; /* after push_node, which may move nodes */
+    m->kind = kind;
+    m->op = f->op;
+    m->forward_node = id;
+    m->n_inputs = n_inputs;
+    m->n_outputs = n_outputs;
+    m->params = mx_malloc(f->op->params_size ? f->op->params_size : 1);
+    m->inputs = mx_malloc(sizeof(mx_entry) * (size_t)(n_inputs ? n_inputs : 1));
+    if (!m->params || !m->inputs) {
+        pop_node(g);
+        return MX_ERR_NOMEM;
+    }
+    memcpy(m->params, f->params, f->op->params_size);
+    return MX_OK;
+}
 /* The recomputation copy of forward node `root` (made first for the
  * mirrored nodes it reads, so that a chain recomputes from the nearest
  * kept tensor), appended now so that it runs just before the backward node
@@ -644,27 +672,17 @@ static mx_status mirror_node(mx_graph *g, mirror_state *ms, uint32_t root)
             }
         }
         if (!ready) continue;
-        char *name = join3("_mirror_", g->nodes[t].name, "");
         mx_node *m;
-        s = name ? push_node(g, name, &m) : MX_ERR_NOMEM;
-        free(name);
+        s = push_derived(g, "_mirror_", t, MX_NODE_OP, g->nodes[t].n_inputs, g->nodes[t].n_outputs, &m);
         if (s != MX_OK) break;
-        const mx_node *f = &g->nodes[t]; /* re-read: push_node may move nodes */
-        m->kind = MX_NODE_OP;
-        m->op = f->op;
-        m->forward_node = t;
+        const mx_node *f = &g->nodes[t];
         m->fold = f->fold; /* recomputes what the node computes */
         m->folded_node = f->folded_node;
-        m->n_inputs = f->n_inputs;
-        m->n_outputs = f->n_outputs;
-        m->params = mx_malloc(f->op->params_size ? f->op->params_size : 1);
-        m->inputs = mx_malloc(sizeof(mx_entry) * (size_t)(f->n_inputs ? f->n_inputs : 1));
-        if (!m->params || !m->inputs || set_attrs(m, f->attrs, f->n_attrs) != MX_OK) {
+        if (set_attrs(m, f->attrs, f->n_attrs) != MX_OK) {
             pop_node(g);
             s = MX_ERR_NOMEM;
             break;
         }
-        memcpy(m->params, f->params, f->op->params_size);
         for (int j = 0; j < f->n_inputs; j++) {
             mx_entry e = f->inputs[j];
             m->inputs[j] = ms->mirror[e.node] ? (mx_entry){copy_of(ms, e.node), e.index} : e;
@@ -764,25 +782,9 @@ mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, 
             e->node = ms.cached[e->node];
         }
         if (s != MX_OK) break;
-        char *name = join3("_backward_", g->nodes[i].name, "");
         mx_node *b;
-        s = name ? push_node(g, name, &b) : MX_ERR_NOMEM;
-        free(name);
+        s = push_derived(g, "_backward_", (uint32_t)i, MX_NODE_BACKWARD, 2 * n_out + n_in, n_in - n_aux, &b);
         if (s != MX_OK) break;
-        const mx_node *f = &g->nodes[i]; /* re-read: push_node may move nodes */
-        b->kind = MX_NODE_BACKWARD;
-        b->op = f->op;
-        b->forward_node = (uint32_t)i;
-        b->n_inputs = 2 * n_out + n_in;
-        b->n_outputs = n_in - n_aux;
-        b->params = mx_malloc(f->op->params_size ? f->op->params_size : 1);
-        b->inputs = mx_malloc(sizeof(mx_entry) * (size_t)b->n_inputs);
-        if (!b->params || !b->inputs) {
-            pop_node(g);
-            s = MX_ERR_NOMEM;
-            break;
-        }
-        memcpy(b->params, f->params, f->op->params_size);
         memcpy(b->inputs, ins, sizeof(mx_entry) * (size_t)b->n_inputs);
         uint32_t bid = (uint32_t)(g->n_nodes - 1);
         for (int j = 0; j < n_in - n_aux && s == MX_OK; j++) {
