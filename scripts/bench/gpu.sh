@@ -22,6 +22,7 @@
 #   where there is no GPU)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 bin=build/bin batches=40 out=${OUT:-/tmp} compile= nets=lenet,resnet-20,resnet-50 profile=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -75,8 +76,7 @@ EOC
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     kill $smi 2>/dev/null; wait $smi 2>/dev/null
     { echo "=== mxtrain $net rc=$rc ${ms} ms"; cat "$work/run.txt"; } >> "$log"
-    speed=$(grep -o 'Speed: [0-9.]*' "$work/run.txt" | awk 'NR > 1 {print $2}' | sort -n |
-            awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print 0}')
+    speed=$(mxtrain_speed "$work/run.txt")
     peak=$(sort -n "$work/mem.txt" | tail -1)
     results+=("$(printf '{"side": "mxc", "net": "%s", "batch": 64, "rc": %d, "images_per_sec": %s, "peak_mib_process": %s}' \
         "${net//-/}" "$rc" "${speed:-0}" "${peak:-0}")")

@@ -22,6 +22,7 @@
 # shown as "-" with the reason under the table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 
 nets=resnet-20,resnet-18,resnet-50,mobilenet-v2,inception-bn,vgg-16 rounds=1 batches=8 warmup=2 out=docs/benchmarks.md work= write=1
 variants=unfolded,mirror
@@ -73,8 +74,7 @@ run_side() {
     fi
     local speed rss
     if [ "$side" != mxnet ] && [ "$side" != torch ]; then
-        speed=$(grep -o 'Speed: [0-9.]*' "$log" | awk 'NR > 1 {print $2}' | sort -n |
-            awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print "-"}')
+        speed=$(mxtrain_speed "$log")
     else
         speed=$(grep -o '"samples_per_sec": [0-9.]*' "$log" | awk '{print $2}' | tail -1)
     fi
