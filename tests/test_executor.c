@@ -109,8 +109,8 @@ static mx_graph *inception(void)
 
 /* Every kind of producer an Activation or clip folds into (BatchNorm,
  * Convolution through im2col and the depthwise kernel, ElementWiseSum,
- * FullyConnected), every act_type, a clip, and a BatchNorm whose output
- * has two readers, which must not fold. */
+ * elemwise_add, FullyConnected), every act_type, a clip, and a BatchNorm
+ * whose output has two readers, which must not fold. */
 static mx_graph *folding(void)
 {
     uint32_t d;
@@ -132,7 +132,8 @@ static mx_graph *folding(void)
     mx_entry two[2];
     two[0] = test_entry(test_graph_op(g, "Activation", "a4", "act_type=relu", &b2, 1));
     two[1] = test_entry(test_graph_op(g, "Pooling", "p", "kernel=(3,3);pad=(1,1);pool_type=avg", &b2, 1));
-    x = test_entry(test_graph_op(g, "ElementWiseSum", "m", "num_args=2", two, 2));
+    x = test_entry(test_graph_op(g, "elemwise_add", "m", NULL, two, 2));
+    x = test_entry(test_graph_op(g, "Activation", "a6", "act_type=relu", &x, 1));
     x = test_entry(test_graph_op(g, "Flatten", "flat", NULL, &x, 1));
     x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=8", &x, 1));
     x = test_entry(test_graph_op(g, "Activation", "a5", "act_type=softrelu", &x, 1));
@@ -492,7 +493,7 @@ static size_t predict_once(mx_graph *(*make)(void), mx_shape shape, int classes,
 
 START_TEST(folding_folds_only_what_nobody_else_reads)
 {
-    /* Training: a0, a1, k1, a2, a3 and a5 fold; a4 does not (bn2 also
+    /* Training: a0, a1, k1, a2, a3, a6 and a5 fold; a4 does not (bn2 also
      * feeds the pooling). */
     int f_on, f_off, bw;
     bound b;
@@ -503,13 +504,13 @@ START_TEST(folding_folds_only_what_nobody_else_reads)
     unsetenv("MXNET_EXEC_ENABLE_FOLDING");
     bind_net(&b, folding(), MX_SHAPE(3, 2, 6, 6), 3, false, true, 5);
     mx_executor_count_nodes(b.ex, &f_on, &bw);
-    ck_assert_int_eq(f_off, 20);
+    ck_assert_int_eq(f_off, 21);
     ck_assert_int_eq(f_on, 14);
     mx_layer_time *t;
     int n;
     ck_assert_int_eq(mx_executor_time_layers(b.ex, 1, &t, &n), MX_OK);
     ck_assert_int_eq(n, 16); /* and the gradient sums of bn0+a0's and bn2's outputs */
-    const char *want[] = {"c0", "bn0+a0", "c1+a1", "bn1+k1", "s+a2", "dw+a3", "bn2", "a4", "p", "m", "flat", "fc1+a5",
+    const char *want[] = {"c0", "bn0+a0", "c1+a1", "bn1+k1", "s+a2", "dw+a3", "bn2", "a4", "p", "m+a6", "flat", "fc1+a5",
                           "fc2", "softmax"};
     for (int i = 0; i < 14; i++) ck_assert_str_eq(t[i].name, want[i]);
     free(t);
@@ -523,14 +524,14 @@ START_TEST(folding_folds_only_what_nobody_else_reads)
     size_t nr = predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, NULL, 0, &f_off, ref);
     unsetenv("MXNET_EXEC_ENABLE_FOLDING");
     ck_assert_int_eq(predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, NULL, 0, &f_on, got), nr);
-    ck_assert_int_eq(f_off - f_on, 6);
+    ck_assert_int_eq(f_off - f_on, 7);
     ck_assert_int_eq(memcmp(ref, got, nr * sizeof(float)), 0);
     const char *outs[] = {"a0_output", "softmax_output"};
     setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
     nr = predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, outs, 2, &f_off, ref);
     unsetenv("MXNET_EXEC_ENABLE_FOLDING");
     ck_assert_int_eq(predict_once(folding, MX_SHAPE(3, 2, 6, 6), 3, outs, 2, &f_on, got), nr);
-    ck_assert_int_eq(f_off - f_on, 5);
+    ck_assert_int_eq(f_off - f_on, 6);
     ck_assert_int_eq(memcmp(ref, got, nr * sizeof(float)), 0);
     free(ref);
     free(got);

@@ -49,6 +49,7 @@ START_TEST(forward_backward_against_reference)
         run(names[k], k, MX_SHAPE(3, 2, 5), s + 2);
         run(names[k], k, MX_SHAPE(1), s + 3);
         run(names[k], k, MX_SHAPE(1030), s + 4); /* several chunks */
+        run(names[k], k, MX_SHAPE(3, 20000), s + 5); /* pieces on the kernel pool */
     }
 }
 END_TEST

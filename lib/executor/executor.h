@@ -20,8 +20,9 @@
  * parameter updates pushed between iterations overlap the next forward.
  *
  * Operation folding (MXNET_EXEC_ENABLE_FOLDING=0 turns it off): before
- * the backward pass is appended, an Activation that alone reads output 0
- * of a BatchNorm, Convolution, FullyConnected or ElementWiseSum runs inside
+ * the backward pass is appended, an Activation or clip that alone reads
+ * output 0 of an op that can apply it (BatchNorm, Convolution,
+ * FullyConnected, ElementWiseSum, elemwise_add/sub/mul/div) runs inside
  * that layer (mx_graph_fold_activations): the layer's forward applies it
  * as it writes, its backward first turns the output gradient into the
  * Activation's input gradient in place. Same bits as unfolded; one pass

@@ -7,7 +7,9 @@
  *   elemwise_mul (_mul, _Mul)            dl = dy*r      dr = dy*l
  *   elemwise_div (_div, _Div)            dl = dy/r      dr = -dy*l/r^2
  * Work runs in chunks that read before they write, so the output may share
- * a buffer with either input (forward) or out_grad (backward).
+ * a buffer with either input (forward) or out_grad (backward); the kernel
+ * pool splits it, and an Activation or clip folded into one of these four
+ * goes over each chunk of the output.
  *
  * Issue 17 adds MXNet's other equal-shape binaries on binary_math.h's
  * element math (shared with the scalar and broadcast families):
@@ -68,38 +70,60 @@ static inline void store(float *dst, const float *v, int64_t w, bool add)
         memcpy(dst, v, (size_t)w * sizeof(float));
 }
 
-static mx_status ewb_forward(ewb_kind kind, const mx_tensor *in, const mx_req *req, mx_tensor *out)
+/* Forward and backward over a range of elements, in chunks; the pool
+ * splits the range (each element is computed alone, so any split gives the
+ * same bits). A folded activation or clip (mx_op_ctx.fold) goes over each
+ * chunk of the output before it is stored. */
+typedef struct ewb_job {
+    ewb_kind kind;
+    const float *l, *r, *dy;
+    float *y, *dl, *dr;
+    bool add, add_l, add_r;
+    const mx_fold *fold;
+} ewb_job;
+
+#define EWB_PIECE 16384 /* elements per piece on the kernel pool */
+
+static void ewb_forward_range(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    if (req[0] == MX_REQ_NULL) return MX_OK;
-    int64_t n = mx_shape_size(&out[0].shape);
-    const float *l = in[0].data, *r = in[1].data;
-    float *y = out[0].data, v[EWB_CHUNK];
-    bool add = req[0] == MX_REQ_ADD;
-    for (int64_t i0 = 0; i0 < n; i0 += EWB_CHUNK) {
-        int64_t w = n - i0 < EWB_CHUNK ? n - i0 : EWB_CHUNK;
-        const float *a = l + i0, *b = r + i0;
-        switch (kind) {
+    (void)worker;
+    const ewb_job *j = arg;
+    float v[EWB_CHUNK];
+    for (int64_t i0 = lo; i0 < hi; i0 += EWB_CHUNK) {
+        int64_t w = hi - i0 < EWB_CHUNK ? hi - i0 : EWB_CHUNK;
+        const float *a = j->l + i0, *b = j->r + i0;
+        switch (j->kind) {
         case EWB_ADD: for (int64_t i = 0; i < w; i++) v[i] = a[i] + b[i]; break;
         case EWB_SUB: for (int64_t i = 0; i < w; i++) v[i] = a[i] - b[i]; break;
         case EWB_MUL: for (int64_t i = 0; i < w; i++) v[i] = a[i] * b[i]; break;
         case EWB_DIV: for (int64_t i = 0; i < w; i++) v[i] = a[i] / b[i]; break;
         }
-        store(y + i0, v, w, add);
+        mx_fold_rows(j->fold, v, w);
+        store(j->y + i0, v, w, j->add);
     }
+}
+
+static mx_status ewb_forward(const mx_op_ctx *ctx, ewb_kind kind, const mx_tensor *in, const mx_req *req,
+                             mx_tensor *out)
+{
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
+        return MX_ERROR(MX_ERR_INVALID, "%s: a folded activation cannot add to its output", ewb_names[kind]);
+    ewb_job j = {.kind = kind, .l = in[0].data, .r = in[1].data, .y = out[0].data, .add = req[0] == MX_REQ_ADD,
+                 .fold = &ctx->fold};
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape), EWB_PIECE, ewb_forward_range, &j);
     return MX_OK;
 }
 
-static mx_status ewb_backward(ewb_kind kind, const mx_tensor *out_grad, const mx_tensor *in, const mx_req *req,
-                              mx_tensor *in_grad)
+static void ewb_backward_range(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    int64_t n = mx_shape_size(&out_grad[0].shape);
-    const float *dy = out_grad[0].data;
-    const float *l = kind >= EWB_MUL ? in[0].data : NULL, *r = kind >= EWB_MUL ? in[1].data : NULL;
+    (void)worker;
+    const ewb_job *j = arg;
     float gl[EWB_CHUNK], gr[EWB_CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += EWB_CHUNK) {
-        int64_t w = n - i0 < EWB_CHUNK ? n - i0 : EWB_CHUNK;
-        const float *g = dy + i0;
-        switch (kind) {
+    for (int64_t i0 = lo; i0 < hi; i0 += EWB_CHUNK) {
+        int64_t w = hi - i0 < EWB_CHUNK ? hi - i0 : EWB_CHUNK;
+        const float *g = j->dy + i0, *l = j->l, *r = j->r;
+        switch (j->kind) {
         case EWB_ADD:
             for (int64_t i = 0; i < w; i++) gl[i] = gr[i] = g[i];
             break;
@@ -123,9 +147,19 @@ static mx_status ewb_backward(ewb_kind kind, const mx_tensor *out_grad, const mx
             }
             break;
         }
-        if (req[0] != MX_REQ_NULL) store((float *)in_grad[0].data + i0, gl, w, req[0] == MX_REQ_ADD);
-        if (req[1] != MX_REQ_NULL) store((float *)in_grad[1].data + i0, gr, w, req[1] == MX_REQ_ADD);
+        if (j->dl) store(j->dl + i0, gl, w, j->add_l);
+        if (j->dr) store(j->dr + i0, gr, w, j->add_r);
     }
+}
+
+static mx_status ewb_backward(const mx_op_ctx *ctx, ewb_kind kind, const mx_tensor *out_grad, const mx_tensor *in,
+                              const mx_req *req, mx_tensor *in_grad)
+{
+    ewb_job j = {.kind = kind, .dy = out_grad[0].data, .l = kind >= EWB_MUL ? in[0].data : NULL,
+                 .r = kind >= EWB_MUL ? in[1].data : NULL,
+                 .dl = req[0] != MX_REQ_NULL ? in_grad[0].data : NULL, .add_l = req[0] == MX_REQ_ADD,
+                 .dr = req[1] != MX_REQ_NULL ? in_grad[1].data : NULL, .add_r = req[1] == MX_REQ_ADD};
+    mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out_grad[0].shape), EWB_PIECE, ewb_backward_range, &j);
     return MX_OK;
 }
 
@@ -138,15 +172,15 @@ static mx_status ewb_backward(ewb_kind kind, const mx_tensor *out_grad, const mx
     static mx_status prefix##_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in,              \
                                       const mx_req *req, mx_tensor *out, mx_tensor *aux)                     \
     {                                                                                                        \
-        (void)ctx, (void)p, (void)aux;                                                                       \
-        return ewb_forward(kind, in, req, out);                                                              \
+        (void)p, (void)aux;                                                                                  \
+        return ewb_forward(ctx, kind, in, req, out);                                                         \
     }                                                                                                        \
     static mx_status prefix##_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,       \
                                        const mx_tensor *in, const mx_tensor *out, const mx_req *req,         \
                                        mx_tensor *in_grad, mx_tensor *aux)                                   \
     {                                                                                                        \
-        (void)ctx, (void)p, (void)out, (void)aux;                                                            \
-        return ewb_backward(kind, out_grad, in, req, in_grad);                                               \
+        (void)p, (void)out, (void)aux;                                                                       \
+        return ewb_backward(ctx, kind, out_grad, in, req, in_grad);                                          \
     }
 
 EWB_FUNCS(ewb_add, EWB_ADD)
@@ -177,6 +211,7 @@ static const char *const ewb_div_aliases[] = {"_sparse_elemwise_div", "_div", "_
         .backward_deps = deps,                                                                              \
         .forward_inplace = ewb_forward_inplace,                                                             \
         .backward_inplace = ewb_backward_inplace,                                                           \
+        .folds_elementwise = true,                                                                          \
         .forward = prefix##_forward,                                                                        \
         .backward = prefix##_backward,                                                                      \
         .gpu = MX_OP_GPU(id),                                                                               \
