@@ -676,13 +676,14 @@ static void filter_units(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* The transformed filters in the caller's scratch slot 2 (64-byte aligned,
+/* The transformed filters in the caller's lease, slot 2 (64-byte aligned,
  * which lets big transforms stream), or NULL when out of memory. */
-static float *transform_filters(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward)
+static float *transform_filters(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *w,
+                                bool backward)
 {
     mx_conv_geom gb;
     mx_winograd_backward_geom(g, &gb);
-    float *u = mx_thread_scratch(2, mx_winograd_filter_bytes(backward ? &gb : g));
+    float *u = mx_scratch_buffer(pool, lease, 2, mx_winograd_filter_bytes(backward ? &gb : g));
     if (!u) return NULL;
     filter_job j = {.g = g, .w = w, .u = u, .backward = backward, .parts = 4 * (int64_t)mx_threadpool_size(pool)};
     mx_parallel_for(pool, j.parts, 1, filter_units, &j);
@@ -708,11 +709,12 @@ static void pack_units(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* The direct kernels' packed weights in the caller's scratch slot 2, or
+/* The direct kernels' packed weights in the caller's lease, slot 2, or
  * NULL when out of memory. */
-static float *pack_direct(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward)
+static float *pack_direct(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *w,
+                          bool backward)
 {
-    float *packed = mx_thread_scratch(2, mx_direct_packed_bytes(g));
+    float *packed = mx_scratch_buffer(pool, lease, 2, mx_direct_packed_bytes(g));
     if (!packed) return NULL;
     pack_job j = {.g = g, .w = w, .packed = packed, .backward = backward,
                   .parts = 4 * (int64_t)mx_threadpool_size(pool)};
@@ -731,8 +733,9 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
     return mx_conv_forward_act(pool, g, x, w, bias, 0, y, req, ws, ws_bytes);
 }
 
-mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                              const float *bias, int folded_act, float *y, mx_req req, void *ws, size_t ws_bytes)
+static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *x,
+                                  const float *w, const float *bias, int folded_act, float *y, mx_req req, void *ws,
+                                  size_t ws_bytes)
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
     if (folded_act && req == MX_REQ_ADD)
@@ -750,14 +753,14 @@ mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const 
          * a batch too small to split runs on the caller (still faster than
          * lowering on every thread). */
         if (c.piece == 0) c.piece = g->batch;
-        c.u = transform_filters(pool, g, w, false);
+        c.u = transform_filters(pool, lease, g, w, false);
         if (!c.u) return MX_ERR_NOMEM;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
     }
     if (mx_direct_profitable(g)) {
         if (c.piece == 0) c.piece = g->batch;
-        c.packed = pack_direct(pool, g, w, false);
+        c.packed = pack_direct(pool, lease, g, w, false);
         if (!c.packed) return MX_ERR_NOMEM;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
@@ -778,9 +781,9 @@ mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const 
     return MX_OK;
 }
 
-mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                           const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw, void *ws,
-                           size_t ws_bytes)
+static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *x,
+                               const float *w, const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw,
+                               void *ws, size_t ws_bytes)
 {
     bool need_dx = dx && req_dx != MX_REQ_NULL, need_dw = dw && req_dw != MX_REQ_NULL;
     const int64_t dw_size = g->out_c * (g->in_c / g->groups) * g->k_h * g->k_w;
@@ -803,8 +806,8 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
         (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
         c.piece = 0;
     if (c.piece > 0 && need_dw) {
-        /* The caller's scratch slot 1: pieces (the caller's included) lower into slot 0. */
-        c.dw_parts = mx_thread_scratch(1, (size_t)(n_pieces * dw_size) * sizeof(float));
+        /* The caller's lease, slot 1: pieces (the caller's included) lower into slot 0. */
+        c.dw_parts = mx_scratch_buffer(pool, lease, 1, (size_t)(n_pieces * dw_size) * sizeof(float));
         if (!c.dw_parts) {
             if (wino || direct) return MX_ERR_NOMEM;
             c.piece = 0;
@@ -812,11 +815,11 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
     }
     if (wino && need_dx) {
         mx_winograd_backward_geom(g, &c.gb);
-        c.u = transform_filters(pool, g, w, true);
+        c.u = transform_filters(pool, lease, g, w, true);
         if (!c.u) return MX_ERR_NOMEM;
     }
     if (direct && need_dx) {
-        c.packed = pack_direct(pool, g, w, true);
+        c.packed = pack_direct(pool, lease, g, w, true);
         if (!c.packed) return MX_ERR_NOMEM;
     }
     if (c.piece > 0) {
@@ -841,4 +844,27 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
     }
     free(owned);
     return MX_OK;
+}
+
+/* The public calls hold one lease of the pool's shared scratch (slots 1
+ * and 2) for the whole call. */
+mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                              const float *bias, int folded_act, float *y, mx_req req, void *ws, size_t ws_bytes)
+{
+    mx_scratch_lease *lease;
+    MX_TRY(mx_scratch_take(pool, &lease));
+    mx_status s = conv_forward_act(pool, lease, g, x, w, bias, folded_act, y, req, ws, ws_bytes);
+    mx_scratch_give(pool, lease);
+    return s;
+}
+
+mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                           const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw, void *ws,
+                           size_t ws_bytes)
+{
+    mx_scratch_lease *lease;
+    MX_TRY(mx_scratch_take(pool, &lease));
+    mx_status s = conv_backward(pool, lease, g, x, w, dy, dx, req_dx, dw, req_dw, ws, ws_bytes);
+    mx_scratch_give(pool, lease);
+    return s;
 }
