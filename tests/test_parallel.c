@@ -234,9 +234,10 @@ START_TEST(scratch_leases_are_shared_by_callers)
 }
 END_TEST
 
-/* A Winograd convolution's backward keeps its transformed filters and
- * per-piece weight gradients in the pool's lease: run from two threads in
- * turn (two engine workers), the pool holds them once. */
+/* A Winograd convolution's backward keeps its transformed filters,
+ * per-piece weight gradients and its caller's piece buffers in the pool's
+ * lease: run from two threads in turn (two engine workers), the pool holds
+ * them once. */
 typedef struct conv_arg {
     mx_threadpool *pool;
     const mx_conv_geom *g;
@@ -271,6 +272,16 @@ START_TEST(conv_scratch_is_held_once_per_pool)
     ck_assert_int_eq(pthread_create(&t, NULL, conv_main, &a), 0);
     pthread_join(t, NULL);
     ck_assert_uint_eq(mx_scratch_held_bytes(pool), once);
+    /* The caller's pieces take their buffers from the lease too (a pool of
+     * one thread: every piece is the caller's). */
+    mx_threadpool *one;
+    ck_assert(mx_threadpool_create(1, &one) == MX_OK);
+    float *y = calloc(nx, 4);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(mx_conv_forward(one, &g, a.x, a.w, NULL, y, MX_REQ_WRITE, NULL, 0), MX_OK);
+    ck_assert_uint_ge(mx_scratch_held_bytes(one), mx_winograd_filter_bytes(&g) + mx_winograd_scratch_bytes(&g, 4));
+    free(y);
+    mx_threadpool_free(one);
     free(a.x);
     free(a.w);
     free(a.dy);

@@ -66,7 +66,8 @@ int64_t mx_parallel_grain(const mx_threadpool *pool, int64_t n, int pieces_per_t
 void *mx_thread_scratch(int slot, size_t bytes);
 
 /* Scratch held for a whole kernel call (transformed filters, per-piece
- * weight gradients), shared by every thread that calls into one pool: a
+ * weight gradients, the caller's own pieces' buffers), shared by every
+ * thread that calls into one pool: a
  * caller takes a lease, uses its buffers until the call ends and gives it
  * back. Engine workers seldom run such kernels at once, yet per-thread
  * buffers kept one copy of the largest per worker (ResNet-50: 2 x 75 MB).

@@ -401,7 +401,17 @@ typedef struct conv_call {
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
     int folded_act;      /* forward: 1 + the Activation applied to y, 0 none */
     atomic_int failed;   /* a piece could not get scratch memory */
+    mx_threadpool *pool;
+    mx_scratch_lease *lease; /* the caller's (NULL: its thread scratch) */
 } conv_call;
+
+/* A piece's scratch: the caller's (worker 0) from its lease, so engine
+ * workers that run convolutions one after another share it; the pool's
+ * helpers keep their own. */
+static void *piece_scratch(const conv_call *c, int worker, int slot, size_t bytes)
+{
+    return worker == 0 ? mx_scratch_buffer(c->pool, c->lease, slot, bytes) : mx_thread_scratch(slot, bytes);
+}
 
 static int64_t out_image(const mx_conv_geom *g) { return g->out_c * g->out_h * g->out_w; }
 static int64_t in_image(const mx_conv_geom *g) { return g->in_c * g->in_h * g->in_w; }
@@ -533,11 +543,10 @@ static int64_t piece_chunk(const mx_conv_geom *g, int64_t piece)
  * the whole batch on the caller). */
 static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    (void)worker;
     conv_call *c = arg;
     if (c->u) {
         const mx_conv_geom *g = c->g;
-        void *scratch = mx_thread_scratch(0, mx_winograd_scratch_bytes(g, c->piece));
+        void *scratch = piece_scratch(c, worker, 0, mx_winograd_scratch_bytes(g, c->piece));
         if (!scratch) {
             atomic_store(&c->failed, 1);
             return;
@@ -552,7 +561,7 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     }
     if (c->packed) {
         const mx_conv_geom *g = c->g;
-        void *scratch = mx_thread_scratch(0, mx_direct_scratch_bytes(g, c->piece));
+        void *scratch = piece_scratch(c, worker, 0, mx_direct_scratch_bytes(g, c->piece));
         if (!scratch) {
             atomic_store(&c->failed, 1);
             return;
@@ -565,7 +574,7 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         }
         return;
     }
-    float *col = mx_thread_scratch(0, mx_conv_workspace_bytes(c->g, c->chunk));
+    float *col = piece_scratch(c, worker, 0, mx_conv_workspace_bytes(c->g, c->chunk));
     if (!col) {
         atomic_store(&c->failed, 1);
         return;
@@ -579,11 +588,10 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 
 static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    (void)worker;
     conv_call *c = arg;
     const mx_conv_geom *g = c->g;
     bool lowering = c->lower_dx || c->lower_dw;
-    float *col = lowering ? mx_thread_scratch(0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
+    float *col = lowering ? piece_scratch(c, worker, 0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
     size_t wino_bytes = 0; /* Winograd's or the direct kernels' scratch */
     if (c->u) wino_bytes = mx_winograd_scratch_bytes(&c->gb, c->piece);
     if (c->wino_dw && mx_winograd_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
@@ -591,7 +599,7 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     if (c->packed) wino_bytes = mx_direct_scratch_bytes(g, c->piece);
     if (c->direct_dw && mx_direct_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
         wino_bytes = mx_direct_wgrad_scratch_bytes(g, c->piece);
-    void *wino = wino_bytes ? mx_thread_scratch(3, wino_bytes) : NULL;
+    void *wino = wino_bytes ? piece_scratch(c, worker, 3, wino_bytes) : NULL;
     if ((lowering && !col) || (wino_bytes && !wino)) {
         atomic_store(&c->failed, 1);
         return;
@@ -745,7 +753,8 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
         if (folded_act) mx_activation_fold_forward(pool, folded_act - 1, y, g->batch * g->out_c * g->out_h * g->out_w);
         return MX_OK;
     }
-    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .folded_act = folded_act};
+    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .folded_act = folded_act,
+                   .pool = pool, .lease = lease};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
     if (mx_winograd_profitable(g)) {
@@ -791,7 +800,7 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     if ((!need_dx && !need_dw) || g->batch == 0) return MX_OK;
     if (mx_depthwise_supported(g)) return mx_depthwise_backward(pool, g, x, w, dy, dx, req_dx, dw, req_dw);
     conv_call c = {.g = g, .x = x, .w = w, .dy = dy, .dx = dx, .req = req_dx, .need_dx = need_dx,
-                   .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw};
+                   .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw, .pool = pool, .lease = lease};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
     bool wino = mx_winograd_profitable(g), direct = !wino && mx_direct_profitable(g);
