@@ -399,6 +399,7 @@ typedef struct conv_call {
     int64_t chunk;       /* images lowered side by side */
     int64_t piece;       /* images per piece when the batch is split */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
+    float *dw_first;     /* when set (a write request), piece 0's goes straight here */
     int folded_act;      /* forward: 1 + the Activation applied to y, 0 none */
     atomic_int failed;   /* a piece could not get scratch memory */
     mx_threadpool *pool;
@@ -608,7 +609,10 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
         int64_t p1 = p0 + c->piece < hi ? p0 + c->piece : hi;
         /* Pieces start at multiples of c->piece: p0 names its own gradient. */
-        float *dw = c->need_dw ? c->dw_parts + (p0 / c->piece) * dw_size : NULL;
+        int64_t q = p0 / c->piece;
+        float *dw = !c->need_dw ? NULL
+                    : c->dw_first ? (q == 0 ? c->dw_first : c->dw_parts + (q - 1) * dw_size)
+                                  : c->dw_parts + q * dw_size;
         if (c->u)
             mx_winograd_forward(&c->gb, c->u, c->dy + p0 * out_image(g), p1 - p0, NULL, c->req == MX_REQ_ADD,
                                 c->dx + p0 * in_image(g), wino);
@@ -630,21 +634,24 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* dw (per req) = sum of the pieces' gradients, in piece order. */
+/* dw (per req) = sum of the pieces' gradients, in piece order; with
+ * first_in_dw, dw already holds piece 0's and parts the others' (the same
+ * additions in the same order). */
 typedef struct dw_sum_job {
     const float *parts;
     int64_t n_parts, size;
     float *dw;
-    bool accumulate;
+    bool accumulate, first_in_dw;
 } dw_sum_job;
 
 static void dw_sum_units(void *arg, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
     const dw_sum_job *j = arg;
+    const int64_t q0 = j->first_in_dw ? 0 : 1;
     for (int64_t i = lo; i < hi; i++) {
-        float s = j->parts[i];
-        for (int64_t q = 1; q < j->n_parts; q++) s += j->parts[q * j->size + i];
+        float s = j->first_in_dw ? j->dw[i] : j->parts[i];
+        for (int64_t q = q0; q < j->n_parts; q++) s += j->parts[q * j->size + i];
         j->dw[i] = j->accumulate ? j->dw[i] + s : s;
     }
 }
@@ -814,10 +821,14 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     if (!wino && !direct && c.piece > 0 && need_dw &&
         (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
         c.piece = 0;
+    /* A write request takes piece 0's gradient in dw itself: one part less. */
+    const bool first_in_dw = req_dw != MX_REQ_ADD;
+    const int64_t n_parts = n_pieces - (first_in_dw ? 1 : 0);
     if (c.piece > 0 && need_dw) {
+        if (first_in_dw) c.dw_first = dw;
         /* The caller's lease, slot 1: pieces (the caller's included) lower into slot 0. */
-        c.dw_parts = mx_scratch_buffer(pool, lease, 1, (size_t)(n_pieces * dw_size) * sizeof(float));
-        if (!c.dw_parts) {
+        if (n_parts > 0) c.dw_parts = mx_scratch_buffer(pool, lease, 1, (size_t)(n_parts * dw_size) * sizeof(float));
+        if (n_parts > 0 && !c.dw_parts) {
             if (wino || direct) return MX_ERR_NOMEM;
             c.piece = 0;
         }
@@ -835,10 +846,10 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
         c.chunk = piece_chunk(g, c.piece);
         mx_parallel_for(pool, g->batch, c.piece, backward_piece, &c);
         if (atomic_load(&c.failed)) return scratch_failed();
-        if (need_dw) {
-            dw_sum_job j = {.parts = c.dw_parts, .n_parts = n_pieces, .size = dw_size, .dw = dw,
-                            .accumulate = req_dw == MX_REQ_ADD};
-            run_units(pool, dw_size, dw_size * n_pieces, dw_sum_units, &j);
+        if (need_dw && n_parts > 0) {
+            dw_sum_job j = {.parts = c.dw_parts, .n_parts = n_parts, .size = dw_size, .dw = dw,
+                            .accumulate = req_dw == MX_REQ_ADD, .first_in_dw = first_in_dw};
+            run_units(pool, dw_size, dw_size * (n_parts + 1), dw_sum_units, &j);
         }
         return MX_OK;
     }
