@@ -4,6 +4,7 @@
 #include "optimizer/optimizer.h"
 
 #include <check.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -757,6 +758,55 @@ static void round_trip(const char *name, int nk, const char **k, const char **v)
     }
     train(a, wa, g, 3, 3);
     train(b, wb, g, 3, 3);
+    {
+        mx_ndarray_list states;
+        ck_assert_int_eq(mx_optimizer_get_states(a, &states), MX_OK);
+        void *buf = NULL;
+        size_t bytes = 0;
+        ck_assert_int_eq(mx_ndarray_save_buffer(states.arrays, (const char *const *)states.names, states.count, &buf,
+                                                &bytes),
+                         MX_OK);
+        /* The view saves to the same bytes now, and its state arrays are the
+         * live ones: after more updates they hold the new state, where the
+         * snapshot keeps the old one. */
+        mx_ndarray_list view;
+        ck_assert_int_eq(mx_optimizer_view_states(a, &view), MX_OK);
+        ck_assert_int_eq(view.count, states.count);
+        void *vbuf = NULL;
+        size_t vbytes = 0;
+        ck_assert_int_eq(mx_ndarray_save_buffer(view.arrays, (const char *const *)view.names, view.count, &vbuf, &vbytes),
+                         MX_OK);
+        ck_assert_uint_eq(vbytes, bytes);
+        ck_assert_msg(!memcmp(vbuf, buf, bytes), "%s: view and snapshot save differently", name);
+        free(vbuf);
+        float *before = calloc((size_t)states.count * N, sizeof(float));
+        ck_assert_ptr_nonnull(before);
+        for (int i = 0; i < states.count; i++)
+            if (strchr(states.names[i], ':') && isdigit((unsigned char)states.names[i][0]))
+                read_f32(states.arrays[i], before + i * N, N);
+        train(a, wa, g, 6, 1);
+        train(b, wb, g, 6, 1);
+        mx_ndarray_list now;
+        ck_assert_int_eq(mx_optimizer_get_states(a, &now), MX_OK);
+        int moved = 0;
+        for (int i = 0; i < view.count; i++) {
+            if (!strchr(view.names[i], ':') || !isdigit((unsigned char)view.names[i][0])) continue;
+            ck_assert_str_eq(view.names[i], now.names[i]);
+            float x[N], y[N], z[N];
+            read_f32(view.arrays[i], x, N);
+            read_f32(now.arrays[i], y, N);
+            read_f32(states.arrays[i], z, N);
+            ck_assert_msg(!memcmp(x, y, sizeof(x)), "%s: %s is not the live state", name, view.names[i]);
+            ck_assert_msg(!memcmp(z, before + i * N, sizeof(z)), "%s: the snapshot %s moved", name, states.names[i]);
+            moved += memcmp(x, z, sizeof(x)) != 0;
+        }
+        ck_assert_msg(moved > 0, "%s: no state array moved in an update", name);
+        free(before);
+        mx_ndarray_list_free(&now);
+        mx_ndarray_list_free(&view);
+        mx_ndarray_list_free(&states);
+        free(buf);
+    }
     for (int idx = 0; idx < 2; idx++) {
         float x[N], y[N];
         read_f32(wa[idx], x, N);

@@ -3,6 +3,8 @@
  * products split across the pool (lib/parallel, lib/blas).
  */
 #include "blas/blas.h"
+#include "ops/cpu/im2col.h"
+#include "ops/cpu/winograd.h"
 #include "parallel/parallel.h"
 
 #include <check.h>
@@ -179,6 +181,127 @@ START_TEST(scratch_per_thread_and_slot)
 }
 END_TEST
 
+/* Leases: one caller after another shares one set of buffers, whichever
+ * thread it runs on; callers at once get their own. */
+typedef struct lease_arg {
+    mx_threadpool *pool;
+    void *got;
+} lease_arg;
+
+static void *lease_main(void *p)
+{
+    lease_arg *a = p;
+    mx_scratch_lease *l;
+    ck_assert_int_eq(mx_scratch_take(a->pool, &l), MX_OK);
+    a->got = mx_scratch_buffer(a->pool, l, 1, 1 << 20);
+    memset(a->got, 1, 1 << 20);
+    mx_scratch_give(a->pool, l);
+    return NULL;
+}
+
+START_TEST(scratch_leases_are_shared_by_callers)
+{
+    mx_threadpool *pool;
+    ck_assert(mx_threadpool_create(2, &pool) == MX_OK);
+    lease_arg a = {pool, NULL}, b = {pool, NULL};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, lease_main, &a), 0);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(pthread_create(&t, NULL, lease_main, &b), 0);
+    pthread_join(t, NULL);
+    ck_assert_ptr_nonnull(a.got);
+    ck_assert_ptr_eq(a.got, b.got); /* another thread, the same buffer */
+    ck_assert_uint_eq(mx_scratch_held_bytes(pool), 1 << 20);
+    mx_scratch_lease *l1, *l2;
+    ck_assert_int_eq(mx_scratch_take(pool, &l1), MX_OK);
+    ck_assert_int_eq(mx_scratch_take(pool, &l2), MX_OK);
+    ck_assert_ptr_ne(l1, l2);
+    ck_assert_ptr_eq(mx_scratch_buffer(pool, l1, 1, 100), a.got); /* the free lease with the most memory */
+    void *other = mx_scratch_buffer(pool, l2, 1, 100);
+    ck_assert_ptr_nonnull(other);
+    ck_assert_ptr_ne(other, a.got);
+    ck_assert_int_eq((uintptr_t)other % 64, 0);
+    ck_assert_ptr_null(mx_scratch_buffer(pool, l2, MX_SCRATCH_SLOTS, 10));
+    mx_scratch_give(pool, l1);
+    mx_scratch_give(pool, l2);
+    ck_assert_uint_eq(mx_scratch_held_bytes(pool), (1 << 20) + 4096);
+    /* No pool: the thread's own scratch. */
+    mx_scratch_lease *none = (mx_scratch_lease *)1;
+    ck_assert_int_eq(mx_scratch_take(NULL, &none), MX_OK);
+    ck_assert_ptr_null(none);
+    ck_assert_ptr_eq(mx_scratch_buffer(NULL, NULL, 2, 100), mx_thread_scratch(2, 100));
+    mx_threadpool_free(pool);
+}
+END_TEST
+
+/* A Winograd convolution's backward keeps its transformed filters,
+ * per-piece weight gradients and its caller's piece buffers in the pool's
+ * lease: run from two threads in turn (two engine workers), the pool holds
+ * them once. */
+typedef struct conv_arg {
+    mx_threadpool *pool;
+    const mx_conv_geom *g;
+    float *x, *w, *dy, *dx, *dw;
+} conv_arg;
+
+static void *conv_main(void *p)
+{
+    conv_arg *a = p;
+    ck_assert_int_eq(mx_conv_backward(a->pool, a->g, a->x, a->w, a->dy, a->dx, MX_REQ_WRITE, a->dw, MX_REQ_WRITE,
+                                      NULL, 0),
+                     MX_OK);
+    return NULL;
+}
+
+START_TEST(conv_scratch_is_held_once_per_pool)
+{
+    mx_threadpool *pool;
+    ck_assert(mx_threadpool_create(2, &pool) == MX_OK);
+    mx_conv_geom g = {.batch = 4, .in_c = 64, .in_h = 8, .in_w = 8, .out_c = 64, .out_h = 8, .out_w = 8, .k_h = 3,
+                      .k_w = 3, .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .pad_h = 1, .pad_w = 1,
+                      .groups = 1};
+    ck_assert(mx_winograd_profitable(&g));
+    size_t nx = 4 * 64 * 64, nw = 64 * 64 * 9;
+    conv_arg a = {pool, &g, calloc(nx, 4), calloc(nw, 4), calloc(nx, 4), calloc(nx, 4), calloc(nw, 4)};
+    ck_assert(a.x && a.w && a.dy && a.dx && a.dw);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, conv_main, &a), 0);
+    pthread_join(t, NULL);
+    size_t once = mx_scratch_held_bytes(pool);
+    ck_assert_uint_ge(once, mx_winograd_filter_bytes(&g) + nw * sizeof(float)); /* filters + piece 1's dw at least */
+    ck_assert_int_eq(pthread_create(&t, NULL, conv_main, &a), 0);
+    pthread_join(t, NULL);
+    ck_assert_uint_eq(mx_scratch_held_bytes(pool), once);
+    /* The caller's pieces take their buffers from the lease too (a pool of
+     * one thread: every piece is the caller's). */
+    mx_threadpool *one;
+    ck_assert(mx_threadpool_create(1, &one) == MX_OK);
+    float *y = calloc(nx, 4);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(mx_conv_forward(one, &g, a.x, a.w, NULL, y, MX_REQ_WRITE, NULL, 0), MX_OK);
+    ck_assert_uint_ge(mx_scratch_held_bytes(one), mx_winograd_filter_bytes(&g) + mx_winograd_scratch_bytes(&g, 4));
+    free(y);
+    mx_threadpool_free(one);
+    /* A write request puts piece 0's weight gradient straight into dw: with
+     * one piece (one thread), no part at all; adding needs one. */
+    size_t held[2];
+    for (int add = 0; add < 2; add++) {
+        ck_assert(mx_threadpool_create(1, &one) == MX_OK);
+        mx_req req = add ? MX_REQ_ADD : MX_REQ_WRITE;
+        ck_assert_int_eq(mx_conv_backward(one, &g, a.x, a.w, a.dy, a.dx, req, a.dw, req, NULL, 0), MX_OK);
+        held[add] = mx_scratch_held_bytes(one);
+        mx_threadpool_free(one);
+    }
+    ck_assert_uint_ge(held[1], held[0] + nw * sizeof(float));
+    free(a.x);
+    free(a.w);
+    free(a.dy);
+    free(a.dx);
+    free(a.dw);
+    mx_threadpool_free(pool);
+}
+END_TEST
+
 /* ------------------------------------------------------------ products */
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -288,6 +411,8 @@ static Suite *parallel_suite(void)
     tcase_add_test(tc, concurrent_callers);
     tcase_add_test(tc, bad_sizes_rejected);
     tcase_add_test(tc, scratch_per_thread_and_slot);
+    tcase_add_test(tc, scratch_leases_are_shared_by_callers);
+    tcase_add_test(tc, conv_scratch_is_held_once_per_pool);
     tcase_add_test(tc, sgemm_matches_reference);
     tcase_add_test(tc, dgemm_matches_reference);
     suite_add_tcase(s, tc);

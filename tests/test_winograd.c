@@ -328,6 +328,7 @@ START_TEST(edge_shapes)
         {2, 64, 70, 7, 7, 1, 1}, {1, 1, 70, 57, 31, 0, 1}, {5, 70, 1, 9, 14, 2, 1},   {1, 15, 31, 4, 6, 1, 2},
         {2, 32, 16, 8, 8, 1, 1}, {1, 48, 48, 14, 14, 1, 1}, {3, 5, 6, 16, 17, 1, 1},  {1, 9, 11, 3, 40, 0, 0},
         {1, 20, 24, 57, 57, 1, 1}, {2, 70, 70, 6, 6, 2, 2},  {1, 160, 144, 6, 7, 1, 1}, /* > 2 MB: streamed u */
+        {2, 20, 24, 100, 100, 1, 1}, /* 625 tiles an image: the weight gradient runs in pieces of tiles */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const int64_t *k = cases[i];
@@ -461,6 +462,20 @@ START_TEST(filter_parts_and_alignment)
 }
 END_TEST
 
+/* The weight gradient's scratch does not grow with the image: VGG-16's
+ * 224x224 layers at 64 channels needed 84 MiB on every thread (V and DM
+ * for the image's 3136 tiles); pieces of tiles keep it to the padded image,
+ * dy and a bounded V and DM. */
+START_TEST(wgrad_scratch_is_bounded)
+{
+    mx_conv_geom g = geom(1, 64, 64, 224, 224, 1, 1);
+    size_t image = (size_t)(226 * 226 + 224 * 224) * 64 * sizeof(float); /* padded x and dy */
+    size_t bytes = mx_winograd_wgrad_scratch_bytes(&g, 1);
+    ck_assert_msg(bytes < image + ((size_t)12 << 20), "%zu bytes of scratch for a 224x224 image (x and dy: %zu)", bytes,
+                  image);
+}
+END_TEST
+
 START_TEST(supported_geometries)
 {
     mx_conv_geom g = geom(2, 8, 8, 10, 10, 1, 1);
@@ -537,6 +552,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, supported_geometries);
+    tcase_add_test(tc, wgrad_scratch_is_bounded);
     tcase_add_test(tc, image_ranges);
     tcase_add_test(tc, filter_parts_and_alignment);
     tcase_add_test(tc, edge_shapes);

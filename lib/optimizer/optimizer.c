@@ -638,7 +638,9 @@ static mx_status host_array(mx_runtime *rt, mx_shape shape, mx_dtype dtype, cons
     return s;
 }
 
-static mx_status build_states(mx_optimizer *opt, list_builder *b)
+/* copy: each state array is a snapshot (a new CPU array); otherwise the
+ * list holds the live arrays themselves. */
+static mx_status build_states(mx_optimizer *opt, list_builder *b, bool copy)
 {
     int64_t meta[3] = {STATES_VERSION, opt->num_update, opt->p.begin_num_update};
     mx_ndarray *arr;
@@ -673,6 +675,10 @@ static mx_status build_states(mx_optimizer *opt, list_builder *b)
         for (int j = 0; j < n_states; j++) {
             mx_ndarray *st = opt->slots[i].states[j];
             if (!st) continue;
+            if (!copy) {
+                MX_TRY(list_add(b, mx_ndarray_retain(st), "%d:%s", i, opt->kind->state_names[j]));
+                continue;
+            }
             /* A snapshot ordered after the updates pushed so far. */
             MX_TRY(mx_ndarray_create(opt->rt, *mx_ndarray_shape(st), mx_ndarray_dtype(st), mx_cpu(), &arr));
             mx_status s = mx_nd_copy(arr, st);
@@ -689,7 +695,16 @@ mx_status mx_optimizer_get_states(mx_optimizer *opt, mx_ndarray_list *out)
 {
     memset(out, 0, sizeof(*out));
     list_builder b = {.list = out};
-    mx_status s = build_states(opt, &b);
+    mx_status s = build_states(opt, &b, true);
+    if (s != MX_OK) mx_ndarray_list_free(out);
+    return s;
+}
+
+mx_status mx_optimizer_view_states(mx_optimizer *opt, mx_ndarray_list *out)
+{
+    memset(out, 0, sizeof(*out));
+    list_builder b = {.list = out};
+    mx_status s = build_states(opt, &b, false);
     if (s != MX_OK) mx_ndarray_list_free(out);
     return s;
 }

@@ -33,6 +33,16 @@ struct mx_threadpool {
     void *arg;
     int64_t n, grain;
     _Atomic int64_t next; /* first item not yet handed out */
+
+    pthread_mutex_t lease_mu; /* guards the leases */
+    mx_scratch_lease **leases;
+    int n_leases;
+};
+
+struct mx_scratch_lease {
+    void *buf[MX_SCRATCH_SLOTS];
+    size_t bytes[MX_SCRATCH_SLOTS];
+    bool busy;
 };
 
 typedef struct helper_arg {
@@ -117,6 +127,7 @@ mx_status mx_threadpool_create(int size, mx_threadpool **out)
     atomic_init(&p->next, 0);
     atomic_init(&p->taken, false);
     atomic_init(&p->active, 0);
+    pthread_mutex_init(&p->lease_mu, NULL);
     /* The pool owns the cores: products run one OpenBLAS thread per piece. */
     openblas_set_num_threads(1);
     if (size > 1) {
@@ -158,6 +169,12 @@ void mx_threadpool_free(mx_threadpool *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->left);
+    for (int i = 0; i < p->n_leases; i++) {
+        for (int k = 0; k < MX_SCRATCH_SLOTS; k++) free(p->leases[i]->buf[k]);
+        free(p->leases[i]);
+    }
+    free(p->leases);
+    pthread_mutex_destroy(&p->lease_mu);
     free(p);
 }
 
@@ -235,6 +252,24 @@ static void scratch_free(void *p)
 
 static void scratch_key_init(void) { (void)pthread_key_create(&scratch_key, scratch_free); }
 
+/* Grows *buf (of *have bytes) to at least `bytes`; NULL when it cannot. */
+static void *grow_buffer(void **buf, size_t *have, size_t bytes)
+{
+    if (*have < bytes || !*buf) {
+        size_t want = bytes < 4096 ? 4096 : bytes;
+        want = (want + 63) & ~(size_t)63;
+        void *b = NULL;
+        if (posix_memalign(&b, 64, want) != 0 || !b) {
+            MX_ERROR(MX_ERR_NOMEM, "scratch: cannot allocate %zu bytes", want);
+            return NULL;
+        }
+        free(*buf);
+        *buf = b;
+        *have = want;
+    }
+    return *buf;
+}
+
 void *mx_thread_scratch(int slot, size_t bytes)
 {
     if (slot < 0 || slot >= MX_SCRATCH_SLOTS) {
@@ -249,17 +284,66 @@ void *mx_thread_scratch(int slot, size_t bytes)
         thread_scratch = s;
         (void)pthread_setspecific(scratch_key, s);
     }
-    if (s->bytes[slot] < bytes || !s->buf[slot]) {
-        size_t want = bytes < 4096 ? 4096 : bytes;
-        want = (want + 63) & ~(size_t)63;
-        void *b = NULL;
-        if (posix_memalign(&b, 64, want) != 0 || !b) {
-            MX_ERROR(MX_ERR_NOMEM, "scratch: cannot allocate %zu bytes", want);
-            return NULL;
-        }
-        free(s->buf[slot]);
-        s->buf[slot] = b;
-        s->bytes[slot] = want;
+    return grow_buffer(&s->buf[slot], &s->bytes[slot], bytes);
+}
+
+static size_t lease_bytes(const mx_scratch_lease *l)
+{
+    size_t n = 0;
+    for (int k = 0; k < MX_SCRATCH_SLOTS; k++) n += l->bytes[k];
+    return n;
+}
+
+mx_status mx_scratch_take(mx_threadpool *p, mx_scratch_lease **out)
+{
+    *out = NULL;
+    if (!p) return MX_OK;
+    pthread_mutex_lock(&p->lease_mu);
+    mx_scratch_lease *best = NULL;
+    for (int i = 0; i < p->n_leases; i++)
+        if (!p->leases[i]->busy && (!best || lease_bytes(p->leases[i]) > lease_bytes(best))) best = p->leases[i];
+    mx_status s = MX_OK;
+    if (!best) {
+        mx_scratch_lease **grown = realloc(p->leases, ((size_t)p->n_leases + 1) * sizeof(*grown));
+        if (grown) p->leases = grown;
+        best = grown ? mx_calloc(1, sizeof(*best)) : NULL;
+        if (best) p->leases[p->n_leases++] = best;
+        else s = MX_ERROR(MX_ERR_NOMEM, "scratch: cannot allocate a lease");
     }
-    return s->buf[slot];
+    if (best) best->busy = true;
+    pthread_mutex_unlock(&p->lease_mu);
+    *out = best;
+    return s;
+}
+
+void *mx_scratch_buffer(mx_threadpool *p, mx_scratch_lease *l, int slot, size_t bytes)
+{
+    if (!l) return mx_thread_scratch(slot, bytes);
+    if (slot < 0 || slot >= MX_SCRATCH_SLOTS) {
+        MX_ERROR(MX_ERR_INVALID, "scratch: slot %d out of range", slot);
+        return NULL;
+    }
+    /* Under the lock only for mx_scratch_held_bytes: the lease is ours. */
+    pthread_mutex_lock(&p->lease_mu);
+    void *b = grow_buffer(&l->buf[slot], &l->bytes[slot], bytes);
+    pthread_mutex_unlock(&p->lease_mu);
+    return b;
+}
+
+void mx_scratch_give(mx_threadpool *p, mx_scratch_lease *l)
+{
+    if (!p || !l) return;
+    pthread_mutex_lock(&p->lease_mu);
+    l->busy = false;
+    pthread_mutex_unlock(&p->lease_mu);
+}
+
+size_t mx_scratch_held_bytes(mx_threadpool *p)
+{
+    if (!p) return 0;
+    pthread_mutex_lock(&p->lease_mu);
+    size_t n = 0;
+    for (int i = 0; i < p->n_leases; i++) n += lease_bytes(p->leases[i]);
+    pthread_mutex_unlock(&p->lease_mu);
+    return n;
 }

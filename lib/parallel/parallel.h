@@ -65,4 +65,24 @@ int64_t mx_parallel_grain(const mx_threadpool *pool, int64_t n, int pieces_per_t
 #define MX_SCRATCH_SLOTS 4
 void *mx_thread_scratch(int slot, size_t bytes);
 
+/* Scratch held for a whole kernel call (transformed filters, per-piece
+ * weight gradients, the caller's own pieces' buffers), shared by every
+ * thread that calls into one pool: a
+ * caller takes a lease, uses its buffers until the call ends and gives it
+ * back. Engine workers seldom run such kernels at once, yet per-thread
+ * buffers kept one copy of the largest per worker (ResNet-50: 2 x 75 MB).
+ * A free lease with the most memory is handed out, so a second one only
+ * grows when two calls overlap. A NULL pool gives a NULL lease, whose
+ * buffers are the thread's own scratch slots (mx_thread_scratch). */
+typedef struct mx_scratch_lease mx_scratch_lease;
+/* MX_ERR_NOMEM when a new lease cannot be allocated. */
+mx_status mx_scratch_take(mx_threadpool *pool, mx_scratch_lease **out);
+/* The lease's buffer `slot` (0..MX_SCRATCH_SLOTS-1), at least `bytes`,
+ * 64-byte aligned, grown, never shrunk; NULL with MX_ERR_NOMEM recorded
+ * when it cannot grow. */
+void *mx_scratch_buffer(mx_threadpool *pool, mx_scratch_lease *lease, int slot, size_t bytes);
+void mx_scratch_give(mx_threadpool *pool, mx_scratch_lease *lease);
+/* Bytes held by the pool's leases, in use or not. */
+size_t mx_scratch_held_bytes(mx_threadpool *pool);
+
 #endif /* MX_PARALLEL_H */

@@ -828,7 +828,9 @@ static mx_status training_state(trainer *t, int epoch, int64_t batch, const char
 {
     memset(out, 0, sizeof(*out));
     mx_ndarray_list states;
-    MX_TRY(mx_optimizer_get_states(t->optimizer, &states));
+    /* The live arrays, not copies: both callers write the list out at once
+     * under the updater lock, so no update moves them meanwhile. */
+    MX_TRY(mx_optimizer_view_states(t->optimizer, &states));
     mx_ndarray *extra = NULL;
     mx_status s = mx_ndarray_create(t->rt, MX_SHAPE(7), MX_INT64, mx_cpu(), &extra);
     if (s == MX_OK) s = mx_engine_wait_var(mx_runtime_engine(t->rt), mx_rng_var(t->rng));

@@ -398,9 +398,20 @@ typedef struct conv_call {
     int64_t chunk;       /* images lowered side by side */
     int64_t piece;       /* images per piece when the batch is split */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
+    float *dw_first;     /* when set (a write request), piece 0's goes straight here */
     const mx_fold *fold; /* forward: the element-wise layer applied to y, NULL none */
     atomic_int failed;   /* a piece could not get scratch memory */
+    mx_threadpool *pool;
+    mx_scratch_lease *lease; /* the caller's (NULL: its thread scratch) */
 } conv_call;
+
+/* A piece's scratch: the caller's (worker 0) from its lease, so engine
+ * workers that run convolutions one after another share it; the pool's
+ * helpers keep their own. */
+static void *piece_scratch(const conv_call *c, int worker, int slot, size_t bytes)
+{
+    return worker == 0 ? mx_scratch_buffer(c->pool, c->lease, slot, bytes) : mx_thread_scratch(slot, bytes);
+}
 
 static int64_t out_image(const mx_conv_geom *g) { return g->out_c * g->out_h * g->out_w; }
 static int64_t in_image(const mx_conv_geom *g) { return g->in_c * g->in_h * g->in_w; }
@@ -532,11 +543,10 @@ static int64_t piece_chunk(const mx_conv_geom *g, int64_t piece)
  * the whole batch on the caller). */
 static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    (void)worker;
     conv_call *c = arg;
     if (c->u) {
         const mx_conv_geom *g = c->g;
-        void *scratch = mx_thread_scratch(0, mx_winograd_scratch_bytes(g, c->piece));
+        void *scratch = piece_scratch(c, worker, 0, mx_winograd_scratch_bytes(g, c->piece));
         if (!scratch) {
             atomic_store(&c->failed, 1);
             return;
@@ -551,7 +561,7 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     }
     if (c->packed) {
         const mx_conv_geom *g = c->g;
-        void *scratch = mx_thread_scratch(0, mx_direct_scratch_bytes(g, c->piece));
+        void *scratch = piece_scratch(c, worker, 0, mx_direct_scratch_bytes(g, c->piece));
         if (!scratch) {
             atomic_store(&c->failed, 1);
             return;
@@ -564,7 +574,7 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         }
         return;
     }
-    float *col = mx_thread_scratch(0, mx_conv_workspace_bytes(c->g, c->chunk));
+    float *col = piece_scratch(c, worker, 0, mx_conv_workspace_bytes(c->g, c->chunk));
     if (!col) {
         atomic_store(&c->failed, 1);
         return;
@@ -578,11 +588,10 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 
 static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
-    (void)worker;
     conv_call *c = arg;
     const mx_conv_geom *g = c->g;
     bool lowering = c->lower_dx || c->lower_dw;
-    float *col = lowering ? mx_thread_scratch(0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
+    float *col = lowering ? piece_scratch(c, worker, 0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
     size_t wino_bytes = 0; /* Winograd's or the direct kernels' scratch */
     if (c->u) wino_bytes = mx_winograd_scratch_bytes(&c->gb, c->piece);
     if (c->wino_dw && mx_winograd_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
@@ -590,7 +599,7 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     if (c->packed) wino_bytes = mx_direct_scratch_bytes(g, c->piece);
     if (c->direct_dw && mx_direct_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
         wino_bytes = mx_direct_wgrad_scratch_bytes(g, c->piece);
-    void *wino = wino_bytes ? mx_thread_scratch(3, wino_bytes) : NULL;
+    void *wino = wino_bytes ? piece_scratch(c, worker, 3, wino_bytes) : NULL;
     if ((lowering && !col) || (wino_bytes && !wino)) {
         atomic_store(&c->failed, 1);
         return;
@@ -599,7 +608,10 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
         int64_t p1 = p0 + c->piece < hi ? p0 + c->piece : hi;
         /* Pieces start at multiples of c->piece: p0 names its own gradient. */
-        float *dw = c->need_dw ? c->dw_parts + (p0 / c->piece) * dw_size : NULL;
+        int64_t q = p0 / c->piece;
+        float *dw = !c->need_dw ? NULL
+                    : c->dw_first ? (q == 0 ? c->dw_first : c->dw_parts + (q - 1) * dw_size)
+                                  : c->dw_parts + q * dw_size;
         if (c->u)
             mx_winograd_forward(&c->gb, c->u, c->dy + p0 * out_image(g), p1 - p0, NULL, c->req == MX_REQ_ADD,
                                 c->dx + p0 * in_image(g), wino);
@@ -621,21 +633,24 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* dw (per req) = sum of the pieces' gradients, in piece order. */
+/* dw (per req) = sum of the pieces' gradients, in piece order; with
+ * first_in_dw, dw already holds piece 0's and parts the others' (the same
+ * additions in the same order). */
 typedef struct dw_sum_job {
     const float *parts;
     int64_t n_parts, size;
     float *dw;
-    bool accumulate;
+    bool accumulate, first_in_dw;
 } dw_sum_job;
 
 static void dw_sum_units(void *arg, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
     const dw_sum_job *j = arg;
+    const int64_t q0 = j->first_in_dw ? 0 : 1;
     for (int64_t i = lo; i < hi; i++) {
-        float s = j->parts[i];
-        for (int64_t q = 1; q < j->n_parts; q++) s += j->parts[q * j->size + i];
+        float s = j->first_in_dw ? j->dw[i] : j->parts[i];
+        for (int64_t q = q0; q < j->n_parts; q++) s += j->parts[q * j->size + i];
         j->dw[i] = j->accumulate ? j->dw[i] + s : s;
     }
 }
@@ -675,13 +690,14 @@ static void filter_units(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* The transformed filters in the caller's scratch slot 2 (64-byte aligned,
+/* The transformed filters in the caller's lease, slot 2 (64-byte aligned,
  * which lets big transforms stream), or NULL when out of memory. */
-static float *transform_filters(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward)
+static float *transform_filters(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *w,
+                                bool backward)
 {
     mx_conv_geom gb;
     mx_winograd_backward_geom(g, &gb);
-    float *u = mx_thread_scratch(2, mx_winograd_filter_bytes(backward ? &gb : g));
+    float *u = mx_scratch_buffer(pool, lease, 2, mx_winograd_filter_bytes(backward ? &gb : g));
     if (!u) return NULL;
     filter_job j = {.g = g, .w = w, .u = u, .backward = backward, .parts = 4 * (int64_t)mx_threadpool_size(pool)};
     mx_parallel_for(pool, j.parts, 1, filter_units, &j);
@@ -707,11 +723,12 @@ static void pack_units(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-/* The direct kernels' packed weights in the caller's scratch slot 2, or
+/* The direct kernels' packed weights in the caller's lease, slot 2, or
  * NULL when out of memory. */
-static float *pack_direct(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward)
+static float *pack_direct(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *w,
+                          bool backward)
 {
-    float *packed = mx_thread_scratch(2, mx_direct_packed_bytes(g));
+    float *packed = mx_scratch_buffer(pool, lease, 2, mx_direct_packed_bytes(g));
     if (!packed) return NULL;
     pack_job j = {.g = g, .w = w, .packed = packed, .backward = backward,
                   .parts = 4 * (int64_t)mx_threadpool_size(pool)};
@@ -730,8 +747,9 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
     return mx_conv_forward_act(pool, g, x, w, bias, NULL, y, req, ws, ws_bytes);
 }
 
-mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                              const float *bias, const mx_fold *fold, float *y, mx_req req, void *ws, size_t ws_bytes)
+static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *x,
+                                  const float *w, const float *bias, const mx_fold *fold, float *y, mx_req req,
+                                  void *ws, size_t ws_bytes)
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
     if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
@@ -742,7 +760,8 @@ mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const 
         if (fold) mx_fold_forward(pool, fold, y, g->batch * g->out_c * g->out_h * g->out_w);
         return MX_OK;
     }
-    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .fold = fold};
+    conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .fold = fold, .pool = pool,
+                   .lease = lease};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
     if (mx_winograd_profitable(g)) {
@@ -750,14 +769,14 @@ mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const 
          * a batch too small to split runs on the caller (still faster than
          * lowering on every thread). */
         if (c.piece == 0) c.piece = g->batch;
-        c.u = transform_filters(pool, g, w, false);
+        c.u = transform_filters(pool, lease, g, w, false);
         if (!c.u) return MX_ERR_NOMEM;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
     }
     if (mx_direct_profitable(g)) {
         if (c.piece == 0) c.piece = g->batch;
-        c.packed = pack_direct(pool, g, w, false);
+        c.packed = pack_direct(pool, lease, g, w, false);
         if (!c.packed) return MX_ERR_NOMEM;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
@@ -778,9 +797,9 @@ mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const 
     return MX_OK;
 }
 
-mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                           const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw, void *ws,
-                           size_t ws_bytes)
+static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *x,
+                               const float *w, const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw,
+                               void *ws, size_t ws_bytes)
 {
     bool need_dx = dx && req_dx != MX_REQ_NULL, need_dw = dw && req_dw != MX_REQ_NULL;
     const int64_t dw_size = g->out_c * (g->in_c / g->groups) * g->k_h * g->k_w;
@@ -788,7 +807,7 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
     if ((!need_dx && !need_dw) || g->batch == 0) return MX_OK;
     if (mx_depthwise_supported(g)) return mx_depthwise_backward(pool, g, x, w, dy, dx, req_dx, dw, req_dw);
     conv_call c = {.g = g, .x = x, .w = w, .dy = dy, .dx = dx, .req = req_dx, .need_dx = need_dx,
-                   .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw};
+                   .need_dw = need_dw, .lower_dx = need_dx, .lower_dw = need_dw, .pool = pool, .lease = lease};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
     bool wino = mx_winograd_profitable(g), direct = !wino && mx_direct_profitable(g);
@@ -802,31 +821,35 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
     if (!wino && !direct && c.piece > 0 && need_dw &&
         (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
         c.piece = 0;
+    /* A write request takes piece 0's gradient in dw itself: one part less. */
+    const bool first_in_dw = req_dw != MX_REQ_ADD;
+    const int64_t n_parts = n_pieces - (first_in_dw ? 1 : 0);
     if (c.piece > 0 && need_dw) {
-        /* The caller's scratch slot 1: pieces (the caller's included) lower into slot 0. */
-        c.dw_parts = mx_thread_scratch(1, (size_t)(n_pieces * dw_size) * sizeof(float));
-        if (!c.dw_parts) {
+        if (first_in_dw) c.dw_first = dw;
+        /* The caller's lease, slot 1: pieces (the caller's included) lower into slot 0. */
+        if (n_parts > 0) c.dw_parts = mx_scratch_buffer(pool, lease, 1, (size_t)(n_parts * dw_size) * sizeof(float));
+        if (n_parts > 0 && !c.dw_parts) {
             if (wino || direct) return MX_ERR_NOMEM;
             c.piece = 0;
         }
     }
     if (wino && need_dx) {
         mx_winograd_backward_geom(g, &c.gb);
-        c.u = transform_filters(pool, g, w, true);
+        c.u = transform_filters(pool, lease, g, w, true);
         if (!c.u) return MX_ERR_NOMEM;
     }
     if (direct && need_dx) {
-        c.packed = pack_direct(pool, g, w, true);
+        c.packed = pack_direct(pool, lease, g, w, true);
         if (!c.packed) return MX_ERR_NOMEM;
     }
     if (c.piece > 0) {
         c.chunk = piece_chunk(g, c.piece);
         mx_parallel_for(pool, g->batch, c.piece, backward_piece, &c);
         if (atomic_load(&c.failed)) return scratch_failed();
-        if (need_dw) {
-            dw_sum_job j = {.parts = c.dw_parts, .n_parts = n_pieces, .size = dw_size, .dw = dw,
-                            .accumulate = req_dw == MX_REQ_ADD};
-            run_units(pool, dw_size, dw_size * n_pieces, dw_sum_units, &j);
+        if (need_dw && n_parts > 0) {
+            dw_sum_job j = {.parts = c.dw_parts, .n_parts = n_parts, .size = dw_size, .dw = dw,
+                            .accumulate = req_dw == MX_REQ_ADD, .first_in_dw = first_in_dw};
+            run_units(pool, dw_size, dw_size * (n_parts + 1), dw_sum_units, &j);
         }
         return MX_OK;
     }
@@ -841,4 +864,27 @@ mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const flo
     }
     free(owned);
     return MX_OK;
+}
+
+/* The public calls hold one lease of the pool's shared scratch (slots 1
+ * and 2) for the whole call. */
+mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                              const float *bias, const mx_fold *fold, float *y, mx_req req, void *ws, size_t ws_bytes)
+{
+    mx_scratch_lease *lease;
+    MX_TRY(mx_scratch_take(pool, &lease));
+    mx_status s = conv_forward_act(pool, lease, g, x, w, bias, fold, y, req, ws, ws_bytes);
+    mx_scratch_give(pool, lease);
+    return s;
+}
+
+mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
+                           const float *dy, float *dx, mx_req req_dx, float *dw, mx_req req_dw, void *ws,
+                           size_t ws_bytes)
+{
+    mx_scratch_lease *lease;
+    MX_TRY(mx_scratch_take(pool, &lease));
+    mx_status s = conv_backward(pool, lease, g, x, w, dy, dx, req_dx, dw, req_dw, ws, ws_bytes);
+    mx_scratch_give(pool, lease);
+    return s;
 }

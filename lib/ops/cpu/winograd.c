@@ -1303,6 +1303,10 @@ mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float
 
 #define WGRAD_TILES 144      /* tiles per group: each product runs over this many */
 #define WGRAD_FUSED_TILES 32 /* groups of at most this many tiles never hold a whole dU */
+/* V and DM hold at most this many tiles: a 224x224 image has 3136, whose
+ * V and DM at 64 channels took 58 MiB of every thread's scratch (VGG-16's
+ * first layers); longer runs gain nothing (tests/bench_winograd.c). */
+#define WGRAD_MAX_TILES (4 * WGRAD_TILES)
 
 /* The weight-gradient plan: p as for forward, tile-major V and DM over a
  * whole group of images; pd describes dy (F, OH, OW) packed unpadded into
@@ -1325,7 +1329,7 @@ static void wgplan_init(wgplan *q, const mx_conv_geom *g, int64_t images)
     if (images < 1) images = 1;
     p->gi = ceil_div(WGRAD_TILES, p->tpi);
     if (p->gi > images) p->gi = images;
-    p->nbmax = p->gi * p->tpi;
+    p->nbmax = p->gi * p->tpi < WGRAD_MAX_TILES ? p->gi * p->tpi : WGRAD_MAX_TILES;
     /* layouts as in plan_init, for this nbmax */
     if (p->cp <= TILE_MAJOR_MAX) {
         p->vj = p->t * p->cp;
@@ -1389,12 +1393,20 @@ mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, con
         int64_t ni = images - i0 < p->gi ? images - i0 : p->gi, tiles = ni * p->tpi;
         k->pack(p, x + i0 * in_img, ni, xp);
         k->pack(&q.pd, dy + i0 * out_img, ni, dyp);
-        k->input(p, xp, 0, tiles, v);
-        k->dm(p, dyp, 0, tiles, dm);
         if (!q.fused) {
-            k->wgemm(p, v, dm, tiles, 0, p->c, i0 > 0, du, p->c * p->fp);
+            /* The AVX2 and AVX-512 kernels add tile after tile onto dU:
+             * runs of nbmax tiles give the bits of one run over the group. */
+            for (int64_t t0 = 0; t0 < tiles; t0 += p->nbmax) {
+                int64_t nt = tiles - t0 < p->nbmax ? tiles - t0 : p->nbmax;
+                k->input(p, xp, t0, nt, v);
+                k->dm(p, dyp, t0, nt, dm);
+                k->wgemm(p, v, dm, nt, 0, p->c, i0 > 0 || t0 > 0, du, p->c * p->fp);
+            }
             continue;
         }
+        /* fused: nbmax <= WGRAD_FUSED_TILES, the group's tiles are one run */
+        k->input(p, xp, 0, tiles, v);
+        k->dm(p, dyp, 0, tiles, dm);
         for (int64_t c0 = 0; c0 < p->c; c0 += GEMM_ROWS) {
             int64_t nc = p->c - c0 < GEMM_ROWS ? p->c - c0 : GEMM_ROWS;
             k->wgemm(p, v, dm, tiles, c0, nc, false, du, GEMM_ROWS * p->fp);
