@@ -336,10 +336,9 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
     }
     free(readers);
     /* Backward mirroring trades time for memory, so by default its plans
-     * share buffers across what could run in parallel too (one colour):
-     * the short-lived recomputed tensors pack better (ResNet-50 at batch
-     * 16: 1.1 GiB -> 977 MiB), and buffers shared between branches only
-     * make the engine run them one after the other. */
+     * share memory across what could run in parallel too (one colour,
+     * one arena): the short-lived recomputed tensors pack better, and
+     * branches sharing an arena only run one after the other. */
     long colors = mx_env_long("MXNET_EXEC_NUM_MATCH_COLOR", eg->n_mirror > 0 ? 1 : 4);
     mx_status cs = color_nodes(eg, colors < 1 ? 1 : (colors > 64 ? 64 : (int)colors));
     if (cs != MX_OK) exec_graph_free(eg);
