@@ -213,7 +213,8 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
         free(heads);
     }
     if (s == MX_OK && mx_graph_num_heads(g) == 0) s = MX_ERROR(MX_ERR_INVALID, "bind: the symbol has no outputs");
-    if (s == MX_OK && fold) s = mx_graph_fold_activations(g, NULL, &eg->n_folded);
+    int n_folded;
+    if (s == MX_OK && fold) s = mx_graph_fold_activations(g, NULL, &n_folded);
     int n_fwd = mx_graph_num_nodes(g);
     eg->n_forward = n_fwd;
     if (s == MX_OK) {

@@ -29,7 +29,6 @@ typedef struct exec_graph {
     int n_args, n_aux;
     mx_entry *grads;         /* per argument: its gradient entry (node MX_NO_NODE: none) */
     int *color;              /* per node */
-    int n_folded;            /* activations folded into their producers */
     int n_mirror;            /* mirror copies that run (backward mirroring) */
 } exec_graph;
 
