@@ -468,6 +468,20 @@ static const mx_inplace *node_inplace(const mx_node *n, const mx_graph *g)
     return NULL;
 }
 
+/* The slot of input `src` when an output of `bytes` may be written over it
+ * in place: this node is its last reader and nothing else of this node
+ * took that memory already; else -1. */
+static int reusable_slot(const exec_graph *eg, const int *slot_of, const int *refs, const int *users, mx_entry src,
+                         size_t bytes)
+{
+    uint32_t se = exec_entry_id(eg, src);
+    int cand = slot_of[se];
+    if (eg->kind[se] != ENTRY_INTERNAL || cand < 0 || refs[se] != 1 || users[cand] != 1 ||
+        exec_entry_bytes(eg, se) != bytes)
+        return -1;
+    return cand;
+}
+
 /* The backward of a node with a folded activation reads the forward
  * output only to turn the output gradient into the activation's input
  * gradient, before the op's own backward runs, and the ops that fold do not
@@ -479,16 +493,8 @@ static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx
 {
     if (n->kind != MX_NODE_BACKWARD) return -1;
     const mx_node *f = mx_graph_node(eg->g, n->forward_node);
-    unsigned deps = f->op->backward_deps;
-    if (f->fold.kind == MX_FOLD_NONE || ((deps & MX_BWD_OUT_DATA) && (!f->op->backward_out_mask || (f->op->backward_out_mask & 1))))
-        return -1;
-    mx_entry y = n->inputs[f->n_outputs + f->n_inputs];
-    uint32_t ye = exec_entry_id(eg, y);
-    int cand = slot_of[ye];
-    if (eg->kind[ye] != ENTRY_INTERNAL || cand < 0 || refs[ye] != 1 || users[cand] != 1 ||
-        exec_entry_bytes(eg, ye) != bytes)
-        return -1;
-    return cand;
+    if (f->fold.kind == MX_FOLD_NONE || mx_op_backward_reads_output(f->op, 0)) return -1;
+    return reusable_slot(eg, slot_of, refs, users, n->inputs[f->n_outputs + f->n_inputs], bytes);
 }
 
 static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
@@ -537,18 +543,9 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
             size_t bytes = exec_entry_bytes(eg, e);
             int sid = -1;
             for (const mx_inplace *o = options; o && o->in >= 0 && sid < 0; o++) {
-                if (o->out != j || o->in >= n->n_inputs) continue;
-                mx_entry src = n->inputs[o->in];
-                if (src.node == MX_NO_NODE) continue;
-                uint32_t se = exec_entry_id(eg, src);
-                int cand = slot_of[se];
-                /* Only if this node is the last reader and nothing else
-                 * of this node already took that memory. */
-                if (eg->kind[se] != ENTRY_INTERNAL || cand < 0 || refs[se] != 1 || users[cand] != 1 ||
-                    exec_entry_bytes(eg, se) != bytes)
-                    continue;
-                sid = cand;
-                p->inplace[e] = 1;
+                if (o->out != j || o->in >= n->n_inputs || n->inputs[o->in].node == MX_NO_NODE) continue;
+                sid = reusable_slot(eg, slot_of, refs, users, n->inputs[o->in], bytes);
+                if (sid >= 0) p->inplace[e] = 1;
             }
             if (sid < 0 && j == 0 && enable_inplace) {
                 sid = folded_output_slot(eg, slot_of, n, refs, users, bytes);

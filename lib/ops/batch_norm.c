@@ -228,8 +228,7 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
                             mx_tensor *out, mx_tensor *aux)
 {
     const bn_params *bp = p;
-    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
-        return MX_ERROR(MX_ERR_INVALID, "BatchNorm: a folded activation cannot add to its output");
+    MX_TRY(mx_fold_check_req(&ctx->fold, req[0], "BatchNorm"));
     bn_fwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats,
                     .fold = ctx->fold, .x = in[0].data,
                     .gamma = in[1].data, .beta = in[2].data, .mm = aux[0].data, .mv = aux[1].data,

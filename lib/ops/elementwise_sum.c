@@ -129,8 +129,7 @@ static mx_status esum_forward(const mx_op_ctx *ctx, const void *p, const mx_tens
     if (req[0] == MX_REQ_NULL) return MX_OK;
     const float *x[MX_OP_MAX_IO];
     for (int k = 0; k < ep->num_args; k++) x[k] = in[k].data;
-    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
-        return MX_ERROR(MX_ERR_INVALID, "ElementWiseSum: a folded activation cannot add to its output");
+    MX_TRY(mx_fold_check_req(&ctx->fold, req[0], "ElementWiseSum"));
     esum_job j = {.na = (int)ep->num_args, .level = mx_simd_level(), .x = x, .y = out[0].data,
                   .add = req[0] == MX_REQ_ADD, .fold = ctx->fold};
     mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape), ESUM_PIECE, esum_forward_range, &j);

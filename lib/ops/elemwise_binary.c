@@ -107,8 +107,7 @@ static mx_status ewb_forward(const mx_op_ctx *ctx, ewb_kind kind, const mx_tenso
                              mx_tensor *out)
 {
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
-        return MX_ERROR(MX_ERR_INVALID, "%s: a folded activation cannot add to its output", ewb_names[kind]);
+    MX_TRY(mx_fold_check_req(&ctx->fold, req[0], ewb_names[kind]));
     ewb_job j = {.kind = kind, .l = in[0].data, .r = in[1].data, .y = out[0].data, .add = req[0] == MX_REQ_ADD,
                  .fold = &ctx->fold};
     mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out[0].shape), EWB_PIECE, ewb_forward_range, &j);

@@ -32,3 +32,10 @@ void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const fl
     case MX_FOLD_NONE: break;
     }
 }
+
+mx_status mx_fold_check_req(const mx_fold *f, mx_req req, const char *op)
+{
+    if (f && f->kind != MX_FOLD_NONE && req == MX_REQ_ADD)
+        return MX_ERROR(MX_ERR_INVALID, "%s: a folded activation cannot add to its output", op);
+    return MX_OK;
+}

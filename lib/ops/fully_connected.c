@@ -77,8 +77,7 @@ static mx_status fc_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     (void)aux;
     const fc_params *fc = p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    if (ctx->fold.kind && req[0] == MX_REQ_ADD)
-        return MX_ERROR(MX_ERR_INVALID, "FullyConnected: a folded activation cannot add to its output");
+    MX_TRY(mx_fold_check_req(&ctx->fold, req[0], "FullyConnected"));
     int64_t rows, k;
     fc_rows_cols(fc, &in[0].shape, &rows, &k);
     int64_t h = fc->num_hidden;

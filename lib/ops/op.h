@@ -215,6 +215,19 @@ int mx_op_count(void);
  * kernel for gpu(0)" (or "... in this build without CUDA"). */
 mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *out);
 
+/* Whether the op's backward kernel reads its output k (backward_deps and
+ * the output mask). */
+static inline bool mx_op_backward_reads_output(const mx_op_def *op, int k)
+{
+    uint64_t mask = op->backward_out_mask;
+    return (op->backward_deps & MX_BWD_OUT_DATA) && (!mask || (k < 64 && (mask >> k) & 1));
+}
+
+/* MX_ERR_INVALID, naming `op`, when an element-wise layer folded into it
+ * would have to apply to an output that req adds to (the executor never
+ * folds such a pair). */
+mx_status mx_fold_check_req(const mx_fold *f, mx_req req, const char *op);
+
 /* ------------------------------------------------------------ params */
 
 /* Parses key/value strings into a params struct (params_size bytes at

@@ -599,9 +599,7 @@ bool mx_node_backward_reads_input(const mx_node *f, int j)
 
 bool mx_node_backward_reads_output(const mx_node *f, int k)
 {
-    uint64_t mask = f->op->backward_out_mask;
-    return ((f->op->backward_deps & MX_BWD_OUT_DATA) && (!mask || (k < 64 && (mask >> k) & 1))) ||
-           (k == 0 && f->fold.kind != MX_FOLD_NONE);
+    return mx_op_backward_reads_output(f->op, k) || (k == 0 && f->fold.kind != MX_FOLD_NONE);
 }
 
 /* Copies made for the backward nodes that read them are kept for the later

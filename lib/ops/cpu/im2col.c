@@ -753,8 +753,7 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
     if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
-    if (fold && req == MX_REQ_ADD)
-        return MX_ERROR(MX_ERR_INVALID, "Convolution: a folded activation cannot add to its output");
+    MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
     if (mx_depthwise_supported(g)) {
         MX_TRY(mx_depthwise_forward(pool, g, x, w, bias, y, req));
         if (fold) mx_fold_forward(pool, fold, y, g->batch * g->out_c * g->out_h * g->out_w);
