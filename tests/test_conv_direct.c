@@ -15,8 +15,10 @@
  * direction (float32 sums of up to ~10^4 products, each rounded once by
  * FMA); the measured maxima are printed.
  */
+#include "blas/blas.h"
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/im2col.h"
+#include "ops/cpu/vector_rate.h"
 #include "support/conv_ref.h"
 #include "support/testrand.h"
 
@@ -364,6 +366,24 @@ START_TEST(pack_parts)
 }
 END_TEST
 
+/* The rate probe (ops/cpu/vector_rate.h): 0 without AVX-512F, else near 1
+ * (split) or 2 (full width), the same answer every time in a process. */
+START_TEST(avx512_rate_probe)
+{
+    double rate = mx_avx512_fma_rate();
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        ck_assert(rate == 0.0 && !mx_avx512_full_width());
+        return;
+    }
+    ck_assert_msg(rate > 0.6 && rate < 2.6, "rate %g", rate);
+    ck_assert(mx_avx512_fma_rate() == rate);
+    ck_assert(mx_avx512_full_width() == (rate >= 1.5));
+    printf("avx512 FMA rate over avx2: %.2f (%s), OpenBLAS core %s AVX-512\n", rate,
+           mx_avx512_full_width() ? "full width" : "split", mx_blas_sgemm_avx512() ? "with" : "without");
+}
+END_TEST
+
 START_TEST(supported_geometries)
 {
     setenv("MX_DIRECT_ISA", "avx512", 1); /* whatever the environment says (each test runs in its own process) */
@@ -375,9 +395,31 @@ START_TEST(supported_geometries)
                           geom(64, 32, 64, 16, 16, 1, 1, 1, 1, 0, 0), geom(64, 3, 16, 32, 32, 3, 3, 1, 1, 1, 1)};
     mx_conv_geom no[] = {geom(8, 256, 512, 14, 14, 3, 3, 2, 2, 1, 1), geom(8, 256, 512, 14, 14, 1, 1, 2, 2, 0, 0),
                          geom(64, 1, 16, 28, 28, 3, 3, 2, 2, 1, 1), geom(8, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0)};
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
         ck_assert_msg(mx_direct_profitable(&yes[i]) == (bool)__builtin_cpu_supports("avx512f"), "yes[%zu]", i);
-    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) ck_assert_msg(!mx_direct_profitable(&no[i]), "no[%zu]", i);
+        ck_assert_msg(mx_direct_profitable_rule(&yes[i], false) && mx_direct_profitable_rule(&yes[i], true),
+                      "yes[%zu]", i);
+    }
+    /* Without a vector lead these lose; with one (a full-width AVX-512 core
+     * against OpenBLAS's AVX2 kernels) they win. */
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+        ck_assert_msg(!mx_direct_profitable_rule(&no[i], false), "no[%zu]", i);
+        ck_assert_msg(mx_direct_profitable_rule(&no[i], true), "no[%zu] with a lead", i);
+        ck_assert_msg(mx_direct_profitable(&no[i]) == (mx_direct_vector_lead() && __builtin_cpu_supports("avx512f")),
+                      "no[%zu] on this machine", i);
+    }
+    /* ResNet-50's stride-1 1x1 layers win with a lead only; res5a's 1x1/2
+     * (1024 -> 2048 on 7x7 outputs, ragged) loses either way, as does one
+     * output channel. */
+    mx_conv_geom lead_only[] = {geom(16, 256, 64, 56, 56, 1, 1, 1, 1, 0, 0), geom(16, 2048, 512, 7, 7, 1, 1, 1, 1, 0, 0),
+                                geom(16, 512, 2048, 7, 7, 1, 1, 1, 1, 0, 0), geom(16, 1024, 256, 14, 14, 1, 1, 1, 1, 0, 0)};
+    for (size_t i = 0; i < sizeof(lead_only) / sizeof(lead_only[0]); i++)
+        ck_assert_msg(!mx_direct_profitable_rule(&lead_only[i], false) && mx_direct_profitable_rule(&lead_only[i], true),
+                      "lead_only[%zu]", i);
+    mx_conv_geom never[] = {geom(16, 1024, 2048, 14, 14, 1, 1, 2, 2, 0, 0), geom(16, 8, 1, 16, 16, 3, 3, 2, 2, 1, 1)};
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
+        ck_assert_msg(!mx_direct_profitable_rule(&never[i], false) && !mx_direct_profitable_rule(&never[i], true),
+                      "never[%zu]", i);
     mx_conv_geom b = g;
     b.groups = 2;
     ck_assert(!mx_direct_supported(&b));
@@ -414,6 +456,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, supported_geometries);
+    tcase_add_test(tc, avx512_rate_probe);
     tcase_add_test(tc, pack_parts);
     const char *isa = getenv("MX_DIRECT_ISA");
     if (__builtin_cpu_supports("avx512f") && !(isa && strcmp(isa, "none") == 0)) {

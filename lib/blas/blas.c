@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 
 /* At least OpenBLAS's work buffer (BUFFER_SIZE, 128 MiB on x86-64, plus
@@ -252,4 +253,14 @@ void mx_dgemm(mx_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_
     gemm_job j = {.dbl = true, .ta = trans_a, .tb = trans_b, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
                   .ldc = ldc, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
     gemm_run(pool, &j);
+}
+
+bool mx_blas_sgemm_avx512(void)
+{
+    const char *core = openblas_get_corename();
+    if (!core) return false;
+    static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
+        if (strcasecmp(core, avx512_cores[i]) == 0) return true;
+    return false;
 }

@@ -25,6 +25,12 @@ void mx_sgemm(mx_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_
 void mx_dgemm(mx_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
               const double *a, int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
 
+/* True when OpenBLAS multiplies with its AVX-512 kernels here: its core
+ * type (its own pick, or OPENBLAS_CORETYPE's) is SkylakeX, Cooperlake or
+ * SapphireRapids. The convolution rules weigh our AVX-512 kernels against
+ * it (ops/cpu/conv_direct.c). */
+bool mx_blas_sgemm_avx512(void);
+
 /* Makes OpenBLAS take, now, the work buffers of `threads` threads that
  * multiply at once. OpenBLAS allocates a buffer (128 MiB of address space
  * in Debian's build) whenever more threads multiply at once than it has

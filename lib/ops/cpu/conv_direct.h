@@ -70,8 +70,22 @@ bool mx_direct_supported(const mx_conv_geom *g);
  * more than 10% of their last 16-lane vector empty on a large product
  * (F*C*KH*KW >= 65536: ResNet-18 layer4 on 7x7 outputs); stride-1 1x1
  * only for F*C <= 8192. See conv_direct.c for the measurements. The caller
- * should try Winograd first where it applies (3x3 and 5x5, stride 1). */
+ * should try Winograd first where it applies (3x3 and 5x5, stride 1).
+ * That is the rule for a core whose 512-bit FMAs run at the 256-bit rate,
+ * or where OpenBLAS runs AVX-512 kernels itself. With a vector lead (see
+ * mx_direct_vector_lead) the rule is: at least 2 output channels, and not
+ * a ragged last vector on a product of 2^21 or more. */
 bool mx_direct_profitable(const mx_conv_geom *g);
+
+/* True when this core runs 512-bit FMAs at full width
+ * (ops/cpu/vector_rate.h) and OpenBLAS multiplies with AVX2 kernels: the
+ * direct kernels then have twice SGEMM's peak rate. */
+bool mx_direct_vector_lead(void);
+
+/* The geometry part of mx_direct_profitable for either answer of
+ * mx_direct_vector_lead (tests check both rules on any machine). Ignores
+ * MX_DIRECT_ISA and the CPU's ISA. */
+bool mx_direct_profitable_rule(const mx_conv_geom *g, bool vector_lead);
 
 /* Bytes of packed weights, forward and backward-data alike (F*C*KH*KW
  * floats), and the packings: w (F, C, KH, KW) -> panels of output channels
