@@ -124,8 +124,9 @@ const char *mx_executor_output_name(const mx_executor *ex, int i);
 void mx_executor_count_nodes(const mx_executor *ex, int *n_forward, int *n_backward);
 
 /* Per-layer timing (as `caffe time`): runs forward (and backward when the
- * executor has one) n_iter times, one node at a time with a wait after
- * each, and reports the mean milliseconds per forward layer. Backward
+ * executor has one) n_iter times after one untimed round, one node at a
+ * time with a wait after each, and reports the mean milliseconds per
+ * forward layer. Backward
  * time is attributed to the layer it differentiates; gradient sums are
  * reported under their own names. *out is malloc'ed (free with free()). */
 typedef struct mx_layer_time {
