@@ -19,6 +19,7 @@
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/vector_rate.h"
+#include "parallel/parallel.h"
 #include "support/conv_ref.h"
 #include "support/testrand.h"
 
@@ -337,6 +338,110 @@ START_TEST(image_ranges)
 }
 END_TEST
 
+/* The forward in output-channel parts (batch 1 shared by threads) writes
+ * the bytes of one call, whatever the number of parts (more than panels
+ * too: some parts get none). */
+START_TEST(forward_parts)
+{
+    mx_conv_geom gs[] = {geom(1, 24, 40, 19, 21, 3, 3, 2, 2, 1, 1), geom(2, 64, 100, 7, 7, 1, 1, 1, 1, 0, 0),
+                         geom(1, 3, 17, 30, 30, 7, 7, 2, 2, 3, 3)};
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+        const mx_conv_geom *g = &gs[i];
+        const int64_t n = g->batch, in_n = n * g->in_c * g->in_h * g->in_w, out_n = n * g->out_c * g->out_h * g->out_w;
+        float *x = test_rand_floats(in_n), *w = test_rand_floats(g->out_c * g->in_c * g->k_h * g->k_w);
+        float *bias = test_rand_floats(g->out_c), *packed = malloc(mx_direct_packed_bytes(g));
+        float *whole = malloc((size_t)out_n * sizeof(float)), *parts = malloc((size_t)out_n * sizeof(float));
+        void *s = malloc(mx_direct_scratch_bytes(g, n));
+        ck_assert(packed && whole && parts && s);
+        mx_direct_pack_weights(g, w, packed);
+        ck_assert_int_eq(mx_direct_forward(g, packed, x, n, bias, false, whole, s), MX_OK);
+        const int64_t panels = mx_direct_forward_panels(g);
+        ck_assert_int_ge(panels, 2);
+        const int64_t counts[] = {1, 2, 3, panels, panels + 3};
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            memset(parts, 0xff, (size_t)out_n * sizeof(float));
+            for (int64_t part = 0; part < counts[k]; part++)
+                ck_assert_int_eq(mx_direct_forward_part(g, packed, x, n, part, counts[k], bias, false, parts, s), MX_OK);
+            ck_assert_msg(memcmp(whole, parts, (size_t)out_n * sizeof(float)) == 0, "geometry %zu, %lld parts", i,
+                          (long long)counts[k]);
+        }
+        free(x);
+        free(w);
+        free(bias);
+        free(packed);
+        free(whole);
+        free(parts);
+        free(s);
+    }
+}
+END_TEST
+
+/* Weights derived once (mx_conv_prepare) give the bits of a forward that
+ * derives them per call, on each path, at batch 1 on 1 and 2 threads; a
+ * preparation for another batch is ignored (and larger batches keep none). */
+START_TEST(prepared_forward)
+{
+    mx_threadpool *pools[2];
+    ck_assert_int_eq(mx_threadpool_create(1, &pools[0]), MX_OK);
+    ck_assert_int_eq(mx_threadpool_create(2, &pools[1]), MX_OK);
+    /* Winograd (9 tiles), direct 1x1 and 3x3/2, a ragged 7x7 3x3 (direct
+     * forward with a vector lead, else im2col), grouped (im2col), depthwise */
+    mx_conv_geom gs[] = {geom(1, 8, 16, 12, 12, 3, 3, 1, 1, 1, 1), geom(1, 32, 48, 14, 14, 1, 1, 1, 1, 0, 0),
+                         geom(1, 16, 24, 15, 15, 3, 3, 2, 2, 1, 1), geom(1, 64, 64, 7, 7, 3, 3, 1, 1, 1, 1),
+                         geom(1, 8, 8, 9, 9, 1, 1, 1, 1, 0, 0), geom(1, 16, 16, 10, 10, 3, 3, 1, 1, 1, 1)};
+    gs[4].groups = 2;
+    gs[5].groups = 16;
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+        for (int t = 0; t < 2; t++) {
+            mx_conv_geom g = gs[i];
+            const int64_t in_n = 2 * g.in_c * g.in_h * g.in_w, out_n = 2 * g.out_c * g.out_h * g.out_w;
+            float *x = test_rand_floats(in_n), *w = test_rand_floats(g.out_c * (g.in_c / g.groups) * g.k_h * g.k_w);
+            float *bias = test_rand_floats(g.out_c), *y1 = malloc((size_t)out_n * sizeof(float));
+            float *y2 = malloc((size_t)out_n * sizeof(float));
+            ck_assert(y1 && y2);
+            mx_conv_prepared *prep;
+            ck_assert_int_eq(mx_conv_prepare(pools[t], &g, w, &prep), MX_OK);
+            for (int pass = 0; pass < 2; pass++) {
+                ck_assert_int_eq(mx_conv_forward(pools[t], &g, x + pass, w, bias, y1, MX_REQ_WRITE, NULL, 0), MX_OK);
+                ck_assert_int_eq(mx_conv_forward_prepared(pools[t], &g, prep, x + pass, w, bias, NULL, y2, MX_REQ_WRITE,
+                                                          NULL, 0),
+                                 MX_OK);
+                ck_assert_msg(memcmp(y1, y2, (size_t)(out_n / 2) * sizeof(float)) == 0, "geometry %zu, %d threads", i,
+                              t + 1);
+            }
+            /* the same preparation handed a batch of 2: derived afresh */
+            g.batch = 2;
+            ck_assert_int_eq(mx_conv_forward(pools[t], &g, x, w, bias, y1, MX_REQ_WRITE, NULL, 0), MX_OK);
+            ck_assert_int_eq(mx_conv_forward_prepared(pools[t], &g, prep, x, w, bias, NULL, y2, MX_REQ_WRITE, NULL, 0),
+                             MX_OK);
+            ck_assert_msg(memcmp(y1, y2, (size_t)out_n * sizeof(float)) == 0, "geometry %zu batch 2", i);
+            mx_conv_prepared_free(prep);
+            /* prepared at batch 4: nothing kept, still the same bits */
+            mx_conv_geom g4 = gs[i];
+            g4.batch = 4;
+            float *x4 = test_rand_floats(2 * in_n), *y4a = malloc((size_t)(2 * out_n) * sizeof(float));
+            float *y4b = malloc((size_t)(2 * out_n) * sizeof(float));
+            ck_assert(y4a && y4b);
+            ck_assert_int_eq(mx_conv_prepare(pools[t], &g4, w, &prep), MX_OK);
+            ck_assert_int_eq(mx_conv_forward(pools[t], &g4, x4, w, bias, y4a, MX_REQ_WRITE, NULL, 0), MX_OK);
+            ck_assert_int_eq(mx_conv_forward_prepared(pools[t], &g4, prep, x4, w, bias, NULL, y4b, MX_REQ_WRITE, NULL, 0),
+                             MX_OK);
+            ck_assert(memcmp(y4a, y4b, (size_t)(2 * out_n) * sizeof(float)) == 0);
+            mx_conv_prepared_free(prep);
+            free(x4);
+            free(y4a);
+            free(y4b);
+            free(x);
+            free(w);
+            free(bias);
+            free(y1);
+            free(y2);
+        }
+    mx_threadpool_free(pools[0]);
+    mx_threadpool_free(pools[1]);
+}
+END_TEST
+
 /* Packing in parts (more parts than panels too) gives the bytes of one call. */
 START_TEST(pack_parts)
 {
@@ -420,6 +525,13 @@ START_TEST(supported_geometries)
     for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
         ck_assert_msg(!mx_direct_profitable_rule(&never[i], false) && !mx_direct_profitable_rule(&never[i], true),
                       "never[%zu]", i);
+    /* The forward alone: with a lead res5a's 1x1/2 wins too; never one output channel. */
+    ck_assert(mx_direct_forward_profitable_rule(&never[0], true) && !mx_direct_forward_profitable_rule(&never[0], false));
+    ck_assert(!mx_direct_forward_profitable_rule(&never[1], true) && !mx_direct_forward_profitable_rule(&never[1], false));
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        ck_assert(mx_direct_forward_profitable_rule(&yes[i], true) && mx_direct_forward_profitable_rule(&yes[i], false));
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        ck_assert(mx_direct_forward_profitable_rule(&no[i], true) && !mx_direct_forward_profitable_rule(&no[i], false));
     mx_conv_geom b = g;
     b.groups = 2;
     ck_assert(!mx_direct_supported(&b));
@@ -458,9 +570,11 @@ int main(void)
     tcase_add_test(tc, supported_geometries);
     tcase_add_test(tc, avx512_rate_probe);
     tcase_add_test(tc, pack_parts);
+    tcase_add_test(tc, prepared_forward); /* every path: whichever this CPU runs */
     const char *isa = getenv("MX_DIRECT_ISA");
     if (__builtin_cpu_supports("avx512f") && !(isa && strcmp(isa, "none") == 0)) {
         tcase_add_test(tc, image_ranges);
+        tcase_add_test(tc, forward_parts);
         tcase_add_test(tc, edge_shapes);
         tcase_add_test(tc, target_layers);
         tcase_add_test(tc, random_shapes);

@@ -371,6 +371,58 @@ START_TEST(planner_and_engine_modes_are_bit_identical)
 }
 END_TEST
 
+/* A 3x3 layer Winograd takes at batch 1 (9 tiles), a 1x1 and a 3x3/2
+ * layer for the direct kernels (where the CPU has AVX-512), one for
+ * im2col (grouped): every forward path whose weights a fixed bind keeps. */
+static mx_graph *conv_paths(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "Convolution", "wino", "kernel=(3,3);pad=(1,1);num_filter=16", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "point", "kernel=(1,1);num_filter=12", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "strided", "kernel=(3,3);stride=(2,2);num_filter=8", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "grouped", "kernel=(1,1);num_filter=8;num_group=2", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
+/* Weights bound as fixed (a predictor's) are derived once for the forward
+ * kernels and kept: the outputs are the bits of a plain bind, pass after
+ * pass, as the data changes. */
+START_TEST(fixed_weights_give_the_same_bits)
+{
+    for (int batch = 1; batch <= 5; batch += 4) {
+        bound b;
+        bind_net(&b, conv_paths(), MX_SHAPE(batch, 8, 12, 12), 4, false, false, 11);
+        bool fixed[64];
+        for (int i = 0; i < b.n_args; i++) fixed[i] = i != b.data_index;
+        mx_bind_config bc = {.ctx = mx_cpu(), .args = b.args, .aux = b.aux, .fixed_args = fixed};
+        mx_executor *fx;
+        ck_assert_msg(mx_executor_bind(b.rt, b.g, &bc, &fx) == MX_OK, "%s", mx_last_error());
+        size_t bytes = (size_t)batch * 4 * sizeof(float);
+        float *plain = malloc(bytes), *kept = malloc(bytes), *before = malloc(bytes);
+        ck_assert(plain && kept && before);
+        for (int pass = 0; pass < 3; pass++) {
+            if (pass) fill_random(b.args[b.data_index], -1.0f, 1.0f);
+            ck_assert_int_eq(mx_executor_forward(b.ex, false), MX_OK);
+            ck_assert_int_eq(mx_executor_forward(fx, false), MX_OK);
+            ck_assert_int_eq(mx_ndarray_to_host(mx_executor_output(b.ex, 0), plain, bytes), MX_OK);
+            ck_assert_int_eq(mx_ndarray_to_host(mx_executor_output(fx, 0), kept, bytes), MX_OK);
+            ck_assert_msg(memcmp(plain, kept, bytes) == 0, "batch %d, pass %d", batch, pass);
+            if (pass) ck_assert_msg(memcmp(before, kept, bytes) != 0, "batch %d, pass %d: new data, same output", batch, pass);
+            memcpy(before, kept, bytes);
+        }
+        free(plain);
+        free(kept);
+        free(before);
+        mx_executor_free(fx);
+        unbind(&b);
+    }
+}
+END_TEST
+
 START_TEST(prediction_and_feature_extraction_are_pruned)
 {
     bound train, pred;
@@ -653,6 +705,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, mlp_gradients_match_finite_differences);
+    tcase_add_test(tc, fixed_weights_give_the_same_bits);
     tcase_add_test(tc, lenet_gradients_match_finite_differences);
     tcase_add_test(tc, residual_bn_gradients_match_finite_differences);
     tcase_add_test(tc, inception_gradients_match_finite_differences);

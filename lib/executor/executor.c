@@ -37,6 +37,7 @@ typedef struct node_info {
      * when it may, the rng's variable is the last write, left out of the
      * passes that draw nothing (Dropout at inference). */
     bool rng_train, rng_infer, rng_var;
+    uint32_t fixed_inputs;   /* forward: mx_op_ctx.fixed_inputs */
 } node_info;
 
 struct mx_executor {
@@ -58,6 +59,7 @@ struct mx_executor {
     mx_grad_req *grad_reqs;      /* per argument */
     mx_ndarray **arg_grads;      /* per argument (borrowed + retained) */
     mx_rng *rng;
+    bool *fixed_args;            /* per argument (NULL: none): mx_bind_config.fixed_args */
     bool for_training;
     bool check_numerics;         /* run node by node, stop at the first NaN/Inf */
     uint32_t *finite_pass;       /* per entry: the check pass that found it finite */
@@ -125,6 +127,7 @@ static void executor_destroy(mx_executor *ex)
     free(ex->output_names);
     free(ex->grad_reqs);
     free(ex->arg_grads);
+    free(ex->fixed_args);
     free(ex->finite_pass);
     memory_plan_free(&ex->plan);
     exec_graph_free(&ex->eg);
@@ -263,6 +266,10 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     ni->n_in = f->n_inputs;
     ni->n_out = f->n_outputs;
     ni->n_aux = mx_node_num_aux(f);
+    for (int j = 0; j < ni->n_in && j < 32 && ex->fixed_args && !ni->backward && !ni->mirror; j++) {
+        uint32_t e = exec_entry_id(eg, f->inputs[j]);
+        if (eg->kind[e] == ENTRY_ARG && ex->fixed_args[eg->arg_index[e]]) ni->fixed_inputs |= 1u << j;
+    }
     ni->in = mx_calloc((size_t)ni->n_in + 1, sizeof(mx_tensor));
     ni->out = mx_calloc((size_t)ni->n_out + 1, sizeof(mx_tensor));
     ni->req = mx_calloc((size_t)(ni->n_in + ni->n_out) + 1, sizeof(mx_req));
@@ -379,6 +386,11 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         ex->grad_reqs = mx_calloc((size_t)n_args + 1, sizeof(mx_grad_req));
         ex->arg_grads = mx_calloc((size_t)n_args + 1, sizeof(mx_ndarray *));
         if (!ex->grad_reqs || !ex->arg_grads) s = MX_ERR_NOMEM;
+        if (s == MX_OK && cfg->fixed_args) {
+            ex->fixed_args = mx_malloc((size_t)n_args + 1);
+            if (!ex->fixed_args) s = MX_ERR_NOMEM;
+            else memcpy(ex->fixed_args, cfg->fixed_args, (size_t)n_args * sizeof(bool));
+        }
     }
     for (int i = 0; i < n_args && s == MX_OK && cfg->for_training; i++) {
         mx_ndarray *gr = cfg->arg_grads ? cfg->arg_grads[i] : NULL;
@@ -514,7 +526,8 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     node_info *ni = job->ni;
     mx_executor *ex = job->ex;
     mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state,
-                     .fold = ni->backward ? (mx_fold){MX_FOLD_NONE, 0, 0, 0} : ni->fold};
+                     .fold = ni->backward ? (mx_fold){MX_FOLD_NONE, 0, 0, 0} : ni->fold,
+                     .fixed_inputs = ni->fixed_inputs};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
         ctx.workspace_bytes = ex->plan.workspace;

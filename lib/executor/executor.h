@@ -71,6 +71,13 @@ typedef struct mx_bind_config {
      * tracing, which checks every intermediate value (a folded one is
      * never materialised; relu of a NaN is 0). */
     bool no_folding;
+    /* NULL, or per argument: true where the caller never writes that
+     * argument after bind (a predictor's weights, not its data). Kernels
+     * then keep what they derive from it (a convolution's packed or
+     * Winograd-transformed weights) from the first pass on instead of
+     * redoing it every pass, at the memory that costs. A write to such an
+     * argument after bind goes unseen: rebind instead. */
+    const bool *fixed_args;
 } mx_bind_config;
 
 typedef struct mx_executor mx_executor;

@@ -207,9 +207,18 @@ static mx_status conv_forward(const mx_op_ctx *ctx, const void *vp, const mx_ten
     (void)aux;
     const conv_params *p = vp;
     mx_conv_geom g = conv_geom(p, &in[0].shape);
-    return mx_conv_forward_act(mx_op_pool(ctx), &g, in[0].data, in[1].data, p->no_bias ? NULL : in[2].data,
-                               &ctx->fold, out[0].data, req[0], ctx->workspace, usable_ws(ctx, p, &g));
+    /* Fixed weights (a predictor's): derived for the forward kernel once,
+     * kept in the node's state. */
+    mx_conv_prepared *prep = NULL;
+    if (ctx->state && (ctx->fixed_inputs & (1u << 1))) {
+        if (!*ctx->state) MX_TRY(mx_conv_prepare(mx_op_pool(ctx), &g, in[1].data, (mx_conv_prepared **)ctx->state));
+        prep = *ctx->state;
+    }
+    return mx_conv_forward_prepared(mx_op_pool(ctx), &g, prep, in[0].data, in[1].data, p->no_bias ? NULL : in[2].data,
+                                    &ctx->fold, out[0].data, req[0], ctx->workspace, usable_ws(ctx, p, &g));
 }
+
+static void conv_state_free(void *state) { mx_conv_prepared_free(state); }
 
 static mx_status conv_backward(const mx_op_ctx *ctx, const void *vp, const mx_tensor *out_grad, const mx_tensor *in,
                                const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
@@ -246,5 +255,6 @@ const mx_op_def mx_op_convolution = {
     .folds_elementwise = true,
     .forward = conv_forward,
     .backward = conv_backward,
+    .state_free = conv_state_free,
     .gpu = MX_OP_GPU(convolution),
 };

@@ -86,6 +86,11 @@ typedef struct mx_op_ctx {
      * forward kernels of ops with folds_elementwise see it; they apply it
      * to output 0 as they write it (mx_fold_rows, mx_fold_forward). */
     mx_fold fold;
+    /* Bit i: input i is an argument the caller never writes after bind
+     * (mx_bind_config.fixed_args: a predictor's weights), so a kernel may
+     * keep what it derives from it (packed or transformed weights) in
+     * *state across passes. Forward nodes only; 0 elsewhere. */
+    uint32_t fixed_inputs;
 } mx_op_ctx;
 
 /* The kernel thread pool to split work on (NULL: run on the calling thread). */
@@ -194,6 +199,9 @@ struct mx_op_def {
     /* in_grad[i] is written per req[i]; aux may be read (and is not
      * updated). Tensors not declared in backward_deps may hold garbage. */
     mx_op_backward_fn backward;
+    /* Frees what the CPU kernels keep in a node's state slot
+     * (mx_op_ctx.state); NULL: they keep nothing. */
+    void (*state_free)(void *state);
     /* The GPU kernels (MX_OP_GPU(x)), or NULL: binding the operator on a
      * GPU is then an error naming it (mx_op_kernels_for). */
     const mx_op_kernels *gpu;

@@ -332,7 +332,7 @@ int mx_op_count(void) { return REGISTRY_SIZE; }
 mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *out)
 {
     if (ctx.dev_type == MX_DEV_CPU) {
-        *out = (mx_op_kernels){op->forward, op->backward, NULL};
+        *out = (mx_op_kernels){op->forward, op->backward, op->state_free};
         return MX_OK;
     }
     char name[32];

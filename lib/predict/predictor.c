@@ -391,12 +391,19 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         else s = to_ctx(p->rt, p->file_aux.arrays[k], o->ctx, &p->aux[i]);
     }
     if (s == MX_OK && !p->rng) s = mx_rng_create(p->rt, 0, &p->rng);
+    /* Everything but the data is written here and never again: kernels may
+     * keep what they derive from it (mx_bind_config.fixed_args). */
+    bool *fixed = s == MX_OK ? mx_malloc((size_t)p->n_args + 1) : NULL;
+    if (s == MX_OK && !fixed) s = MX_ERR_NOMEM;
+    for (int i = 0; i < p->n_args && s == MX_OK; i++) fixed[i] = arg_ids[i] != data_id;
     if (s == MX_OK) {
         const char *outputs[1] = {o->layer};
         mx_bind_config bc = {.ctx = o->ctx, .args = p->args, .aux = p->aux, .outputs = o->layer ? outputs : NULL,
-                             .n_outputs = o->layer ? 1 : 0, .for_training = false, .rng = p->rng};
+                             .n_outputs = o->layer ? 1 : 0, .for_training = false, .rng = p->rng,
+                             .fixed_args = fixed};
         s = mx_executor_bind(p->rt, g, &bc, &p->ex);
     }
+    free(fixed);
     if (s == MX_OK) {
         p->output = mx_executor_output(p->ex, 0);
         if (!p->output)

@@ -87,6 +87,12 @@ bool mx_direct_vector_lead(void);
  * MX_DIRECT_ISA and the CPU's ISA. */
 bool mx_direct_profitable_rule(const mx_conv_geom *g, bool vector_lead);
 
+/* The same for the forward pass alone (prediction, and the forward of a
+ * training step): with a vector lead every supported layer with at least
+ * 2 output channels; without one, mx_direct_profitable's rule. */
+bool mx_direct_forward_profitable(const mx_conv_geom *g);
+bool mx_direct_forward_profitable_rule(const mx_conv_geom *g, bool vector_lead);
+
 /* Bytes of packed weights, forward and backward-data alike (F*C*KH*KW
  * floats), and the packings: w (F, C, KH, KW) -> panels of output channels
  * (forward) or, per dx phase, panels of input channels (backward-data).
@@ -119,6 +125,16 @@ size_t mx_direct_scratch_bytes(const mx_conv_geom *g, int64_t images);
  * scratch is NULL). */
 mx_status mx_direct_forward(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
                             const float *bias, bool accumulate, float *y, void *scratch);
+
+/* The same for part `part` of `parts` of the output channels, split into
+ * whole register panels as the packing parts are (mx_direct_forward_panels
+ * of them; a part may get none): the parts together write exactly what
+ * mx_direct_forward writes, bit for bit, so threads can share one image
+ * (batch 1). Each part packs the input planes itself. */
+int64_t mx_direct_forward_panels(const mx_conv_geom *g);
+mx_status mx_direct_forward_part(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
+                                 int64_t part, int64_t parts, const float *bias, bool accumulate, float *y,
+                                 void *scratch);
 
 /* dx (images, C, H, W) = the data gradient of dy (images, F, OH, OW) (with
  * accumulate, dx += it). packed_b from mx_direct_pack_weights_backward.
