@@ -384,9 +384,10 @@ START_TEST(prepared_forward)
     mx_threadpool *pools[2];
     ck_assert_int_eq(mx_threadpool_create(1, &pools[0]), MX_OK);
     ck_assert_int_eq(mx_threadpool_create(2, &pools[1]), MX_OK);
-    /* Winograd (9 tiles), direct 1x1 and 3x3/2, a ragged 7x7 3x3 (direct
-     * forward with a vector lead, else im2col), grouped (im2col), depthwise */
-    mx_conv_geom gs[] = {geom(1, 8, 16, 12, 12, 3, 3, 1, 1, 1, 1), geom(1, 32, 48, 14, 14, 1, 1, 1, 1, 0, 0),
+    /* Winograd (64 tiles: 2 blocks shared by 2 threads), direct 1x1 and
+     * 3x3/2, a ragged 7x7 3x3 (direct forward with a vector lead, else
+     * im2col), grouped (im2col), depthwise */
+    mx_conv_geom gs[] = {geom(1, 8, 16, 30, 30, 3, 3, 1, 1, 1, 1), geom(1, 32, 48, 14, 14, 1, 1, 1, 1, 0, 0),
                          geom(1, 16, 24, 15, 15, 3, 3, 2, 2, 1, 1), geom(1, 64, 64, 7, 7, 3, 3, 1, 1, 1, 1),
                          geom(1, 8, 8, 9, 9, 1, 1, 1, 1, 0, 0), geom(1, 16, 16, 10, 10, 3, 3, 1, 1, 1, 1)};
     gs[4].groups = 2;

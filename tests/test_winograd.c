@@ -425,6 +425,60 @@ START_TEST(image_ranges)
 }
 END_TEST
 
+/* One image (or two) shared by threads block by block writes the bits of
+ * one call, whichever blocks run in what order, with and without bias and
+ * accumulation; more images than a group are refused (0 blocks). */
+START_TEST(shared_blocks)
+{
+    for (int kind = 0; kind < KINDS; kind++) {
+        const int m = kinds[kind].m, r = kinds[kind].r;
+        set_tile(m);
+        /* output 30 x 26 (a few blocks of tiles), 16 and 150 channels (V and
+         * M tile-major, then channel-major) */
+        for (int big = 0; big < 2; big++) {
+            const int64_t c = big ? 150 : 16, f = big ? 20 : 24;
+            mx_conv_geom g = geom_r(1, c, f, 30 + r - 3, 26 + r - 3, 1, 1, r);
+            const int64_t images = mx_winograd_shared_blocks(&g, 2) > 0 ? 2 : 1;
+            const int64_t in_n = images * c * g.in_h * g.in_w, out_n = images * f * g.out_h * g.out_w;
+            float *x = test_rand_floats(in_n), *wt = test_rand_floats(f * c * r * r), *bias = test_rand_floats(f);
+            float *u = malloc(mx_winograd_filter_bytes(&g)), *y1 = malloc((size_t)out_n * sizeof(float));
+            float *y2 = malloc((size_t)out_n * sizeof(float));
+            void *shared = malloc(mx_winograd_shared_bytes(&g, images));
+            void *s1 = malloc(mx_winograd_block_bytes(&g, images)), *s2 = malloc(mx_winograd_block_bytes(&g, images));
+            ck_assert(u && y1 && y2 && shared && s1 && s2);
+            mx_winograd_transform_filter(&g, wt, u);
+            const int64_t blocks = mx_winograd_shared_blocks(&g, images);
+            ck_assert_int_ge(blocks, 2);
+            for (int variant = 0; variant < 3; variant++) {
+                const bool accumulate = variant == 2;
+                const float *b = variant == 1 ? NULL : bias;
+                for (int64_t i = 0; i < out_n; i++) y1[i] = y2[i] = (float)(i % 7) - 3.0f;
+                ck_assert_int_eq(mx_winograd_forward(&g, u, x, images, b, accumulate, y1, NULL), MX_OK);
+                mx_winograd_shared_begin(&g, x, images, b, shared);
+                /* the second half first, on its own scratch, then the first */
+                mx_winograd_shared_blocks_run(&g, u, images, b, blocks / 2, blocks, shared, s2);
+                mx_winograd_shared_blocks_run(&g, u, images, b, 0, blocks / 2, shared, s1);
+                mx_winograd_shared_end(&g, images, accumulate, y2, shared);
+                ck_assert_msg(memcmp(y1, y2, (size_t)out_n * sizeof(float)) == 0, "F(%d, %d), %lld channels, variant %d",
+                              m, r, (long long)c, variant);
+            }
+            ck_assert_int_eq(mx_winograd_shared_blocks(&g, 1000), 0);
+            ck_assert_uint_eq(mx_winograd_shared_bytes(&g, 1000), 0);
+            free(x);
+            free(wt);
+            free(bias);
+            free(u);
+            free(y1);
+            free(y2);
+            free(shared);
+            free(s1);
+            free(s2);
+        }
+    }
+    unsetenv("MX_WINOGRAD_TILE");
+}
+END_TEST
+
 /* The filter transform in parts, and into a misaligned buffer (regular
  * stores instead of streaming ones), gives the same bits as one call. */
 START_TEST(filter_parts_and_alignment)
@@ -554,6 +608,7 @@ int main(void)
     tcase_add_test(tc, supported_geometries);
     tcase_add_test(tc, wgrad_scratch_is_bounded);
     tcase_add_test(tc, image_ranges);
+    tcase_add_test(tc, shared_blocks);
     tcase_add_test(tc, filter_parts_and_alignment);
     tcase_add_test(tc, edge_shapes);
     tcase_add_test(tc, random_shapes);

@@ -398,6 +398,7 @@ typedef struct conv_call {
     int64_t chunk;       /* images lowered side by side */
     int64_t piece;       /* images per piece when the batch is split */
     int64_t parts;       /* direct forward of a batch too small to split: output-channel parts */
+    void *shared;        /* Winograd forward of such a batch: packed input and output tiles */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
     float *dw_first;     /* when set (a write request), piece 0's goes straight here */
     const mx_fold *fold; /* forward: the element-wise layer applied to y, NULL none */
@@ -585,6 +586,19 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         for (int64_t n0 = p0; n0 < p1; n0 += c->chunk)
             forward_chunk(c, NULL, n0, p1 - n0 < c->chunk ? p1 - n0 : c->chunk, col);
     }
+}
+
+/* Blocks [lo, hi) of tiles of a batch shared by the threads (Winograd). */
+static void winograd_blocks(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    conv_call *c = arg;
+    const mx_conv_geom *g = c->g;
+    void *scratch = piece_scratch(c, worker, 0, mx_winograd_block_bytes(g, g->batch));
+    if (!scratch) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    mx_winograd_shared_blocks_run(g, c->u, g->batch, c->bias, lo, hi, c->shared, scratch);
 }
 
 /* Parts [lo, hi) of the output channels, every image (direct kernels). */
@@ -853,14 +867,28 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
                    .lease = lease};
     atomic_init(&c.failed, 0);
     c.piece = piece_images(g, mx_threadpool_size(pool));
+    const int threads = mx_threadpool_size(pool);
     if (path == PATH_WINOGRAD) {
-        /* Fewer multiplications than SGEMM can do: per thread, whole images;
-         * a batch too small to split runs on the caller (still faster than
-         * lowering on every thread). */
+        /* Fewer multiplications than SGEMM can do: per thread, whole images.
+         * A batch too small to split shares its blocks of tiles across the
+         * threads where it has several (batch 1 in prediction), else runs
+         * on the caller (still faster than lowering on every thread). */
+        const int64_t blocks = c.piece == 0 && threads > 1 ? mx_winograd_shared_blocks(g, g->batch) : 0;
         if (c.piece == 0) c.piece = g->batch;
         c.u = prepared_weights(prep, g, path);
         if (!c.u) c.u = transform_filters(pool, lease, g, w, false);
         if (!c.u) return MX_ERR_NOMEM;
+        if (blocks > 1) {
+            /* The caller's lease, slot 1 (slot 0 is its blocks' scratch). */
+            c.shared = mx_scratch_buffer(pool, lease, 1, mx_winograd_shared_bytes(g, g->batch));
+            if (!c.shared) return MX_ERR_NOMEM;
+            mx_winograd_shared_begin(g, x, g->batch, bias, c.shared);
+            mx_parallel_for(pool, blocks, ceil_div(blocks, threads), winograd_blocks, &c);
+            if (atomic_load(&c.failed)) return scratch_failed();
+            mx_winograd_shared_end(g, g->batch, req == MX_REQ_ADD, y, c.shared);
+            if (fold) mx_fold_forward(pool, fold, y, g->batch * out_image(g));
+            return MX_OK;
+        }
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
         return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
     }
@@ -868,7 +896,6 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
         c.packed = prepared_weights(prep, g, path);
         if (!c.packed) c.packed = pack_direct(pool, lease, g, w, false);
         if (!c.packed) return MX_ERR_NOMEM;
-        const int threads = mx_threadpool_size(pool);
         const int64_t panels = mx_direct_forward_panels(g);
         if (c.piece == 0 && threads > 1 && panels > 1) {
             /* Too few images to give each thread its own (batch 1 in

@@ -1299,6 +1299,86 @@ mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float
     return MX_OK;
 }
 
+/* A group of images shared by threads: xp, the output tiles and the bias
+ * in one buffer, V and M per thread; the blocks are mx_winograd_forward's,
+ * so each tile is computed as there. */
+typedef struct shared_plan {
+    wplan p;
+    int64_t tiles, blocks, nb;
+    int64_t off_y, off_b, shared, block; /* floats */
+} shared_plan;
+
+/* False when the images are more than one group. */
+static bool shared_init(shared_plan *s, const mx_conv_geom *g, int64_t images)
+{
+    plan_init(&s->p, g, images);
+    if (images < 1 || images > s->p.gi) return false;
+    s->tiles = images * s->p.tpi;
+    s->blocks = ceil_div(s->tiles, BLOCK_TILES);
+    s->nb = ceil_div(s->tiles, s->blocks);
+    s->off_y = s->p.off_v;                                     /* after xp */
+    s->off_b = s->off_y + (s->p.off_b - s->p.off_y);           /* after the tiles */
+    s->shared = s->off_b + (s->p.total - s->p.off_b);
+    s->block = s->p.off_y - s->p.off_v;                         /* V, then M */
+    return true;
+}
+
+static float *aligned_floats(void *buf) { return (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63); }
+
+int64_t mx_winograd_shared_blocks(const mx_conv_geom *g, int64_t images)
+{
+    shared_plan s;
+    return mx_winograd_supported(g) && shared_init(&s, g, images) ? s.blocks : 0;
+}
+
+size_t mx_winograd_shared_bytes(const mx_conv_geom *g, int64_t images)
+{
+    shared_plan s;
+    return mx_winograd_supported(g) && shared_init(&s, g, images) ? (size_t)s.shared * sizeof(float) + 64 : 0;
+}
+
+size_t mx_winograd_block_bytes(const mx_conv_geom *g, int64_t images)
+{
+    shared_plan s;
+    return mx_winograd_supported(g) && shared_init(&s, g, images) ? (size_t)s.block * sizeof(float) + 64 : 0;
+}
+
+void mx_winograd_shared_begin(const mx_conv_geom *g, const float *x, int64_t images, const float *bias, void *shared)
+{
+    shared_plan s;
+    if (!mx_winograd_supported(g) || !shared_init(&s, g, images)) return;
+    float *base = aligned_floats(shared);
+    if (bias) {
+        memcpy(base + s.off_b, bias, (size_t)s.p.f * sizeof(float));
+        for (int64_t f = s.p.f; f < s.p.fp; f++) base[s.off_b + f] = 0.0f;
+    }
+    pick_kernels()->pack(&s.p, x, images, base);
+}
+
+void mx_winograd_shared_blocks_run(const mx_conv_geom *g, const float *u, int64_t images, const float *bias,
+                                   int64_t b0, int64_t b1, void *shared, void *scratch)
+{
+    shared_plan s;
+    if (!mx_winograd_supported(g) || !shared_init(&s, g, images)) return;
+    const wkernels *k = pick_kernels();
+    float *base = aligned_floats(shared), *v = aligned_floats(scratch), *mm = v + (s.p.off_m - s.p.off_v);
+    const float *bp = bias ? base + s.off_b : NULL;
+    for (int64_t b = b0; b < b1 && b < s.blocks; b++) {
+        int64_t t0 = b * s.nb, nt = s.tiles - t0 < s.nb ? s.tiles - t0 : s.nb;
+        k->input(&s.p, base, t0, nt, v);
+        k->gemm(&s.p, v, u, nt, mm);
+        k->output(&s.p, mm, t0, nt, bp, base + s.off_y);
+    }
+}
+
+void mx_winograd_shared_end(const mx_conv_geom *g, int64_t images, bool accumulate, float *y, void *shared)
+{
+    shared_plan s;
+    if (!mx_winograd_supported(g) || !shared_init(&s, g, images)) return;
+    float *base = aligned_floats(shared);
+    pick_kernels()->unpack(&s.p, base + s.off_y, images, accumulate, y);
+}
+
 /* ------------------------------------------------------ weight gradient */
 
 #define WGRAD_TILES 144      /* tiles per group: each product runs over this many */

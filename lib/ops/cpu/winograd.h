@@ -91,6 +91,22 @@ size_t mx_winograd_scratch_bytes(const mx_conv_geom *g, int64_t images);
  * scratch: at least mx_winograd_scratch_bytes(g, images) bytes; NULL
  * allocates them for the call. g->batch is not read. Errors: MX_ERR_NOMEM
  * (only when scratch is NULL), MX_ERR_INVALID (g not supported). */
+/* The forward of one group of images shared by threads (a batch smaller
+ * than the pool: prediction at batch 1), in three steps: begin packs x
+ * and the bias into `shared` (mx_winograd_shared_bytes); the tile blocks,
+ * [b0, b1) of mx_winograd_shared_blocks, then run on any threads at once,
+ * each with its own scratch (mx_winograd_block_bytes); end writes y (with
+ * accumulate, adds to it). The same bits as mx_winograd_forward. The
+ * counts and sizes are 0 when the images are more than one group (the
+ * images of one block of tiles) or g is not supported. */
+int64_t mx_winograd_shared_blocks(const mx_conv_geom *g, int64_t images);
+size_t mx_winograd_shared_bytes(const mx_conv_geom *g, int64_t images);
+size_t mx_winograd_block_bytes(const mx_conv_geom *g, int64_t images);
+void mx_winograd_shared_begin(const mx_conv_geom *g, const float *x, int64_t images, const float *bias, void *shared);
+void mx_winograd_shared_blocks_run(const mx_conv_geom *g, const float *u, int64_t images, const float *bias,
+                                   int64_t b0, int64_t b1, void *shared, void *scratch);
+void mx_winograd_shared_end(const mx_conv_geom *g, int64_t images, bool accumulate, float *y, void *shared);
+
 mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float *x, int64_t images, const float *bias,
                               bool accumulate, float *y, void *scratch);
 
