@@ -196,14 +196,20 @@ END_TEST
 /* Forward splits channels across the kernel pool on large inputs: the
  * outputs and moving statistics are bit for bit those of one thread, in
  * training and in inference. */
+/* One thread on the portable width, one on AVX2, three threads on AVX-512
+ * (MX_SIMD caps the width; each cap falls back to what the CPU has): the
+ * statistics' 8-lane sums in double, and so every output, are the same
+ * bits. */
+static const char *const widths[] = {"portable", "avx2", "avx512"};
+
 START_TEST(threaded_forward_matches_serial)
 {
     const mx_op_def *op = mx_op_find("BatchNorm");
     _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
     ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
-    enum { N = 2, C = 5, S = 64 * 64 }; /* 40960 elements: above the parallel threshold */
-    static float x[N * C * S], y[2][N * C * S];
-    float gamma[C], beta[C], mm[2][C], mv[2][C], mean[2][C], invstd[2][C];
+    enum { N = 2, C = 5, S = 64 * 64 + 3 }; /* 40990 elements: above the parallel threshold; 8-lane tails */
+    static float x[N * C * S], y[3][N * C * S];
+    float gamma[C], beta[C], mm[3][C], mv[3][C], mean[3][C], invstd[3][C];
     uint64_t rng = 11;
     for (int i = 0; i < N * C * S; i++) x[i] = (float)opcheck_uniform(&rng, -2, 3);
     for (int c = 0; c < C; c++) {
@@ -213,7 +219,8 @@ START_TEST(threaded_forward_matches_serial)
     mx_threadpool *pool;
     ck_assert_int_eq(mx_threadpool_create(3, &pool), MX_OK);
     for (int train = 0; train < 2; train++) {
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
+            setenv("MX_SIMD", widths[k], 1);
             for (int c = 0; c < C; c++) {
                 mm[k][c] = 0.1f * (float)c;
                 mv[k][c] = 1.0f + 0.5f * (float)c;
@@ -224,13 +231,16 @@ START_TEST(threaded_forward_matches_serial)
             mx_tensor out[3] = {{.data = y[k], .shape = MX_SHAPE(N, C, S)}, {.data = mean[k], .shape = MX_SHAPE(C)},
                                 {.data = invstd[k], .shape = MX_SHAPE(C)}};
             mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
-            mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = k ? pool : NULL};
+            mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = k == 2 ? pool : NULL};
             mx_op_ctx ctx = {.exec = &exec, .is_train = train};
             ck_assert_int_eq(op->forward(&ctx, params, in, req, out, &in[3]), MX_OK);
         }
-        ck_assert(!memcmp(y[0], y[1], sizeof(y[0])));
-        ck_assert(!memcmp(mm[0], mm[1], sizeof(mm[0])) && !memcmp(mv[0], mv[1], sizeof(mv[0])));
-        ck_assert(!memcmp(mean[0], mean[1], sizeof(mean[0])) && !memcmp(invstd[0], invstd[1], sizeof(invstd[0])));
+        unsetenv("MX_SIMD");
+        for (int k = 1; k < 3; k++) {
+            ck_assert_msg(!memcmp(y[0], y[k], sizeof(y[0])), "%s", widths[k]);
+            ck_assert(!memcmp(mm[0], mm[k], sizeof(mm[0])) && !memcmp(mv[0], mv[k], sizeof(mv[0])));
+            ck_assert(!memcmp(mean[0], mean[k], sizeof(mean[0])) && !memcmp(invstd[0], invstd[k], sizeof(invstd[0])));
+        }
     }
     mx_threadpool_free(pool);
 }
@@ -244,9 +254,9 @@ START_TEST(threaded_backward_matches_serial)
     _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
     const char *k_fix[] = {"fix_gamma"}, *v_fix[] = {"False"};
     ck_assert_int_eq(mx_op_parse_params(op, k_fix, v_fix, 1, params), MX_OK);
-    enum { N = 2, C = 5, S = 64 * 64 }; /* 40960 elements: above the parallel threshold */
-    static float x[N * C * S], dy[N * C * S], y[N * C * S], dx[2][N * C * S];
-    float gamma[C], beta[C], mm[C], mv[C], mean[C], invstd[C], dg[2][C], db[2][C];
+    enum { N = 2, C = 5, S = 64 * 64 + 3 }; /* 40990 elements: above the parallel threshold; 8-lane tails */
+    static float x[N * C * S], dy[N * C * S], y[N * C * S], dx[3][N * C * S];
+    float gamma[C], beta[C], mm[C], mv[C], mean[C], invstd[C], dg[3][C], db[3][C];
     uint64_t rng = 12;
     for (int i = 0; i < N * C * S; i++) {
         x[i] = (float)opcheck_uniform(&rng, -2, 3);
@@ -271,15 +281,19 @@ START_TEST(threaded_backward_matches_serial)
         mx_exec_ctx exec0 = {.ctx = mx_cpu()};
         mx_op_ctx ctx0 = {.exec = &exec0, .is_train = train};
         ck_assert_int_eq(op->forward(&ctx0, params, in, req, out, &in[3]), MX_OK); /* the saved statistics */
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
+            setenv("MX_SIMD", widths[k], 1);
             mx_tensor ig[3] = {{.data = dx[k], .shape = MX_SHAPE(N, C, S)}, {.data = dg[k], .shape = MX_SHAPE(C)},
                                {.data = db[k], .shape = MX_SHAPE(C)}};
-            mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = k ? pool : NULL};
+            mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = k == 2 ? pool : NULL};
             mx_op_ctx ctx = {.exec = &exec, .is_train = train};
             ck_assert_int_eq(op->backward(&ctx, params, og, in, out, req, ig, &in[3]), MX_OK);
         }
-        ck_assert(!memcmp(dx[0], dx[1], sizeof(dx[0])));
-        ck_assert(!memcmp(dg[0], dg[1], sizeof(dg[0])) && !memcmp(db[0], db[1], sizeof(db[0])));
+        unsetenv("MX_SIMD");
+        for (int k = 1; k < 3; k++) {
+            ck_assert_msg(!memcmp(dx[0], dx[k], sizeof(dx[0])), "%s", widths[k]);
+            ck_assert(!memcmp(dg[0], dg[k], sizeof(dg[0])) && !memcmp(db[0], db[k], sizeof(db[0])));
+        }
         ck_assert(dg[0][1] != 0.0f && db[0][1] != 0.0f);
     }
     mx_threadpool_free(pool);

@@ -19,6 +19,7 @@
  */
 #include "ops/op.h"
 #include "ops/batch_norm.h"
+#include "ops/cpu/simd.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -123,44 +124,148 @@ static mx_status bn_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape 
     return MX_OK;
 }
 
-/* Reductions in double with independent lanes so the loops vectorise. */
+/* Reductions in double over 8 independent lanes (lane l adds elements l,
+ * l + 8, l + 16, ...), then the tail, then the lanes in order. The lanes
+ * run in one AVX-512 register (or two AVX2 ones) where the CPU has them
+ * (MX_SIMD caps it): each lane adds in the same order, with no fused
+ * multiply-add, so every width gives the same bits. (Left to the compiler
+ * they were SSE2 with the lanes on the stack: the forward statistics alone
+ * were 6.5% of ResNet-50's training time.) */
 #define BN_LANES 8
 
-static double sum_f32(const float *x, int64_t n)
-{
-    double lane[BN_LANES] = {0};
-    int64_t i = 0;
-    for (; i + BN_LANES <= n; i += BN_LANES)
-        for (int l = 0; l < BN_LANES; l++) lane[l] += x[i + l];
-    double s = 0;
-    for (; i < n; i++) s += x[i];
-    for (int l = 0; l < BN_LANES; l++) s += lane[l];
-    return s;
-}
+typedef enum bn_reduction { BN_SUM, BN_SUMSQ_CENTERED, BN_DOT_CENTERED } bn_reduction;
 
-static double sumsq_centered(const float *x, int64_t n, double mean)
+/* lane[] over x[0, n8) (n8 a multiple of 8): x, (x - mean)^2 or (x - mean) * dy. */
+static void lanes_portable(bn_reduction r, const float *x, const float *dy, int64_t n8, double mean, double *lane)
 {
-    double lane[BN_LANES] = {0};
-    int64_t i = 0;
-    for (; i + BN_LANES <= n; i += BN_LANES)
+    for (int64_t i = 0; i < n8; i += BN_LANES)
         for (int l = 0; l < BN_LANES; l++) {
-            double d = x[i + l] - mean;
-            lane[l] += d * d;
+            double d = x[i + l] - (r == BN_SUM ? 0.0 : mean);
+            lane[l] += r == BN_SUM ? (double)x[i + l] : r == BN_SUMSQ_CENTERED ? d * d : d * dy[i + l];
         }
-    double s = 0;
-    for (; i < n; i++) s += (x[i] - mean) * (x[i] - mean);
-    for (int l = 0; l < BN_LANES; l++) s += lane[l];
-    return s;
 }
 
-static double dot_centered(const float *x, const float *dy, int64_t n, double mean)
+#ifdef MX_SIMD_X86
+MX_SIMD_TARGET_AVX512 static void lanes_avx512(bn_reduction r, const float *x, const float *dy, int64_t n8,
+                                               double mean, double *lane)
+{
+    __m512d acc = _mm512_loadu_pd(lane);
+    const __m512d mu = _mm512_set1_pd(mean);
+    if (r == BN_SUM)
+        for (int64_t i = 0; i < n8; i += BN_LANES) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
+    else if (r == BN_SUMSQ_CENTERED)
+        for (int64_t i = 0; i < n8; i += BN_LANES) {
+            __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mu);
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+        }
+    else
+        for (int64_t i = 0; i < n8; i += BN_LANES) {
+            __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mu);
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(d, _mm512_cvtps_pd(_mm256_loadu_ps(dy + i))));
+        }
+    _mm512_storeu_pd(lane, acc);
+}
+
+MX_SIMD_TARGET_AVX2 static void lanes_avx2(bn_reduction r, const float *x, const float *dy, int64_t n8, double mean,
+                                           double *lane)
+{
+    __m256d lo = _mm256_loadu_pd(lane), hi = _mm256_loadu_pd(lane + 4);
+    const __m256d mu = _mm256_set1_pd(mean);
+    for (int64_t i = 0; i < n8; i += BN_LANES) {
+        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        if (r != BN_SUM) {
+            a = _mm256_sub_pd(a, mu);
+            b = _mm256_sub_pd(b, mu);
+            if (r == BN_SUMSQ_CENTERED) {
+                a = _mm256_mul_pd(a, a);
+                b = _mm256_mul_pd(b, b);
+            } else {
+                a = _mm256_mul_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(dy + i)));
+                b = _mm256_mul_pd(b, _mm256_cvtps_pd(_mm_loadu_ps(dy + i + 4)));
+            }
+        }
+        lo = _mm256_add_pd(lo, a);
+        hi = _mm256_add_pd(hi, b);
+    }
+    _mm256_storeu_pd(lane, lo);
+    _mm256_storeu_pd(lane + 4, hi);
+}
+#endif
+
+/* The backward pair in one pass over dy: sum(dy) into *sum (lanes in sl)
+ * and sum((x - mean) * dy) into *dot, each lane in the order reduce()
+ * takes it, so the same bits as two reduce() calls. */
+static void lanes2_portable(const float *x, const float *dy, int64_t n8, double mean, double *sl, double *dl)
+{
+    for (int64_t i = 0; i < n8; i += BN_LANES)
+        for (int l = 0; l < BN_LANES; l++) {
+            sl[l] += (double)dy[i + l];
+            dl[l] += (x[i + l] - mean) * dy[i + l];
+        }
+}
+
+#ifdef MX_SIMD_X86
+MX_SIMD_TARGET_AVX512 static void lanes2_avx512(const float *x, const float *dy, int64_t n8, double mean, double *sl,
+                                                double *dl)
+{
+    __m512d s = _mm512_loadu_pd(sl), d = _mm512_loadu_pd(dl);
+    const __m512d mu = _mm512_set1_pd(mean);
+    for (int64_t i = 0; i < n8; i += BN_LANES) {
+        __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(dy + i));
+        s = _mm512_add_pd(s, g);
+        d = _mm512_add_pd(d, _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mu), g));
+    }
+    _mm512_storeu_pd(sl, s);
+    _mm512_storeu_pd(dl, d);
+}
+#endif
+
+static void reduce_sum_dot(int level, const float *x, const float *dy, int64_t n, double mean, double *sum,
+                           double *dot)
+{
+    double sl[BN_LANES] = {0}, dl[BN_LANES] = {0};
+    const int64_t n8 = n / BN_LANES * BN_LANES;
+#ifdef MX_SIMD_X86
+    if (level >= MX_SIMD_AVX512) lanes2_avx512(x, dy, n8, mean, sl, dl);
+    else if (level == MX_SIMD_AVX2) {
+        lanes_avx2(BN_SUM, dy, NULL, n8, 0, sl);
+        lanes_avx2(BN_DOT_CENTERED, x, dy, n8, mean, dl);
+    } else
+        lanes2_portable(x, dy, n8, mean, sl, dl);
+#else
+    (void)level;
+    lanes2_portable(x, dy, n8, mean, sl, dl);
+#endif
+    double s = 0, d = 0;
+    for (int64_t i = n8; i < n; i++) {
+        s += (double)dy[i];
+        d += (x[i] - mean) * dy[i];
+    }
+    for (int l = 0; l < BN_LANES; l++) {
+        s += sl[l];
+        d += dl[l];
+    }
+    *sum = s;
+    *dot = d;
+}
+
+static double reduce(int level, bn_reduction r, const float *x, const float *dy, int64_t n, double mean)
 {
     double lane[BN_LANES] = {0};
-    int64_t i = 0;
-    for (; i + BN_LANES <= n; i += BN_LANES)
-        for (int l = 0; l < BN_LANES; l++) lane[l] += (x[i + l] - mean) * dy[i + l];
+    const int64_t n8 = n / BN_LANES * BN_LANES;
+#ifdef MX_SIMD_X86
+    if (level >= MX_SIMD_AVX512) lanes_avx512(r, x, dy, n8, mean, lane);
+    else if (level == MX_SIMD_AVX2) lanes_avx2(r, x, dy, n8, mean, lane);
+    else lanes_portable(r, x, dy, n8, mean, lane);
+#else
+    (void)level;
+    lanes_portable(r, x, dy, n8, mean, lane);
+#endif
     double s = 0;
-    for (; i < n; i++) s += (x[i] - mean) * dy[i];
+    for (int64_t i = n8; i < n; i++) {
+        double d = x[i] - (r == BN_SUM ? 0.0 : mean);
+        s += r == BN_SUM ? (double)x[i] : r == BN_SUMSQ_CENTERED ? d * d : d * dy[i];
+    }
     for (int l = 0; l < BN_LANES; l++) s += lane[l];
     return s;
 }
@@ -187,14 +292,16 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     const double m = (double)(outer * inner);
     const float *x = j->x;
     float *mm = j->mm, *mv = j->mv, *y = j->y;
+    const int level = mx_simd_level();
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (j->train) {
             double s = 0;
-            for (int64_t o = 0; o < outer; o++) s += sum_f32(x + (o * C + c) * inner, inner);
+            for (int64_t o = 0; o < outer; o++) s += reduce(level, BN_SUM, x + (o * C + c) * inner, NULL, inner, 0);
             mean = m > 0 ? s / m : 0;
             double ss = 0;
-            for (int64_t o = 0; o < outer; o++) ss += sumsq_centered(x + (o * C + c) * inner, inner, mean);
+            for (int64_t o = 0; o < outer; o++)
+                ss += reduce(level, BN_SUMSQ_CENTERED, x + (o * C + c) * inner, NULL, inner, mean);
             double var = m > 0 ? ss / m : 0;
             invstd = ss == 0 && bp->eps == 0 ? 0 : 1 / sqrt(var + bp->eps);
             mm[c] = (float)(mm[c] * bp->momentum + mean * (1 - bp->momentum));
@@ -261,6 +368,7 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     const bool train = j->train;
     const double m = (double)(outer * inner);
     const float *x = j->x, *dy = j->dy;
+    const int level = mx_simd_level();
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (train) {
@@ -273,8 +381,10 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         double sum_dy = 0, dotp = 0;
         for (int64_t o = 0; o < outer; o++) {
             const int64_t off = (o * C + c) * inner;
-            sum_dy += sum_f32(dy + off, inner);
-            dotp += dot_centered(x + off, dy + off, inner, mean);
+            double s, d;
+            reduce_sum_dot(level, x + off, dy + off, inner, mean, &s, &d);
+            sum_dy += s;
+            dotp += d;
         }
         const double w = bp->fix_gamma ? 1.0 : j->gamma[c];
         if (req[0] != MX_REQ_NULL) {
