@@ -266,6 +266,10 @@ START_TEST(edge_shapes)
         /* backward-data reading dy in place (one tap per phase, whole rows) */
         {2, 5, 7, 10, 12, 2, 2, 2, 2, 0, 0},   {3, 9, 20, 31, 29, 1, 1, 3, 3, 0, 0},
         {2, 24, 9, 11, 13, 2, 2, 2, 2, 0, 0},
+        /* forward reading x in place (1x1, stride 1, no padding): ragged
+         * images, one row, one pixel */
+        {3, 17, 20, 9, 11, 1, 1, 1, 1, 0, 0},  {2, 6, 10, 1, 37, 1, 1, 1, 1, 0, 0},
+        {4, 3, 9, 1, 1, 1, 1, 1, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const int64_t *k = cases[i];
@@ -286,7 +290,9 @@ START_TEST(target_layers)
         {1, 64, 128, 56, 56, 1, 1, 2, 2, 0, 0},  /* ResNet-18 layer2 1x1/2 projection */
         {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0},   /* ResNet-20 stage2 1x1/2 projection */
         {1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3},  /* ResNet-18 conv1 7x7/2 */
-        {1, 3, 64, 224, 224, 11, 11, 4, 4, 2, 2} /* AlexNet conv1 11x11/4 */
+        {1, 3, 64, 224, 224, 11, 11, 4, 4, 2, 2}, /* AlexNet conv1 11x11/4 */
+        {2, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 1x1 (x read in place, several bands) */
+        {1, 512, 48, 7, 7, 1, 1, 1, 1, 0, 0}      /* a ResNet-50 res5 1x1, fewer filters */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const int64_t *k = cases[i];

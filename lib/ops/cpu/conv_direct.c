@@ -363,9 +363,9 @@ TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end
 {
     vlist l = {.v = vl, .cap = vcap};
     for (int64_t b = 0; b < nb; b++) {
-        float *pl = planes + b * p->band;
-        pack_band(p, &bands[b], pl);
         const int64_t p0 = bands[b].p0, p1 = bands[b].p1, base = p0 / p->ow * p->ow;
+        const float *pl = p->inplace ? bands[b].src + base : planes + b * p->band;
+        if (!p->inplace) pack_band(p, &bands[b], planes + b * p->band);
         for (int64_t q = p0; q < p1; q += LANES)
             vlist_add(&l, pl + (q - base), bands[b].dst + (q - p0), min64(LANES, p1 - q));
     }
@@ -466,6 +466,13 @@ static void fplan_init(fplan *p, const mx_conv_geom *g, int64_t images)
 {
     fwd_core(g, &p->c);
     grid_bands(&p->c, images, CHUNK_FLOATS, &p->bp, &p->bpi, &p->nb);
+    /* A 1x1 stride-1 unpadded layer's planes would be a copy of x (grid
+     * pixel q is source pixel q of each channel): read x itself, channel
+     * stride ps. The same taps, so the same bits. */
+    if (g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 && g->pad_w == 0) {
+        p->c.inplace = true;
+        p->c.ps = g->in_h * g->in_w;
+    }
     p->nvmax = p->nb * band_vectors(p->bp);
     p->off_koff = align64((size_t)(p->nb * p->c.band) * sizeof(float));
     p->off_vl = p->off_koff + align64((size_t)p->c.k * sizeof(int64_t));
