@@ -462,17 +462,22 @@ typedef struct fplan {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* A 1x1 stride-1 unpadded layer's planes would be a copy of x (grid pixel
+ * q is source pixel q of each channel): forward and weight gradient read x
+ * itself, channel stride ps. The same taps, so the same bits. */
+static void set_inplace(const mx_conv_geom *g, core *c)
+{
+    if (g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 && g->pad_w == 0) {
+        c->inplace = true;
+        c->ps = g->in_h * g->in_w;
+    }
+}
+
 static void fplan_init(fplan *p, const mx_conv_geom *g, int64_t images)
 {
     fwd_core(g, &p->c);
     grid_bands(&p->c, images, CHUNK_FLOATS, &p->bp, &p->bpi, &p->nb);
-    /* A 1x1 stride-1 unpadded layer's planes would be a copy of x (grid
-     * pixel q is source pixel q of each channel): read x itself, channel
-     * stride ps. The same taps, so the same bits. */
-    if (g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 && g->pad_w == 0) {
-        p->c.inplace = true;
-        p->c.ps = g->in_h * g->in_w;
-    }
+    set_inplace(g, &p->c);
     p->nvmax = p->nb * band_vectors(p->bp);
     p->off_koff = align64((size_t)(p->nb * p->c.band) * sizeof(float));
     p->off_vl = p->off_koff + align64((size_t)p->c.k * sizeof(int64_t));
@@ -984,6 +989,7 @@ static void wplan_init(wplan *p, const mx_conv_geom *g, int64_t images)
     int64_t budget = WG_CHUNK_FLOATS * per_px / (per_px + p->fp);
     grid_bands(&probe, images, max64(budget, per_px * LANES), &p->bp, &p->bpi, &p->nb);
     p->c = probe;
+    set_inplace(g, &p->c); /* the same chunks either way: the same sums in the same order */
     p->off_dyt = align64((size_t)(p->nb * p->c.band) * sizeof(float));
     p->off_dwt = p->off_dyt + align64((size_t)(p->nb * p->bp * p->fp) * sizeof(float));
     p->off_koff = p->off_dwt + align64((size_t)(p->c.k * p->fp) * sizeof(float));
@@ -1054,8 +1060,8 @@ TARGET static void wgrad_run(const wplan *p, const float *x, const float *dy, in
         for (int64_t i = 0; i < nb; i++) {
             int64_t n = (b0 + i) / p->bpi, p0 = (b0 + i) % p->bpi * p->bp, p1 = min64(P, p0 + p->bp);
             bl[i] = (dband){.src = x + n * in_img, .p0 = p0, .p1 = p1};
-            float *pl = planes + i * c->band;
-            pack_band(c, &bl[i], pl);
+            const float *pl = c->inplace ? x + n * in_img + p0 / c->ow * c->ow : planes + i * c->band;
+            if (!c->inplace) pack_band(c, &bl[i], planes + i * c->band);
             transpose_rows(dy + n * out_img + p0, P, c->rows, p1 - p0, dyt + at * fp, fp);
             wb[i] = (wgband){.view = pl + (p0 - p0 / c->ow * c->ow), .dyt = dyt + at * fp, .np = p1 - p0};
             at += p1 - p0;
