@@ -134,9 +134,9 @@ static int64_t act_piece(int act_type, bool backward)
     return act_type == ACT_SOFTRELU ? ACT_PIECE_EXP / 4 : ACT_PIECE_EXP;
 }
 
-void mx_activation_fold_rows(int act_type, float *y, int64_t n)
+void mx_activation_fold_rows(int simd_level, int act_type, float *y, int64_t n)
 {
-    act_job j = {.type = act_type, .level = mx_simd_level(), .x = y, .out = y};
+    act_job j = {.type = act_type, .level = simd_level, .x = y, .out = y};
     MX_SIMD_DISPATCH(j.level, act_forward, &j, 0, n);
 }
 

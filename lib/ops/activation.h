@@ -26,7 +26,7 @@ typedef struct act_params {
  *     activation's input gradient, handed to the producer's backward.
  * act_type is one of the enum above. */
 typedef struct mx_threadpool mx_threadpool;
-void mx_activation_fold_rows(int act_type, float *y, int64_t n);
+void mx_activation_fold_rows(int simd_level, int act_type, float *y, int64_t n);
 void mx_activation_fold_forward(mx_threadpool *pool, int act_type, float *y, int64_t n);
 void mx_activation_fold_backward(mx_threadpool *pool, int act_type, float *dy, const float *y, int64_t n);
 

@@ -283,6 +283,17 @@ typedef struct bn_fwd_job {
     float *mm, *mv, *y, *save_mean, *save_invstd;
 } bn_fwd_job;
 
+/* y = x * scale + shift (added to y with add) over one row: a multiply and
+ * an add per element, no fused multiply-add, so every width gives the bits
+ * of the scalar loop. */
+#define BN_NORM_KERNELS(P, W, TARGET)                                                                               \
+    TARGET static void bn_normalize_##P(const float *x, float *y, int64_t n, float scale, float shift, bool add)   \
+    {                                                                                                               \
+        const P##_f s = P##_splat(scale), b = P##_splat(shift);                                                     \
+        MX_SIMD_MAP1(P, W, x, y, 0, n, add, v * s + b);                                                            \
+    }
+MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)
+
 static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
@@ -318,11 +329,8 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         for (int64_t o = 0; o < outer; o++) {
             const float *xs = x + (o * C + c) * inner;
             float *ys = y + (o * C + c) * inner;
-            if (j->req[0] == MX_REQ_ADD)
-                for (int64_t i = 0; i < inner; i++) ys[i] += xs[i] * scale + shift;
-            else
-                for (int64_t i = 0; i < inner; i++) ys[i] = xs[i] * scale + shift;
-            mx_fold_rows(&j->fold, ys, inner);
+            MX_SIMD_DISPATCH(level, bn_normalize, xs, ys, inner, scale, shift, j->req[0] == MX_REQ_ADD);
+            mx_fold_rows_at(&j->fold, level, ys, inner);
         }
     }
 }

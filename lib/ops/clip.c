@@ -106,9 +106,9 @@ static void clip_fold_backward_range(void *arg, int64_t lo, int64_t hi, int work
 
 #define CLIP_PIECE 16384 /* elements per piece on the kernel pool: a memory-bound map */
 
-void mx_clip_fold_rows(float lo, float hi, float *y, int64_t n)
+void mx_clip_fold_rows(int simd_level, float lo, float hi, float *y, int64_t n)
 {
-    clip_job j = {.level = mx_simd_level(), .lo = lo, .hi = hi, .x = y, .out = y};
+    clip_job j = {.level = simd_level, .lo = lo, .hi = hi, .x = y, .out = y};
     MX_SIMD_DISPATCH(j.level, clip_forward, &j, 0, n);
 }
 

@@ -12,7 +12,7 @@ typedef struct clip_params {
 /* A clip folded into the op before it (op.h's mx_fold_*). */
 #include <stdint.h>
 typedef struct mx_threadpool mx_threadpool;
-void mx_clip_fold_rows(float lo, float hi, float *y, int64_t n);
+void mx_clip_fold_rows(int simd_level, float lo, float hi, float *y, int64_t n);
 void mx_clip_fold_forward(mx_threadpool *pool, float lo, float hi, float *y, int64_t n);
 void mx_clip_fold_backward(mx_threadpool *pool, float lo, float hi, float *dy, const float *y, int64_t n);
 

@@ -90,7 +90,7 @@ typedef struct esum_job {
                 const float *xk = j->x[k] + i0;                                                                     \
                 MX_SIMD_MAP2(P, W, acc, xk, acc, 0, w, false, v + u);                                               \
             }                                                                                                       \
-            mx_fold_rows(&j->fold, acc, w);                                                                         \
+            mx_fold_rows_at(&j->fold, j->level, acc, w);                                                            \
             if (j->add) MX_SIMD_MAP2(P, W, acc, j->y + i0, j->y + i0, 0, w, false, v + u);                          \
             else memcpy(j->y + i0, acc, (size_t)w * sizeof(float));                                                 \
         }                                                                                                           \

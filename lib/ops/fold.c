@@ -5,14 +5,20 @@
 #include "ops/op.h"
 #include "ops/activation.h"
 #include "ops/clip.h"
+#include "ops/cpu/simd.h"
+
+void mx_fold_rows_at(const mx_fold *f, int simd_level, float *y, int64_t n)
+{
+    switch (f->kind) {
+    case MX_FOLD_ACTIVATION: mx_activation_fold_rows(simd_level, f->act_type, y, n); break;
+    case MX_FOLD_CLIP: mx_clip_fold_rows(simd_level, f->lo, f->hi, y, n); break;
+    case MX_FOLD_NONE: break;
+    }
+}
 
 void mx_fold_rows(const mx_fold *f, float *y, int64_t n)
 {
-    switch (f->kind) {
-    case MX_FOLD_ACTIVATION: mx_activation_fold_rows(f->act_type, y, n); break;
-    case MX_FOLD_CLIP: mx_clip_fold_rows(f->lo, f->hi, y, n); break;
-    case MX_FOLD_NONE: break;
-    }
+    if (f->kind != MX_FOLD_NONE) mx_fold_rows_at(f, mx_simd_level(), y, n);
 }
 
 void mx_fold_forward(mx_threadpool *pool, const mx_fold *f, float *y, int64_t n)

@@ -66,6 +66,9 @@ typedef struct mx_fold {
  *     itself, which reads its input, also passes the gradient where the
  *     input is exactly a bound). */
 void mx_fold_rows(const mx_fold *f, float *y, int64_t n);
+/* mx_fold_rows at a SIMD width the caller read once (ops/cpu/simd.h's
+ * mx_simd_level) for many short rows: it reads the environment. */
+void mx_fold_rows_at(const mx_fold *f, int simd_level, float *y, int64_t n);
 void mx_fold_forward(mx_threadpool *pool, const mx_fold *f, float *y, int64_t n);
 void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const float *y, int64_t n);
 
