@@ -423,6 +423,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         if (ex) exec_graph_free(&ex->eg);
         free(ex ? ex->grad_reqs : NULL);
         free(ex ? ex->arg_grads : NULL);
+        free(ex ? ex->fixed_args : NULL);
         free(ex);
         return s;
     }

@@ -415,6 +415,14 @@ static void *piece_scratch(const conv_call *c, int worker, int slot, size_t byte
     return worker == 0 ? mx_scratch_buffer(c->pool, c->lease, slot, bytes) : mx_thread_scratch(slot, bytes);
 }
 
+/* A piece's slot-0 scratch, or NULL with the call marked failed. */
+static void *piece_scratch_or_fail(conv_call *c, int worker, size_t bytes)
+{
+    void *p = piece_scratch(c, worker, 0, bytes);
+    if (!p) atomic_store(&c->failed, 1);
+    return p;
+}
+
 static int64_t out_image(const mx_conv_geom *g) { return g->out_c * g->out_h * g->out_w; }
 static int64_t in_image(const mx_conv_geom *g) { return g->in_c * g->in_h * g->in_w; }
 
@@ -548,11 +556,8 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     conv_call *c = arg;
     if (c->u) {
         const mx_conv_geom *g = c->g;
-        void *scratch = piece_scratch(c, worker, 0, mx_winograd_scratch_bytes(g, c->piece));
-        if (!scratch) {
-            atomic_store(&c->failed, 1);
-            return;
-        }
+        void *scratch = piece_scratch_or_fail(c, worker, mx_winograd_scratch_bytes(g, c->piece));
+        if (!scratch) return;
         for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
             int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
             mx_winograd_forward(g, c->u, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
@@ -563,11 +568,8 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     }
     if (c->packed) {
         const mx_conv_geom *g = c->g;
-        void *scratch = piece_scratch(c, worker, 0, mx_direct_scratch_bytes(g, c->piece));
-        if (!scratch) {
-            atomic_store(&c->failed, 1);
-            return;
-        }
+        void *scratch = piece_scratch_or_fail(c, worker, mx_direct_scratch_bytes(g, c->piece));
+        if (!scratch) return;
         for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
             int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
             mx_direct_forward(g, c->packed, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
@@ -576,11 +578,8 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         }
         return;
     }
-    float *col = piece_scratch(c, worker, 0, mx_conv_workspace_bytes(c->g, c->chunk));
-    if (!col) {
-        atomic_store(&c->failed, 1);
-        return;
-    }
+    float *col = piece_scratch_or_fail(c, worker, mx_conv_workspace_bytes(c->g, c->chunk));
+    if (!col) return;
     for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
         int64_t p1 = p0 + c->piece < hi ? p0 + c->piece : hi;
         for (int64_t n0 = p0; n0 < p1; n0 += c->chunk)
@@ -593,11 +592,8 @@ static void winograd_blocks(void *arg, int64_t lo, int64_t hi, int worker)
 {
     conv_call *c = arg;
     const mx_conv_geom *g = c->g;
-    void *scratch = piece_scratch(c, worker, 0, mx_winograd_block_bytes(g, g->batch));
-    if (!scratch) {
-        atomic_store(&c->failed, 1);
-        return;
-    }
+    void *scratch = piece_scratch_or_fail(c, worker, mx_winograd_block_bytes(g, g->batch));
+    if (!scratch) return;
     mx_winograd_shared_blocks_run(g, c->u, g->batch, c->bias, lo, hi, c->shared, scratch);
 }
 
@@ -606,11 +602,8 @@ static void forward_parts(void *arg, int64_t lo, int64_t hi, int worker)
 {
     conv_call *c = arg;
     const mx_conv_geom *g = c->g;
-    void *scratch = piece_scratch(c, worker, 0, mx_direct_scratch_bytes(g, g->batch));
-    if (!scratch) {
-        atomic_store(&c->failed, 1);
-        return;
-    }
+    void *scratch = piece_scratch_or_fail(c, worker, mx_direct_scratch_bytes(g, g->batch));
+    if (!scratch) return;
     for (int64_t part = lo; part < hi; part++)
         mx_direct_forward_part(g, c->packed, c->x, g->batch, part, c->parts, c->bias, c->req == MX_REQ_ADD, c->y,
                                scratch);
