@@ -133,56 +133,45 @@ static mx_status bn_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape 
  * were 6.5% of ResNet-50's training time.) */
 #define BN_LANES 8
 
-typedef enum bn_reduction { BN_SUM, BN_SUMSQ_CENTERED, BN_DOT_CENTERED } bn_reduction;
+/* Forward's statistics: sum(x), then sum((x - mean)^2). */
+typedef enum bn_reduction { BN_SUM, BN_SUMSQ_CENTERED } bn_reduction;
 
-/* lane[] over x[0, n8) (n8 a multiple of 8): x, (x - mean)^2 or (x - mean) * dy. */
-static void lanes_portable(bn_reduction r, const float *x, const float *dy, int64_t n8, double mean, double *lane)
+/* lane[] over x[0, n8) (n8 a multiple of 8): x or (x - mean)^2. */
+static void lanes_portable(bn_reduction r, const float *x, int64_t n8, double mean, double *lane)
 {
     for (int64_t i = 0; i < n8; i += BN_LANES)
         for (int l = 0; l < BN_LANES; l++) {
-            double d = x[i + l] - (r == BN_SUM ? 0.0 : mean);
-            lane[l] += r == BN_SUM ? (double)x[i + l] : r == BN_SUMSQ_CENTERED ? d * d : d * dy[i + l];
+            double d = x[i + l] - mean;
+            lane[l] += r == BN_SUM ? (double)x[i + l] : d * d;
         }
 }
 
 #ifdef MX_SIMD_X86
-MX_SIMD_TARGET_AVX512 static void lanes_avx512(bn_reduction r, const float *x, const float *dy, int64_t n8,
-                                               double mean, double *lane)
+MX_SIMD_TARGET_AVX512 static void lanes_avx512(bn_reduction r, const float *x, int64_t n8, double mean, double *lane)
 {
     __m512d acc = _mm512_loadu_pd(lane);
     const __m512d mu = _mm512_set1_pd(mean);
     if (r == BN_SUM)
         for (int64_t i = 0; i < n8; i += BN_LANES) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
-    else if (r == BN_SUMSQ_CENTERED)
+    else
         for (int64_t i = 0; i < n8; i += BN_LANES) {
             __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mu);
             acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
         }
-    else
-        for (int64_t i = 0; i < n8; i += BN_LANES) {
-            __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mu);
-            acc = _mm512_add_pd(acc, _mm512_mul_pd(d, _mm512_cvtps_pd(_mm256_loadu_ps(dy + i))));
-        }
     _mm512_storeu_pd(lane, acc);
 }
 
-MX_SIMD_TARGET_AVX2 static void lanes_avx2(bn_reduction r, const float *x, const float *dy, int64_t n8, double mean,
-                                           double *lane)
+MX_SIMD_TARGET_AVX2 static void lanes_avx2(bn_reduction r, const float *x, int64_t n8, double mean, double *lane)
 {
     __m256d lo = _mm256_loadu_pd(lane), hi = _mm256_loadu_pd(lane + 4);
     const __m256d mu = _mm256_set1_pd(mean);
     for (int64_t i = 0; i < n8; i += BN_LANES) {
         __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-        if (r != BN_SUM) {
+        if (r == BN_SUMSQ_CENTERED) {
             a = _mm256_sub_pd(a, mu);
             b = _mm256_sub_pd(b, mu);
-            if (r == BN_SUMSQ_CENTERED) {
-                a = _mm256_mul_pd(a, a);
-                b = _mm256_mul_pd(b, b);
-            } else {
-                a = _mm256_mul_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(dy + i)));
-                b = _mm256_mul_pd(b, _mm256_cvtps_pd(_mm_loadu_ps(dy + i + 4)));
-            }
+            a = _mm256_mul_pd(a, a);
+            b = _mm256_mul_pd(b, b);
         }
         lo = _mm256_add_pd(lo, a);
         hi = _mm256_add_pd(hi, b);
@@ -192,9 +181,8 @@ MX_SIMD_TARGET_AVX2 static void lanes_avx2(bn_reduction r, const float *x, const
 }
 #endif
 
-/* The backward pair in one pass over dy: sum(dy) into *sum (lanes in sl)
- * and sum((x - mean) * dy) into *dot, each lane in the order reduce()
- * takes it, so the same bits as two reduce() calls. */
+/* Backward's pair in one pass over dy: sum(dy) (lanes sl) and
+ * sum((x - mean) * dy) (lanes dl), lanes as reduce() runs them. */
 static void lanes2_portable(const float *x, const float *dy, int64_t n8, double mean, double *sl, double *dl)
 {
     for (int64_t i = 0; i < n8; i += BN_LANES)
@@ -218,6 +206,24 @@ MX_SIMD_TARGET_AVX512 static void lanes2_avx512(const float *x, const float *dy,
     _mm512_storeu_pd(sl, s);
     _mm512_storeu_pd(dl, d);
 }
+
+MX_SIMD_TARGET_AVX2 static void lanes2_avx2(const float *x, const float *dy, int64_t n8, double mean, double *sl,
+                                            double *dl)
+{
+    __m256d s0 = _mm256_loadu_pd(sl), s1 = _mm256_loadu_pd(sl + 4), d0 = _mm256_loadu_pd(dl), d1 = _mm256_loadu_pd(dl + 4);
+    const __m256d mu = _mm256_set1_pd(mean);
+    for (int64_t i = 0; i < n8; i += BN_LANES) {
+        __m256d g0 = _mm256_cvtps_pd(_mm_loadu_ps(dy + i)), g1 = _mm256_cvtps_pd(_mm_loadu_ps(dy + i + 4));
+        s0 = _mm256_add_pd(s0, g0);
+        s1 = _mm256_add_pd(s1, g1);
+        d0 = _mm256_add_pd(d0, _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), mu), g0));
+        d1 = _mm256_add_pd(d1, _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), mu), g1));
+    }
+    _mm256_storeu_pd(sl, s0);
+    _mm256_storeu_pd(sl + 4, s1);
+    _mm256_storeu_pd(dl, d0);
+    _mm256_storeu_pd(dl + 4, d1);
+}
 #endif
 
 static void reduce_sum_dot(int level, const float *x, const float *dy, int64_t n, double mean, double *sum,
@@ -227,11 +233,8 @@ static void reduce_sum_dot(int level, const float *x, const float *dy, int64_t n
     const int64_t n8 = n / BN_LANES * BN_LANES;
 #ifdef MX_SIMD_X86
     if (level >= MX_SIMD_AVX512) lanes2_avx512(x, dy, n8, mean, sl, dl);
-    else if (level == MX_SIMD_AVX2) {
-        lanes_avx2(BN_SUM, dy, NULL, n8, 0, sl);
-        lanes_avx2(BN_DOT_CENTERED, x, dy, n8, mean, dl);
-    } else
-        lanes2_portable(x, dy, n8, mean, sl, dl);
+    else if (level == MX_SIMD_AVX2) lanes2_avx2(x, dy, n8, mean, sl, dl);
+    else lanes2_portable(x, dy, n8, mean, sl, dl);
 #else
     (void)level;
     lanes2_portable(x, dy, n8, mean, sl, dl);
@@ -249,22 +252,22 @@ static void reduce_sum_dot(int level, const float *x, const float *dy, int64_t n
     *dot = d;
 }
 
-static double reduce(int level, bn_reduction r, const float *x, const float *dy, int64_t n, double mean)
+static double reduce(int level, bn_reduction r, const float *x, int64_t n, double mean)
 {
     double lane[BN_LANES] = {0};
     const int64_t n8 = n / BN_LANES * BN_LANES;
 #ifdef MX_SIMD_X86
-    if (level >= MX_SIMD_AVX512) lanes_avx512(r, x, dy, n8, mean, lane);
-    else if (level == MX_SIMD_AVX2) lanes_avx2(r, x, dy, n8, mean, lane);
-    else lanes_portable(r, x, dy, n8, mean, lane);
+    if (level >= MX_SIMD_AVX512) lanes_avx512(r, x, n8, mean, lane);
+    else if (level == MX_SIMD_AVX2) lanes_avx2(r, x, n8, mean, lane);
+    else lanes_portable(r, x, n8, mean, lane);
 #else
     (void)level;
-    lanes_portable(r, x, dy, n8, mean, lane);
+    lanes_portable(r, x, n8, mean, lane);
 #endif
     double s = 0;
     for (int64_t i = n8; i < n; i++) {
-        double d = x[i] - (r == BN_SUM ? 0.0 : mean);
-        s += r == BN_SUM ? (double)x[i] : r == BN_SUMSQ_CENTERED ? d * d : d * dy[i];
+        double d = x[i] - mean;
+        s += r == BN_SUM ? (double)x[i] : d * d;
     }
     for (int l = 0; l < BN_LANES; l++) s += lane[l];
     return s;
@@ -308,11 +311,11 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         double mean, invstd;
         if (j->train) {
             double s = 0;
-            for (int64_t o = 0; o < outer; o++) s += reduce(level, BN_SUM, x + (o * C + c) * inner, NULL, inner, 0);
+            for (int64_t o = 0; o < outer; o++) s += reduce(level, BN_SUM, x + (o * C + c) * inner, inner, 0);
             mean = m > 0 ? s / m : 0;
             double ss = 0;
             for (int64_t o = 0; o < outer; o++)
-                ss += reduce(level, BN_SUMSQ_CENTERED, x + (o * C + c) * inner, NULL, inner, mean);
+                ss += reduce(level, BN_SUMSQ_CENTERED, x + (o * C + c) * inner, inner, mean);
             double var = m > 0 ? ss / m : 0;
             invstd = ss == 0 && bp->eps == 0 ? 0 : 1 / sqrt(var + bp->eps);
             mm[c] = (float)(mm[c] * bp->momentum + mean * (1 - bp->momentum));
