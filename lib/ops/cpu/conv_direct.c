@@ -548,22 +548,6 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
     }
 }
 
-mx_status mx_direct_forward(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
-                            const float *bias, bool accumulate, float *y, void *scratch)
-{
-    if (!mx_direct_supported(g)) return MX_ERROR(MX_ERR_INVALID, "conv_direct: unsupported convolution geometry");
-    if (images <= 0) return MX_OK;
-    fplan p;
-    fplan_init(&p, g, images);
-    void *owned;
-    char *base = take_scratch(scratch, p.total, &owned);
-    if (!base) return MX_ERR_NOMEM;
-    fwd_taps(g, &p.c, (int64_t *)(base + p.off_koff));
-    forward_run(&p, 0, p.c.rows, packed, x, images, bias, accumulate, y, base);
-    free(owned);
-    return MX_OK;
-}
-
 int64_t mx_direct_forward_panels(const mx_conv_geom *g)
 {
     core c;
@@ -589,6 +573,13 @@ mx_status mx_direct_forward_part(const mx_conv_geom *g, const float *packed, con
     forward_run(&p, lo * p.c.r, min64(hi * p.c.r, p.c.rows), packed, x, images, bias, accumulate, y, base);
     free(owned);
     return MX_OK;
+}
+
+/* Every panel: part 0 of 1. */
+mx_status mx_direct_forward(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
+                            const float *bias, bool accumulate, float *y, void *scratch)
+{
+    return mx_direct_forward_part(g, packed, x, images, 0, 1, bias, accumulate, y, scratch);
 }
 
 /* ------------------------------------------------------- backward-data */

@@ -859,8 +859,8 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
     conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .fold = fold, .pool = pool,
                    .lease = lease};
     atomic_init(&c.failed, 0);
-    c.piece = piece_images(g, mx_threadpool_size(pool));
     const int threads = mx_threadpool_size(pool);
+    c.piece = piece_images(g, threads);
     if (path == PATH_WINOGRAD) {
         /* Fewer multiplications than SGEMM can do: per thread, whole images.
          * A batch too small to split shares its blocks of tiles across the
@@ -994,11 +994,7 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
 mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
                               const float *bias, const mx_fold *fold, float *y, mx_req req, void *ws, size_t ws_bytes)
 {
-    mx_scratch_lease *lease;
-    MX_TRY(mx_scratch_take(pool, &lease));
-    mx_status s = conv_forward_act(pool, lease, g, NULL, x, w, bias, fold, y, req, ws, ws_bytes);
-    mx_scratch_give(pool, lease);
-    return s;
+    return mx_conv_forward_prepared(pool, g, NULL, x, w, bias, fold, y, req, ws, ws_bytes);
 }
 
 mx_status mx_conv_forward_prepared(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,

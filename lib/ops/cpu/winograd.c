@@ -1261,6 +1261,15 @@ static void transform_filter(int m, int r, const filter_job *j) { pick_kernels()
 
 /* ------------------------------------------------------------- driver */
 
+static float *aligned_floats(void *buf) { return (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63); }
+
+/* The bias padded with zeros to fp channels, as the output transforms read it. */
+static void pad_bias(const wplan *p, const float *bias, float *bp)
+{
+    memcpy(bp, bias, (size_t)p->f * sizeof(float));
+    for (int64_t f = p->f; f < p->fp; f++) bp[f] = 0.0f;
+}
+
 mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float *x, int64_t images, const float *bias,
                               bool accumulate, float *y, void *scratch)
 {
@@ -1274,12 +1283,11 @@ mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float
         if (!owned) return MX_ERR_NOMEM;
         scratch = owned;
     }
-    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *base = aligned_floats(scratch);
     float *xp = base, *v = base + p.off_v, *mm = base + p.off_m, *yt = base + p.off_y, *bp = NULL;
     if (bias) {
         bp = base + p.off_b;
-        memcpy(bp, bias, (size_t)p.f * sizeof(float));
-        for (int64_t f = p.f; f < p.fp; f++) bp[f] = 0.0f;
+        pad_bias(&p, bias, bp);
     }
     const wkernels *k = pick_kernels();
     const int64_t in_img = p.c * p.h * p.w, out_img = p.f * p.oh * p.ow;
@@ -1308,9 +1316,10 @@ typedef struct shared_plan {
     int64_t off_y, off_b, shared, block; /* floats */
 } shared_plan;
 
-/* False when the images are more than one group. */
+/* False when g is not supported or the images are more than one group. */
 static bool shared_init(shared_plan *s, const mx_conv_geom *g, int64_t images)
 {
+    if (!mx_winograd_supported(g)) return false;
     plan_init(&s->p, g, images);
     if (images < 1 || images > s->p.gi) return false;
     s->tiles = images * s->p.tpi;
@@ -1323,35 +1332,30 @@ static bool shared_init(shared_plan *s, const mx_conv_geom *g, int64_t images)
     return true;
 }
 
-static float *aligned_floats(void *buf) { return (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63); }
-
 int64_t mx_winograd_shared_blocks(const mx_conv_geom *g, int64_t images)
 {
     shared_plan s;
-    return mx_winograd_supported(g) && shared_init(&s, g, images) ? s.blocks : 0;
+    return shared_init(&s, g, images) ? s.blocks : 0;
 }
 
 size_t mx_winograd_shared_bytes(const mx_conv_geom *g, int64_t images)
 {
     shared_plan s;
-    return mx_winograd_supported(g) && shared_init(&s, g, images) ? (size_t)s.shared * sizeof(float) + 64 : 0;
+    return shared_init(&s, g, images) ? (size_t)s.shared * sizeof(float) + 64 : 0;
 }
 
 size_t mx_winograd_block_bytes(const mx_conv_geom *g, int64_t images)
 {
     shared_plan s;
-    return mx_winograd_supported(g) && shared_init(&s, g, images) ? (size_t)s.block * sizeof(float) + 64 : 0;
+    return shared_init(&s, g, images) ? (size_t)s.block * sizeof(float) + 64 : 0;
 }
 
 void mx_winograd_shared_begin(const mx_conv_geom *g, const float *x, int64_t images, const float *bias, void *shared)
 {
     shared_plan s;
-    if (!mx_winograd_supported(g) || !shared_init(&s, g, images)) return;
+    if (!shared_init(&s, g, images)) return;
     float *base = aligned_floats(shared);
-    if (bias) {
-        memcpy(base + s.off_b, bias, (size_t)s.p.f * sizeof(float));
-        for (int64_t f = s.p.f; f < s.p.fp; f++) base[s.off_b + f] = 0.0f;
-    }
+    if (bias) pad_bias(&s.p, bias, base + s.off_b);
     pick_kernels()->pack(&s.p, x, images, base);
 }
 
@@ -1359,7 +1363,7 @@ void mx_winograd_shared_blocks_run(const mx_conv_geom *g, const float *u, int64_
                                    int64_t b0, int64_t b1, void *shared, void *scratch)
 {
     shared_plan s;
-    if (!mx_winograd_supported(g) || !shared_init(&s, g, images)) return;
+    if (!shared_init(&s, g, images)) return;
     const wkernels *k = pick_kernels();
     float *base = aligned_floats(shared), *v = aligned_floats(scratch), *mm = v + (s.p.off_m - s.p.off_v);
     const float *bp = bias ? base + s.off_b : NULL;
@@ -1374,7 +1378,7 @@ void mx_winograd_shared_blocks_run(const mx_conv_geom *g, const float *u, int64_
 void mx_winograd_shared_end(const mx_conv_geom *g, int64_t images, bool accumulate, float *y, void *shared)
 {
     shared_plan s;
-    if (!mx_winograd_supported(g) || !shared_init(&s, g, images)) return;
+    if (!shared_init(&s, g, images)) return;
     float *base = aligned_floats(shared);
     pick_kernels()->unpack(&s.p, base + s.off_y, images, accumulate, y);
 }
@@ -1465,7 +1469,7 @@ mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, con
         if (!owned) return MX_ERR_NOMEM;
         scratch = owned;
     }
-    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *base = aligned_floats(scratch);
     float *xp = base, *dyp = base + q.off_dyp, *v = base + q.off_v, *dm = base + q.off_dm, *du = base + q.off_du;
     const wkernels *k = pick_kernels();
     const int64_t in_img = p->c * p->h * p->w, out_img = p->f * p->oh * p->ow;
