@@ -304,6 +304,19 @@ START_TEST(copies_are_made_just_before_their_first_reader)
 END_TEST
 
 /* Which nodes the executor mirrors: counted by the planner. */
+/* conv 1x1 -> BatchNorm (bn_params) -> fc -> softmax. */
+static mx_graph *conv_bn_fc(const char *bn_params)
+{
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    x = test_entry(test_graph_op(g, "Convolution", "conv", "kernel=(1,1);num_filter=3", &x, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn", bn_params, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    return g;
+}
+
 static int copies_planned(mx_graph *g, const mx_shape *shape)
 {
     const char *names[] = {"data"};
@@ -343,21 +356,10 @@ START_TEST(mirror_policy)
     /* BatchNorm with global statistics reads the moving states that the
      * copy would not see: kept. With batch statistics: mirrored. */
     mx_shape img = MX_SHAPE(2, 3, 4, 4);
-    g = test_graph_new(&x);
-    x = test_entry(test_graph_op(g, "Convolution", "conv", "kernel=(1,1);num_filter=3", &x, 1));
-    uint32_t bn = test_graph_op(g, "BatchNorm", "bn", "use_global_stats=True", &x, 1);
-    x = test_entry(bn);
-    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
-    h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
-    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    g = conv_bn_fc("use_global_stats=True");
     ck_assert_int_eq(copies_planned(g, &img), 0);
     mx_graph_free(g);
-    g = test_graph_new(&x);
-    x = test_entry(test_graph_op(g, "Convolution", "conv", "kernel=(1,1);num_filter=3", &x, 1));
-    x = test_entry(test_graph_op(g, "BatchNorm", "bn", NULL, &x, 1));
-    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
-    h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
-    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    g = conv_bn_fc(NULL);
     ck_assert_int_eq(copies_planned(g, &img), 1);
     mx_graph_free(g);
 
