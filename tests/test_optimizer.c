@@ -868,6 +868,55 @@ START_TEST(update_many_equals_a_loop)
 }
 END_TEST
 
+/* dist_async's server updates on its own thread: the same bits as the
+ * engine's update, whose large arrays the kernel pool splits, weights and
+ * states, for every optimizer with states. */
+START_TEST(update_now_equals_the_engine_update)
+{
+    enum { BIG = 40000 }; /* above the size the engine's update splits */
+    mx_runtime *rt = make_runtime();
+    static const char *const names[] = {"sgd", "adam", "rmsprop", "nag"};
+    static float wv[BIG], gv[BIG], a[BIG], b[BIG];
+    for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
+        const char *k[] = {"learning_rate", "wd"}, *v[] = {"0.01", "0.001"};
+        mx_optimizer *opt[2] = {make_opt(rt, names[n], 2, k, v, true), make_opt(rt, names[n], 2, k, v, true)};
+        if (!strcmp(names[n], "sgd") || !strcmp(names[n], "nag")) { /* momentum: a state */
+            mx_optimizer_free(opt[0]), mx_optimizer_free(opt[1]);
+            const char *km[] = {"learning_rate", "momentum"}, *vm[] = {"0.1", "0.9"};
+            opt[0] = make_opt(rt, names[n], 2, km, vm, true);
+            opt[1] = make_opt(rt, names[n], 2, km, vm, true);
+        }
+        for (int i = 0; i < BIG; i++) wv[i] = (float)grad_value(i, 99, 0);
+        mx_ndarray *w[2] = {array_f32(rt, BIG, wv), array_f32(rt, BIG, wv)};
+        mx_ndarray *g = array_f32(rt, BIG, NULL);
+        for (int t = 0; t < 4; t++) {
+            for (int i = 0; i < BIG; i++) gv[i] = (float)grad_value(i, t, 0);
+            ck_assert_int_eq(mx_ndarray_from_host(g, gv, sizeof(gv)), MX_OK);
+            ck_assert_int_eq(mx_optimizer_update(opt[0], 3, w[0], g), MX_OK);
+            ck_assert_int_eq(mx_optimizer_update_now(opt[1], 3, w[1], g), MX_OK);
+        }
+        read_f32(w[0], a, BIG);
+        read_f32(w[1], b, BIG);
+        ck_assert_msg(!memcmp(a, b, sizeof(a)), "%s: weights differ", names[n]);
+        ck_assert_msg(memcmp(a, wv, sizeof(a)), "%s: nothing was updated", names[n]);
+        mx_ndarray *st[2][4];
+        int ns = mx_optimizer_states(opt[0], 3, st[0], NULL);
+        ck_assert_int_eq(mx_optimizer_states(opt[1], 3, st[1], NULL), ns);
+        ck_assert_msg(ns > 0, "%s has no state to compare", names[n]);
+        for (int j = 0; j < ns; j++) {
+            read_f32(st[0][j], a, BIG);
+            read_f32(st[1][j], b, BIG);
+            ck_assert_msg(!memcmp(a, b, sizeof(a)), "%s: state %d differs", names[n], j);
+        }
+        ck_assert_int_eq(mx_optimizer_update_count(opt[1], 3), 4);
+        expect_error(mx_optimizer_update_now(opt[1], 3, w[1], w[1]), MX_ERR_INVALID, "share memory");
+        mx_optimizer_free(opt[0]), mx_optimizer_free(opt[1]);
+        mx_ndarray_free(w[0]), mx_ndarray_free(w[1]), mx_ndarray_free(g);
+    }
+    mx_runtime_free(rt);
+}
+END_TEST
+
 START_TEST(states_round_trip_exactly)
 {
     const char *ka[] = {"learning_rate", "wd"}, *va[] = {"0.01", "0.01"};
@@ -987,6 +1036,7 @@ int main(void)
     tcase_add_test(tc, schedule_errors);
     tcase_add_test(tc, states_round_trip_exactly);
     tcase_add_test(tc, update_many_equals_a_loop);
+    tcase_add_test(tc, update_now_equals_the_engine_update);
     tcase_add_test(tc, state_errors);
     tcase_add_test(tc, updates_are_pushed_to_the_engine);
     suite_add_tcase(s, tc);

@@ -32,10 +32,11 @@
  *
  * Stalls. Collectives are started non-blocking (MPI_Iallreduce, ...) and
  * polled with MPI_Test, so the thread sees a request that does not finish.
- * (mx_comm_create sets OMPI_MCA_coll_libnbc_iallreduce_algorithm=3 in the
- * environment unless it is set: Open MPI's non-blocking allreduce then
- * runs Rabenseifner's algorithm, as fast as its blocking one, instead of
- * the binomial tree it takes for in-place calls and under 4 ranks.)
+ * (Under Open MPI, mx_comm_create sets coll_libnbc_iallreduce_algorithm to
+ * 3 through MPI's tool interface unless the user set it: the non-blocking
+ * allreduce then runs Rabenseifner's algorithm, as fast as the blocking
+ * one, instead of the binomial tree libnbc takes for in-place calls and
+ * under 4 ranks.)
  * After `stall_timeout_s` it fails with MX_ERR_RUNTIME, naming the
  * collective, the submitter's name for it and how long it waited, e.g.
  *   allreduce of key 3 (fc1_weight) on world (1024 float32) did not

@@ -141,10 +141,18 @@ static mx_status optimizer_updater(int key, mx_ndarray *merged_grad, mx_ndarray 
     return mx_optimizer_update(user, key, stored, merged_grad);
 }
 
+/* A server thread (dist_async's) applies the update itself and answers at
+ * once, instead of waiting for an engine worker that rank 0's own training
+ * keeps busy. */
+static mx_status optimizer_updater_now(int key, mx_ndarray *merged_grad, mx_ndarray *stored, void *user)
+{
+    return mx_optimizer_update_now(user, key, stored, merged_grad);
+}
+
 mx_status mx_kvstore_set_optimizer(mx_kvstore *kv, mx_optimizer *opt)
 {
     if (!opt) return MX_ERROR(MX_ERR_INVALID, "kvstore %s: optimizer is NULL", kv->ops->name);
-    return mx_kvstore_set_updater(kv, optimizer_updater, opt);
+    return mx_kvstore_set_updater(kv, kv->ops->has_server ? optimizer_updater_now : optimizer_updater, opt);
 }
 
 mx_ndarray *mx_kvstore_stored(mx_kvstore *kv, int key)

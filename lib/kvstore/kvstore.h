@@ -38,14 +38,15 @@
  * way). The server applies requests one at a time in arrival order:
  *   push(key, grads)  the devices' gradients are summed on the worker, sent,
  *                     and the server runs the updater (update_on_kvstore:
- *                     the optimizer, which is rank 0's) on its weight; the
- *                     push completes when the server has taken it (its
- *                     update is on the server's engine, ahead of every
- *                     later request's reads)
- *   pull(key)         waits for this worker's earlier push of the key, then
- *                     returns the server's weight as it is then: it holds
- *                     every push the server has applied so far, from every
- *                     worker (this worker's own included)
+ *                     the optimizer, which is rank 0's, run on the server
+ *                     thread: mx_optimizer_update_now) on its weight, then
+ *                     answers with the weight as that update left it; the
+ *                     push completes with the answer
+ *   pull(key)         after a push of the key by this worker: that push's
+ *                     answer, which holds every push the server had applied
+ *                     up to and including it, from every worker (no message
+ *                     of its own: one round trip per key and step);
+ *                     otherwise the server's weight as it is when asked
  * What it guarantees: every push is applied exactly once; a worker's own
  * pushes and pulls of a key are applied in the order it made them; nothing
  * more: workers do not wait for each other (their copies of the weights
@@ -59,12 +60,12 @@
  * the comm's stall timeout fails the comm (the job ends), and a worker that
  * stops is found by the next collective.
  * On the timeline (fit.profile: the engine's and the comm's profiler):
- * each worker's push and pull is an I/O op "kvstore dist_async push of key
- * 3" with its bytes, and lib/comm's call inside it a communication event
- * "call push of key 3 to rank 0"; the server's handling of each request is
- * an I/O event "server push of key 3 from rank 1" on the track "kvstore
- * dist_async server (rank 0)", and the update it starts the optimizer's
- * "sgd update of key 3". The server records into the comm's profiler until
+ * each worker's push (and a pull that asks the server) is an I/O op
+ * "kvstore dist_async push of key 3" with its bytes, and lib/comm's call
+ * inside it a communication event "call push of key 3 to rank 0"; the
+ * server's handling of each request, its update included, is an I/O event
+ * "server push of key 3 from rank 1" on the track "kvstore dist_async
+ * server (rank 0)". The server records into the comm's profiler until
  * mx_kvstore_free has stopped it: free the store before the profiler.
  */
 #ifndef MX_KVSTORE_H

@@ -31,6 +31,9 @@
 #define SERVER_RANK 0
 #define SERVICE 0 /* lib/comm's service number of the server */
 
+/* A push is answered with the weight as its update left it, which the pull
+ * that follows every push in training takes from the cache: one round trip
+ * to the server per key and step instead of two. */
 enum { OP_PUSH = 1, OP_PULL = 2 };
 
 /* The head of every request. */
@@ -44,6 +47,7 @@ typedef struct ps_head {
 
 typedef struct async_entry {
     mx_ndarray *cache;     /* NULL: key not initialised. Where pulls land. */
+    bool pushed;           /* the cache holds the answer of a push not pulled yet */
     kv_merge merge;
     mx_ndarray *stored;    /* the server's weight (server rank only) */
     mx_ndarray *grad;      /* the server's copy of the gradient being applied */
@@ -140,7 +144,8 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
                          r->bytes - sizeof(h), nbytes);
         else
             s = serve_push(e, h.key, (const char *)r->data + sizeof(h), nbytes, updater);
-    } else if (s == MX_OK && h.op == OP_PULL) {
+    }
+    if (s == MX_OK && (h.op == OP_PULL || h.op == OP_PUSH)) {
         answer = mx_malloc(nbytes ? nbytes : 1);
         if (!answer) s = mx_last_status();
         else s = mx_ndarray_to_host(e->stored, answer, nbytes);
@@ -371,6 +376,7 @@ typedef struct call_op {
     kv_async *kv;
     int op, key;
     mx_ndarray *array;   /* push: the gradient sum; pull: the cache */
+    mx_ndarray *cache;   /* where the answer (the weight) lands */
     char name[64];
     char label[96];      /* for the timeline: "kvstore dist_async push of key 3" */
     mx_engine_async *done;
@@ -381,6 +387,7 @@ static void call_op_free(void *payload)
     call_op *op = payload;
     kv_async *kv = op->kv;
     mx_ndarray_free(op->array);
+    mx_ndarray_free(op->cache);
     free(op);
     pthread_mutex_lock(&kv->mu);
     if (--kv->in_flight == 0) pthread_cond_broadcast(&kv->cv);
@@ -393,15 +400,15 @@ static void call_answered(void *user, mx_status status, const char *message, con
     call_op *op = user;
     kv_async *kv = op->kv;
     char text[1200] = "";
-    if (status == MX_OK && op->op == OP_PULL) {
-        size_t want = mx_ndarray_nbytes(op->array);
-        if (bytes == want) memcpy(mx_ndarray_data(op->array), data, bytes);
+    if (status == MX_OK) {
+        size_t want = mx_ndarray_nbytes(op->cache);
+        if (bytes == want) memcpy(mx_ndarray_data(op->cache), data, bytes);
         else {
             status = MX_ERR_RUNTIME;
             snprintf(text, sizeof(text), "kvstore dist_async: %s: the server answered %zu bytes, the key has %zu",
                      op->name, bytes, want);
         }
-    } else if (status != MX_OK) {
+    } else {
         /* lib/comm's own failures already name the call. */
         if (!strncmp(message, op->name, strlen(op->name)))
             snprintf(text, sizeof(text), "kvstore dist_async (server on rank %d): %s", SERVER_RANK, message);
@@ -435,9 +442,8 @@ static mx_status call_start(void *payload, const mx_exec_ctx *exec, mx_engine_as
     return mx_comm_call_submit(op->kv->comm, &call);
 }
 
-/* Pushes one call to the engine: reads `reads` (may be NULL), writes the
- * key's cache (a pull writes its bytes; a push only orders the pull after
- * it, and passes its failure on to it). */
+/* Pushes one call to the engine: reads `array`, writes the key's cache (the
+ * answer: the weight after a push's update, or as a pull found it). */
 static mx_status push_call(kv_async *kv, int op_kind, int key, mx_ndarray *array, int priority)
 {
     async_entry *e = &kv->entries[key];
@@ -447,6 +453,7 @@ static mx_status push_call(kv_async *kv, int op_kind, int key, mx_ndarray *array
     op->op = op_kind;
     op->key = key;
     op->array = mx_ndarray_retain(array);
+    op->cache = mx_ndarray_retain(e->cache);
     snprintf(op->name, sizeof(op->name), "%s of key %d", op_kind == OP_PUSH ? "push" : "pull", key);
     snprintf(op->label, sizeof(op->label), "kvstore dist_async %s", op->name);
     mx_engine_var *cache = mx_ndarray_var(e->cache);
@@ -491,7 +498,9 @@ static mx_status async_push(void *state, int key, mx_ndarray *const *values, int
     MX_TRY(check_arrays(kv, "push", key, values, n, &e));
     mx_ndarray *merged;
     MX_TRY(kv_merge_values(kv->rt, e->cache, &e->merge, values, n, priority, &merged));
-    return push_call(kv, OP_PUSH, key, merged, priority);
+    MX_TRY(push_call(kv, OP_PUSH, key, merged, priority));
+    e->pushed = true;
+    return MX_OK;
 }
 
 static mx_status async_pull(void *state, int key, mx_ndarray *const *outs, int n, int priority)
@@ -499,7 +508,10 @@ static mx_status async_pull(void *state, int key, mx_ndarray *const *outs, int n
     kv_async *kv = state;
     async_entry *e;
     MX_TRY(check_arrays(kv, "pull", key, outs, n, &e));
-    MX_TRY(push_call(kv, OP_PULL, key, e->cache, priority));
+    /* After a push the cache gets the weight its update left (the copies
+     * below wait for that push); otherwise ask the server. */
+    if (!e->pushed) MX_TRY(push_call(kv, OP_PULL, key, e->cache, priority));
+    e->pushed = false;
     for (int i = 0; i < n; i++) MX_TRY(mx_nd_copy(outs[i], e->cache));
     return MX_OK;
 }

@@ -554,6 +554,29 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
     return upd_push(opt, op);
 }
 
+mx_status mx_optimizer_update_now(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad)
+{
+    if (weight && mx_ndarray_context(weight).dev_type == MX_DEV_GPU)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: parameter %d: an update on the calling thread takes host arrays",
+                        opt->kind->name, index);
+    upd_op *op = upd_op_new(opt, 1);
+    if (!op) return MX_ERR_NOMEM;
+    mx_status s = upd_prepare(opt, index, weight, grad, &op->items[0]);
+    if (s != MX_OK) {
+        free(op);
+        return s;
+    }
+    op->n_items = 1;
+    /* New states are zeroed by engine ops; the caller's own work on the
+     * weight and gradient has been pushed too. */
+    s = mx_ndarray_wait_to_read(grad);
+    if (s == MX_OK) s = mx_ndarray_wait_to_write(weight);
+    for (int j = 0; j < op->n_states && s == MX_OK; j++) s = mx_ndarray_wait_to_write(op->items[0].states[j]);
+    if (s == MX_OK) upd_range(op, 0, mx_ndarray_size(weight), 0);
+    upd_free(op);
+    return s;
+}
+
 mx_status mx_optimizer_update_many(mx_optimizer *opt, int n, const int *index, mx_ndarray *const *weights,
                                    mx_ndarray *const *grads)
 {

@@ -224,6 +224,13 @@ int64_t mx_optimizer_update_count(const mx_optimizer *opt, int index);
  * state does not match the weight), MX_ERR_UNSUPPORTED (GPU arrays,
  * dtypes other than float32/float64). */
 mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad);
+/* mx_optimizer_update run on the calling thread, which returns with the
+ * weight and states written: no engine op, so no hand-off to a worker that
+ * may be busy with a long layer. For host arrays that the caller owns,
+ * their earlier engine work waited for (dist_async's server thread, beside
+ * rank 0's training). The same kernel on one thread, so the same bits.
+ * MX_ERR_UNSUPPORTED for GPU arrays; otherwise as mx_optimizer_update. */
+mx_status mx_optimizer_update_now(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad);
 /* mx_optimizer_update of n parameters in list order. When every weight is
  * on one GPU they are one engine operation whose kernels go back to back
  * on its stream (one dependency wait and one hand-off per step instead of

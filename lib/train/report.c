@@ -201,10 +201,10 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
         logf_(opt, "  parameter server: 1 server (a thread of rank 0, which also trains) holds all %lld keys (%s) "
                    "and runs the optimizer",
               (long long)params, human_bytes((double)total, a, sizeof(a)));
-        logf_(opt, "  per step, each rank: %lld pushes (%s of gradients) and %lld pulls (%s of weights), applied "
-                   "as they arrive: no barrier between steps",
-              (long long)params, human_bytes((double)total, a, sizeof(a)), (long long)params,
-              human_bytes((double)total, b, sizeof(b)));
+        logf_(opt, "  per step, each rank: %lld pushes (%s of gradients), applied as they arrive, each answered "
+                   "with the weight its update left (%s in all; the pulls that follow send nothing): no barrier "
+                   "between steps",
+              (long long)params, human_bytes((double)total, a, sizeof(a)), human_bytes((double)total, b, sizeof(b)));
         logf_(opt, "  the server receives %s and sends %s per step of all %d ranks",
               human_bytes((double)total * mx_comm_size(comm), a, sizeof(a)),
               human_bytes((double)total * mx_comm_size(comm), b, sizeof(b)), mx_comm_size(comm));
