@@ -223,7 +223,7 @@ static void check_equivalent(int ranks, const char *kvstore, const char *launche
  * continues every rank from rank 0's checkpoint. */
 START_TEST(dry_run_plan_and_resume)
 {
-    char dist[400], single[400], cmd[4096], *out;
+    char dist[400], single[400], cmd[4096], *out, pa[400], pb[400];
     prepare(2, 8, 12, dist, single, sizeof(dist));
     snprintf(cmd, sizeof(cmd), "%s -np 2 %s %s fit.kvstore=dist_sync_device --dry-run", mpirun(), bin, dist);
     int st = run_shell(cmd, 60, &out);
@@ -235,6 +235,31 @@ START_TEST(dry_run_plan_and_resume)
     snprintf(cmd, sizeof(cmd), "%s -np 2 %s %s fit.kvstore=dist_sync fit.model_prefix=%s/a/m", mpirun(), bin, dist, tmp);
     ck_assert_msg(run_shell(cmd, 120, &out) == 0, "%s", tail(out));
     free(out);
+    /* fit.fusion_bytes = 64: each parameter its own bucket (fc1_bias's 64
+     * bytes fill one), one collective each per step on the timeline, and
+     * the same weights (2 ranks: each sum is a + b, however packed). */
+    snprintf(cmd, sizeof(cmd),
+             "%s -np 2 %s %s fit.kvstore=dist_sync fit.fusion_bytes=64 --dry-run && "
+             "%s -np 2 %s %s fit.kvstore=dist_sync fit.fusion_bytes=64 fit.model_prefix=%s/f/m fit.profile=%s/f.json "
+             "fit.profile_batches=3-3",
+             mpirun(), bin, dist, mpirun(), bin, dist, tmp, tmp);
+    ck_assert_msg(run_shell(cmd, 120, &out) == 0, "%s", tail(out));
+    ck_assert_msg(strstr(out, "(4 parameters) summed over the ranks in 4 buckets of up to 64"), "%s", tail(out));
+    free(out);
+    snprintf(pa, sizeof(pa), "%s/f.rank0.json", tmp);
+    char *trace = tool_slurp(pa, NULL);
+    int collectives = 0;
+    for (const char *p = trace; (p = strstr(p, "\"allreduce of key")); p++) collectives++;
+    free(trace);
+    ck_assert_msg(collectives == 4, "%d gradient collectives in one profiled step, want 4 buckets", collectives);
+    snprintf(pa, sizeof(pa), "%s/a/m-0002.params", tmp);
+    snprintf(pb, sizeof(pb), "%s/f/m-0002.params", tmp);
+    size_t la, lb;
+    char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
+    ck_assert_msg(la == lb && !memcmp(a, b, la), "64-byte buckets: weights differ from 1 MiB buckets");
+    free(a);
+    free(b);
+
     snprintf(cmd, sizeof(cmd), "%s -np 2 %s %s fit.kvstore=dist_sync fit.num_epoch=1 fit.model_prefix=%s/b/m", mpirun(),
              bin, dist, tmp);
     ck_assert_msg(run_shell(cmd, 120, &out) == 0, "%s", tail(out));
@@ -244,11 +269,10 @@ START_TEST(dry_run_plan_and_resume)
     ck_assert_msg(run_shell(cmd, 120, &out) == 0, "%s", tail(out));
     ck_assert_msg(strstr(out, "Resumed from epoch 1") && !strstr(out, "Epoch[0] Train"), "%s", tail(out));
     free(out);
-    char pa[400], pb[400];
     snprintf(pa, sizeof(pa), "%s/a/m-0002.params", tmp);
     snprintf(pb, sizeof(pb), "%s/b/m-0002.params", tmp);
-    size_t la, lb;
-    char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
+    a = tool_slurp(pa, &la);
+    b = tool_slurp(pb, &lb);
     ck_assert_msg(la == lb && !memcmp(a, b, la), "resumed under mpirun: weights differ from the uninterrupted job");
     free(a);
     free(b);

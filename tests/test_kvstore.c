@@ -124,6 +124,15 @@ START_TEST(kinds)
     expect_error(mx_kvstore_create(rt, "dist_sync", &kv), MX_ERR_INVALID, "start it with mpirun");
     expect_error(mx_kvstore_create(rt, "dist_sync_device", &kv), MX_ERR_INVALID, "start it with mpirun");
     expect_error(mx_kvstore_create(rt, "dist_async", &kv), MX_ERR_INVALID, "start it with mpirun");
+    /* A bucket size is for the kinds that sum in buckets, refused elsewhere. */
+    mx_kvstore_options fused = {.fusion_bytes = 4096}, plain = {0};
+    ck_assert_int_eq(mx_kvstore_options_check("dist_sync", &fused), MX_OK);
+    ck_assert_int_eq(mx_kvstore_options_check("dist_device_sync", &fused), MX_OK);
+    ck_assert_int_eq(mx_kvstore_options_check("local", &plain), MX_OK);
+    expect_error(mx_kvstore_options_check("dist_async", &fused), MX_ERR_INVALID, "sends each key to its server alone");
+    expect_error(mx_kvstore_options_check("local", &fused), MX_ERR_INVALID, "applies to dist_sync and dist_sync_device");
+    expect_error(mx_kvstore_create_opts(rt, "local", &fused, &kv), MX_ERR_INVALID, "has no buckets");
+    expect_error(mx_kvstore_options_check("dist_snyc", &plain), MX_ERR_INVALID, "did you mean 'dist_sync'");
     ck_assert_ptr_null(kv);
     mx_runtime_free(rt);
 }

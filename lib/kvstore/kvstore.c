@@ -57,6 +57,18 @@ const char *mx_kvstore_type_at(int i) { return i >= 0 && i < N_KINDS ? kinds[i].
 
 bool mx_kvstore_type_is_dist(const char *type) { return type && !strncmp(type, "dist_", 5); }
 
+mx_status mx_kvstore_options_check(const char *type, const mx_kvstore_options *opts)
+{
+    const kv_kind_row *row;
+    MX_TRY(find_row(type, &row));
+    if (opts && opts->fusion_bytes && !(row->ops && row->ops->fuses))
+        return MX_ERROR(MX_ERR_INVALID, "a fusion size applies to dist_sync and dist_sync_device, which sum "
+                                        "gradients over the ranks in buckets; kvstore '%s' %s",
+                        type, row->ops && row->ops->has_server ? "sends each key to its server alone"
+                                                               : "has no buckets");
+    return MX_OK;
+}
+
 mx_status mx_kvstore_create(mx_runtime *rt, const char *type, mx_kvstore **out)
 {
     return mx_kvstore_create_opts(rt, type, NULL, out);
@@ -69,6 +81,7 @@ mx_status mx_kvstore_create_opts(mx_runtime *rt, const char *type, const mx_kvst
     if (!opts) opts = &none;
     if (!rt) return MX_ERROR(MX_ERR_INVALID, "kvstore: runtime is NULL");
     const kv_kind_row *row;
+    MX_TRY(mx_kvstore_options_check(type, opts));
     MX_TRY(find_row(type, &row));
     if (!row->ops) return MX_ERROR(MX_ERR_UNSUPPORTED, "kvstore '%s': %s", type, row->missing);
     mx_kvstore *kv = mx_calloc(1, sizeof(*kv));

@@ -105,6 +105,12 @@ typedef struct mx_kvstore_options {
                             fusion); 0: MX_KVSTORE_FUSION_BYTES */
 } mx_kvstore_options;
 
+/* Whether kind `type` can take opts (a config check, before any store is
+ * made; mx_kvstore_create_opts makes it too): MX_ERR_INVALID for an
+ * unknown kind, or fusion_bytes for a kind that sends each key alone
+ * (local, dist_async), naming the kinds that take it. */
+mx_status mx_kvstore_options_check(const char *type, const mx_kvstore_options *opts);
+
 /* Creates a store of kind `type` ("local"; MX_ERR_INVALID with a
  * suggestion for unknown names, MX_ERR_UNSUPPORTED for kinds this build
  * lacks, MX_ERR_INVALID for a dist kind without a communicator). */
@@ -187,6 +193,7 @@ typedef struct mx_kvstore_ops {
     void (*set_updater)(void *state, const mx_kvstore_updater *updater);
     void (*hold_updater)(void *state, bool hold); /* optional: mx_kvstore_lock_updater */
     bool has_server;
+    bool fuses; /* sums gradients in buckets: takes mx_kvstore_options.fusion_bytes */
 } mx_kvstore_ops;
 
 extern const mx_kvstore_ops mx_kvstore_local_ops;

@@ -412,6 +412,7 @@ const mx_kvstore_ops mx_kvstore_dist_sync_ops = {
     .num_workers = dist_num_workers,
     .barrier = dist_barrier,
     .wait_comm = dist_wait_comm,
+    .fuses = true,
 };
 
 const mx_kvstore_ops mx_kvstore_dist_sync_device_ops = {
@@ -426,4 +427,5 @@ const mx_kvstore_ops mx_kvstore_dist_sync_device_ops = {
     .num_workers = dist_num_workers,
     .barrier = dist_barrier,
     .wait_comm = dist_wait_comm,
+    .fuses = true,
 };

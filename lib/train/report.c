@@ -165,7 +165,7 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
 
 /* Under mpirun: what one step sends (MXNet's dist kvstore, in buckets as
  * kvstore_dist.c makes them: learnable parameters from the last layer
- * back, greedily up to MX_KVSTORE_FUSION_BYTES). */
+ * back, greedily up to fit.fusion_bytes, MX_KVSTORE_FUSION_BYTES when 0). */
 static void report_communication(const mx_train_settings *s, const mx_train_options *opt, const mx_graph_shapes *sh)
 {
     mx_comm *comm = opt->comm;
@@ -180,13 +180,14 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     int n = mx_graph_list_arguments(g, ids);
     int64_t params = 0, buckets = 0;
     size_t total = 0, open_bytes = 0;
+    size_t fusion = s->fit.fusion_bytes ? (size_t)s->fit.fusion_bytes : MX_KVSTORE_FUSION_BYTES;
     for (int i = n - 1; i >= 0; i--) {
         const mx_node *node = mx_graph_node(g, ids[i]);
         bool skip = mx_train_settings_fixed(s, node->name);
         for (int k = 0; k < s->cfg->n_inputs; k++) skip = skip || !strcmp(node->name, s->cfg->inputs[k]);
         if (skip || is_label[ids[i]]) continue;
         size_t bytes = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
-        if (open_bytes && open_bytes + bytes > MX_KVSTORE_FUSION_BYTES) buckets++, open_bytes = 0;
+        if (open_bytes && open_bytes + bytes > fusion) buckets++, open_bytes = 0;
         open_bytes += bytes;
         total += bytes;
         params++;
@@ -213,7 +214,7 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
         return;
     }
     logf_(opt, "  per step: %s of gradients (%lld parameters) summed over the ranks in %lld buckets of up to %s%s", human_bytes((double)total, a, sizeof(a)),
-          (long long)params, (long long)buckets, human_bytes((double)MX_KVSTORE_FUSION_BYTES, b, sizeof(b)),
+          (long long)params, (long long)buckets, human_bytes((double)fusion, b, sizeof(b)),
           strstr(s->fit.kvstore, "device") ? ": within each host, then among one leader per host, then back" : "");
     logf_(opt, "  each rank reads 1/%d of the data; rank 0 logs and writes checkpoints", mx_comm_size(comm));
 }

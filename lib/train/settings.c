@@ -40,6 +40,9 @@ static const mx_param_desc fit_table[] = {
      "check every layer's output and gradient for NaN/Inf every batch"},
     {"stall_timeout", MX_PARAM_FLOAT, "60", 0, 1e6, NULL, F(stall_timeout),
      "under mpirun: seconds a rank may be missing from a collective before the job ends (0: wait forever)"},
+    {"fusion_bytes", MX_PARAM_INT, "0", 0, 2147483647.0, NULL, F(fusion_bytes),
+     "dist_sync kinds: gradients are summed over the ranks in buckets of up to this many bytes (Horovod's tensor "
+     "fusion; 0: 1 MiB)"},
     {"work_load_list", MX_PARAM_STRING, "", NOR, NULL, F(work_load_list),
      "relative share of each context in a batch, e.g. 1, 1, 2 (\"\": equal)"},
     {"profile", MX_PARAM_STRING, "", NOR, NULL, F(profile),
@@ -208,6 +211,9 @@ static mx_status parse_fit(mx_train_settings *s, const mx_param_input *in)
     if (mx_device_parse_list(s->fit.ctx, &s->ctx, &s->n_ctx) != MX_OK) return blame_owner(in, "ctx", MX_ERR_INVALID);
     MX_TRY(parse_work_load(s, in));
     if (mx_kvstore_type_check(s->fit.kvstore) != MX_OK) return blame_owner(in, "kvstore", MX_ERR_INVALID);
+    mx_kvstore_options kvo = {.fusion_bytes = (size_t)s->fit.fusion_bytes};
+    if (mx_kvstore_options_check(s->fit.kvstore, &kvo) != MX_OK)
+        return blame_owner(in, "fusion_bytes", MX_ERR_INVALID);
     if (mx_initializer_parse(s->fit.initializer, &s->initializer) != MX_OK)
         return blame_owner(in, "initializer", MX_ERR_INVALID);
     if (mx_metric_parse_list(s->fit.metric, &s->metrics, &s->n_metrics) != MX_OK)

@@ -13,7 +13,8 @@
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
  *   grad_accum [1], check_numerics [0], work_load_list [""],
- *   stall_timeout [60] (under mpirun), profile [""], profile_batches [""],
+ *   stall_timeout [60] (under mpirun), fusion_bytes [0: 1 MiB] (dist_sync
+ *   kinds), profile [""], profile_batches [""],
  *   max_skip_fraction [0.01].
  *
  * fit.profile = FILE.json writes a Chrome-trace timeline of every engine
@@ -51,6 +52,7 @@ typedef struct mx_fit_params {
     bool check_numerics;                    /* check every layer every batch */
     char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
     double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
+    int64_t fusion_bytes;                   /* dist_sync kinds' bucket size (0: the kvstore's default) */
     char profile[MX_PARAM_STRING_MAX];      /* timeline file ("" none) */
     char profile_batches[MX_PARAM_STRING_MAX]; /* "A-B", "N" or "" (all) */
     double max_skip_fraction;               /* corrupt data an iterator may skip before it is an error */

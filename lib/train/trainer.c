@@ -432,7 +432,7 @@ static mx_status setup(trainer *t)
                  st->fit.kvstore, mx_comm_size(t->opt->comm));
         return fit_error(t, "kvstore", MX_ERR_INVALID);
     }
-    mx_kvstore_options ko = {.comm = t->opt->comm};
+    mx_kvstore_options ko = {.comm = t->opt->comm, .fusion_bytes = (size_t)st->fit.fusion_bytes};
     /* One context and no dist store: MXNet's Module makes no kvstore at all
      * and the weights are updated in place (update_in_place), so a
      * 'device' store (the shipped GPU configs' choice) needs nothing a
