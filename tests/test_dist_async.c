@@ -373,47 +373,62 @@ START_TEST(resume_restores_the_server)
 }
 END_TEST
 
-/* A server that stops (SIGSTOP to rank 0): the worker's call gets no
- * answer within the stall timeout, names rank 0 as not answering, and the
- * job ends instead of hanging. The timeout is short (1 s; 2 s in the
- * sanitizer builds, where a busy rank may take longer to answer): nothing
- * else in this small run waits that long. */
+/* A rank that stops (SIGSTOP) ends the job instead of hanging it, named
+ * as not answering. Rank 0, the server: the other worker's call gets no
+ * answer within the stall timeout. Rank 1, a worker only: no call waits
+ * for it, so the server's rank finds it at the next collective (the
+ * progress line's, every disp_batches batches) after the stall timeout.
+ * The timeout is short (1 s; 2 s in the sanitizer builds, where a busy
+ * rank may take longer to answer): nothing else in this small run waits
+ * that long. */
 #define STALL_S (TOOL_SANITIZED ? 2 : 1)
-START_TEST(stopped_server_ends_the_job)
+static void stopped_rank_ends_the_job(int stopped)
 {
     char conf[400], *out;
     snprintf(conf, sizeof(conf), "%s/mlp.conf", tmp);
     write_mlp(conf, 192, "");
-    /* Each rank writes its pid, so the test can stop rank 0 itself, once
+    /* Each rank writes its pid, so the test can stop one itself, once
      * training runs: rank 0 logs batch 5 after the progress line's
      * collective with rank 1 (stopped inside MPI_Init, it would hang its
      * peer there: MPI's start-up has no stall detection). */
     char cmd[8192], log[400];
-    snprintf(log, sizeof(log), "%s/stop.log", tmp);
+    snprintf(log, sizeof(log), "%s/stop%d.log", tmp, stopped);
     skip_leak_check();
     snprintf(cmd, sizeof(cmd),
              "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader "
              "--mca oob_tcp_if_include lo sh -c 'echo $$ >%s/pid.$OMPI_COMM_WORLD_RANK; exec %s %s "
              "fit.kvstore=dist_async fit.num_epoch=100000 fit.stall_timeout=%d' >%s 2>&1 & "
              "for i in $(seq 600); do grep -q \"Epoch.0. Batch\" %s && break; sleep 0.05; done; "
-             "kill -STOP $(cat %s/pid.0); wait $!",
-             tmp, mxtrain(), conf, STALL_S, log, log, tmp);
+             "kill -STOP $(cat %s/pid.%d); wait $!",
+             tmp, mxtrain(), conf, STALL_S, log, log, tmp, stopped);
     double t0 = mx_time_seconds();
     int st = system(cmd);
     double took = mx_time_seconds() - t0;
     ck_assert(WIFEXITED(st));
     st = WEXITSTATUS(st);
     out = tool_slurp(log, NULL);
-    ck_assert_msg(st != 0 && st != 124, "exit %d:\n%s", st, tail(out));
-    /* A call, the send of its request, or (rarely) the progress line's
-     * collective waited past the timeout; rank 1 asked rank 0, which did
-     * not answer. */
-    char stalled[64];
+    ck_assert_msg(st != 0 && st != 124, "rank %d stopped: exit %d:\n%s", stopped, st, tail(out));
+    /* A call, the send of its request, or a progress line's collective
+     * waited past the timeout; the other rank asked the stopped one,
+     * which did not answer. */
+    char stalled[64], who[32];
     snprintf(stalled, sizeof(stalled), "(stall_timeout_s %d)", STALL_S);
-    ck_assert_msg(strstr(out, stalled) && strstr(out, "rank 0 on ") && strstr(out, "did not answer within"), "%s",
-                  tail(out));
-    ck_assert_msg(took < 30, "took %.1f s", took);
+    snprintf(who, sizeof(who), "rank %d on ", stopped);
+    ck_assert_msg(strstr(out, stalled) && strstr(out, who) && strstr(out, "did not answer within"),
+                  "rank %d stopped:\n%s", stopped, tail(out));
+    ck_assert_msg(took < 30, "rank %d stopped: took %.1f s", stopped, took);
     free(out);
+}
+
+START_TEST(stopped_server_ends_the_job)
+{
+    stopped_rank_ends_the_job(0);
+}
+END_TEST
+
+START_TEST(stopped_worker_ends_the_job)
+{
+    stopped_rank_ends_the_job(1);
 }
 END_TEST
 
@@ -453,6 +468,7 @@ int main(int argc, char **argv)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, resume_restores_the_server);
     tcase_add_test(tc, stopped_server_ends_the_job);
+    tcase_add_test(tc, stopped_worker_ends_the_job);
     suite_add_tcase(s, tc);
     tc = tcase_create("lenet");
     tcase_set_timeout(tc, 240);
