@@ -7,6 +7,8 @@
 #      gradients, against a bare MPI_Allreduce of the same bytes
 #      (scripts/bench/allreduce.c, built here with mpicc); goal: within 10%;
 #      and the fraction of that communication hidden behind computation;
+#      and lib/comm's allreduce alone (scripts/bench/comm_allreduce.c, no
+#      training beside it) against the same bare MPI_Allreduce;
 #  (b) LeNet samples/s, 2 ranks of 1 thread (dist_sync) against 1 process of
 #      2 threads over the same global samples; goal: at least 0.9;
 #  (c) MXNet 1.9.1's own dist_sync and dist_async (ps-lite: a scheduler, a
@@ -15,7 +17,11 @@
 #      beside ours (dist_async: run when this build has it, else
 #      "skipped: dist_async not in this build"); goal: at least 3x.
 #   scripts/bench/dist.sh [--parts N] [--mxnet-batches N] [--profile-batches A-B]
-#       [--resnet-batches N] [--reps N] [--out FILE] [--work DIR] [--no-write]
+#       [--resnet-batches N] [--reps N] [--rounds N] [--out FILE] [--work DIR]
+#       [--no-write]
+# (b) and (c) run --rounds times (default 3), the runs of a round one after
+# the other, and each figure is the median over the rounds (their range
+# beside it): one short run swings by 10-20% on a shared machine.
 # Both ranks of (b) read the same 1/N of the training set (train.num_parts=N,
 # part_index 0: only speed is measured); the single process reads 2/N, so
 # both sides train the same number of samples. The machine is shared: the
@@ -23,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-parts=10 mx_batches=150 prof_batches=20-59 resnet_batches=30 reps=50
+parts=10 mx_batches=150 prof_batches=20-59 resnet_batches=30 reps=50 rounds=3
 out=docs/benchmarks.md work= write=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,6 +38,7 @@ while [ $# -gt 0 ]; do
         --profile-batches) prof_batches=$2; shift 2 ;;
         --resnet-batches) resnet_batches=$2; shift 2 ;;
         --reps) reps=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
         --no-write) write=0; shift ;;
@@ -45,8 +52,10 @@ if [ -z "$work" ]; then
     trap 'rm -rf "$work"' EXIT
 fi
 mkdir -p "$work"
-make --no-print-directory CUDA=0 build/bin/mxtrain >&2
+make --no-print-directory CUDA=0 build/bin/mxtrain build/libmx.a >&2
 mpicc -O2 -o "$work/allreduce" scripts/bench/allreduce.c
+mpicc -O2 -std=c11 -D_GNU_SOURCE -Ilib -o "$work/comm_allreduce" scripts/bench/comm_allreduce.c build/libmx.a \
+    $(pkg-config --libs openblas libturbojpeg inih libpng zlib) -lm -pthread
 
 mpirun=(mpirun --oversubscribe --mca btl self,vader)
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
@@ -115,35 +124,20 @@ for net in ("lenet", "resnet20"):
 EOF
 while read -r net steps calls bytes ms alone; do
     "${mpirun[@]}" -np 2 "$work/allreduce" "$bytes" "$reps" > "$work/bare-$net.txt" < /dev/null
+    "${mpirun[@]}" -np 2 "$work/comm_allreduce" "$bytes" "$reps" > "$work/comm-$net.txt" < /dev/null
 done < "$work/steps.txt"
 
-# (b) LeNet: 1 process of 2 threads, 2 ranks of 1 thread.
-echo "dist.sh: (b) LeNet, 1 process x 2 threads and 2 ranks x 1 thread" >&2
-loads+=("$(load)")
-OMP_NUM_THREADS=2 MXNET_CPU_WORKER_NTHREADS=2 $bin "${lenet[@]}" train.num_parts=$((parts / 2)) > "$work/one.log" 2>&1
-loads+=("$(load)")
-"${mpirun[@]}" -np 2 $bin "${lenet[@]}" train.num_parts=$parts fit.kvstore=dist_sync > "$work/two.log" 2>&1
-async_note=
-loads+=("$(load)")
-if "${mpirun[@]}" -np 2 $bin "${lenet[@]}" train.num_parts=$parts fit.kvstore=dist_async > "$work/two-async.log" 2>&1; then
-    :
-elif grep -q "not in this build" "$work/two-async.log"; then
-    async_note="skipped: dist_async not in this build"
-    echo "dist.sh: $async_note" >&2
-else
-    echo "dist.sh: mxtrain dist_async failed:" >&2; tail -5 "$work/two-async.log" >&2; exit 1
-fi
-
-# (c) MXNet 1.9.1, ps-lite on loopback.
-mxnet_run() { # kvstore -> $work/mxnet-KV-w{0,1}.txt
-    local kv=$1 port=$((9000 + RANDOM % 1000)) pids=()
+# (b) and (c), --rounds times: LeNet as 1 process of 2 threads, 2 ranks of
+# 1 thread (dist_sync, dist_async), then MXNet 1.9.1's ps-lite on loopback.
+mxnet_run() { # kvstore round -> $work/mxnet-KV-w{0,1}.rROUND.txt
+    local kv=$1 r=$2 port=$((9000 + RANDOM % 1000)) pids=()
     export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 \
         DMLC_NODE_HOST=127.0.0.1 OMP_NUM_THREADS=1 MXNET_CPU_WORKER_NTHREADS=1
-    DMLC_ROLE=scheduler timeout 600 "$mxpy" -c 'import mxnet' > "$work/mxnet-$kv-sched.txt" 2>&1 & pids+=($!)
-    DMLC_ROLE=server timeout 600 "$mxpy" -c 'import mxnet' > "$work/mxnet-$kv-server.txt" 2>&1 & pids+=($!)
+    DMLC_ROLE=scheduler timeout 600 "$mxpy" -c 'import mxnet' > "$work/mxnet-$kv-sched.r$r.txt" 2>&1 & pids+=($!)
+    DMLC_ROLE=server timeout 600 "$mxpy" -c 'import mxnet' > "$work/mxnet-$kv-server.r$r.txt" 2>&1 & pids+=($!)
     for w in 0 1; do
         DMLC_ROLE=worker timeout 600 "$mxpy" scripts/bench/mxnet_dist_lenet.py --kvstore "$kv" \
-            --batches "$mx_batches" > "$work/mxnet-$kv-w$w.txt" 2>&1 & pids+=($!)
+            --batches "$mx_batches" > "$work/mxnet-$kv-w$w.r$r.txt" 2>&1 & pids+=($!)
     done
     wait "${pids[2]}" "${pids[3]}" || true
     for p in "${pids[0]}" "${pids[1]}"; do kill "$p" 2>/dev/null || true; done
@@ -151,22 +145,43 @@ mxnet_run() { # kvstore -> $work/mxnet-KV-w{0,1}.txt
     unset DMLC_PS_ROOT_URI DMLC_PS_ROOT_PORT DMLC_NUM_SERVER DMLC_NUM_WORKER DMLC_NODE_HOST OMP_NUM_THREADS \
         MXNET_CPU_WORKER_NTHREADS
 }
-mx_note=
-if [ -x "$mxpy" ] && "$mxpy" -c 'import mxnet' 2>/dev/null; then
-    for kv in dist_sync dist_async; do
-        echo "dist.sh: (c) MXNet 1.9.1 $kv, 2 workers + 1 server on 127.0.0.1" >&2
-        loads+=("$(load)")
-        mxnet_run $kv
-    done
-else
+mx_note= async_note=
+if ! { [ -x "$mxpy" ] && "$mxpy" -c 'import mxnet' 2>/dev/null; }; then
     mx_note="MXNet 1.9.1 not found at $mxpy (set MXNET_PYTHON)"
 fi
+for r in $(seq 1 "$rounds"); do
+    echo "dist.sh: (b) round $r of $rounds: LeNet, 1 process x 2 threads and 2 ranks x 1 thread" >&2
+    loads+=("$(load)")
+    OMP_NUM_THREADS=2 MXNET_CPU_WORKER_NTHREADS=2 $bin "${lenet[@]}" train.num_parts=$((parts / 2)) \
+        > "$work/one.r$r.log" 2>&1
+    loads+=("$(load)")
+    "${mpirun[@]}" -np 2 $bin "${lenet[@]}" train.num_parts=$parts fit.kvstore=dist_sync > "$work/two.r$r.log" 2>&1
+    if [ -z "$async_note" ]; then
+        loads+=("$(load)")
+        if "${mpirun[@]}" -np 2 $bin "${lenet[@]}" train.num_parts=$parts fit.kvstore=dist_async \
+            > "$work/two-async.r$r.log" 2>&1; then
+            :
+        elif grep -q "not in this build" "$work/two-async.r$r.log"; then
+            async_note="skipped: dist_async not in this build"
+            echo "dist.sh: $async_note" >&2
+        else
+            echo "dist.sh: mxtrain dist_async failed:" >&2; tail -5 "$work/two-async.r$r.log" >&2; exit 1
+        fi
+    fi
+    if [ -z "$mx_note" ]; then
+        for kv in dist_sync dist_async; do
+            echo "dist.sh: (c) round $r of $rounds: MXNet 1.9.1 $kv, 2 workers + 1 server on 127.0.0.1" >&2
+            loads+=("$(load)")
+            mxnet_run $kv $r
+        done
+    fi
+done
 
 /usr/bin/python3 - "$work" "$out" "$write" "$parts" "$prof_batches" "$mx_batches" "$reps" "$async_note" "$mx_note" \
-    "${loads[*]}" <<'EOF'
-import os, re, subprocess, sys, time
-work, out, write, parts, prof_batches, mx_batches, reps, async_note, mx_note, loads = sys.argv[1:11]
-parts = int(parts)
+    "${loads[*]}" "$rounds" <<'EOF'
+import os, re, statistics, subprocess, sys, time
+work, out, write, parts, prof_batches, mx_batches, reps, async_note, mx_note, loads, rounds = sys.argv[1:12]
+parts, rounds = int(parts), int(rounds)
 
 def speeds(path):
     """mean samples/s of the Speed: lines after the first (warm-up)"""
@@ -177,15 +192,25 @@ def overlap(path):
     m = re.search(r"hidden behind computation: ([0-9.]+) of ([0-9.]+) ms(.*)", open(path).read())
     return (float(m.group(1)), m.group(3).strip()) if m else (None, "")
 
-def mxnet(kv):
+def mxnet(kv, r):
     tot = 0.0
     for w in (0, 1):
-        p = f"{work}/mxnet-{kv}-w{w}.txt"
+        p = f"{work}/mxnet-{kv}-w{w}.r{r}.txt"
         m = re.search(r"samples_per_sec ([0-9.]+)", open(p).read()) if os.path.exists(p) else None
         if not m:
             return None
         tot += float(m.group(1))
     return tot
+
+def over_rounds(values):
+    """(median, "lo-hi") of the rounds' figures; None when any round failed"""
+    if not values or any(v is None for v in values):
+        return None, ""
+    return statistics.median(values), f"{min(values):.0f}-{max(values):.0f}"
+
+def cell(fig):
+    m, spread = fig
+    return f"{m:.0f} ({spread})" if rounds > 1 else f"{m:.0f}"
 
 cpu = "?"
 for line in open("/proc/cpuinfo"):
@@ -201,8 +226,9 @@ w("")
 w(f"Generated by `scripts/bench/dist.sh` on {time.strftime('%Y-%m-%d %H:%M')}; rerun it to refresh this section.")
 w("")
 w(f"- Machine: {cpu}, {ncpu} logical CPUs, **shared with other jobs while this ran** (1-minute load average "
-  f"before each run: {', '.join(loads.split())}): the figures are one short run each, not best-of-rounds, and "
-  "a loaded machine slows the 2-rank runs most (a rank that falls behind makes the other wait inside the collective).")
+  f"before each run: {', '.join(loads.split())}). (a) is one run; (b) and (c) give the median of {rounds} rounds "
+  "(each round runs every configuration once, one after the other) with the rounds' range in brackets. A loaded "
+  "machine slows the 2-rank runs most (a rank that falls behind makes the other wait inside the collective).")
 w("- All ranks on this one host, Open MPI over shared memory (`--mca btl self,vader`). Each rank of 2 takes 1 kernel "
   "thread and 1 engine worker (its share of the cores); the single process takes 2 of each.")
 w("")
@@ -213,20 +239,26 @@ w(f"From rank 0's timeline (`fit.profile`, batches {prof_batches} for LeNet): th
   f"against `scripts/bench/allreduce.c` summing the same bytes in one `MPI_Allreduce` (mean of {reps} calls, 2 ranks). "
   "\"ours ms per step\" includes the time a rank waits for the other to reach the collective (their compute differs "
   "on a loaded machine), which the bare loop does not have; \"from both ranks in\" counts each collective from the "
-  "moment both ranks had started it (both files share one clock) to its completion, and is what the goal compares.")
+  "moment both ranks had started it (both files share one clock) to its completion, and is what the goal compares. "
+  "\"lib/comm alone\" is `scripts/bench/comm_allreduce.c`: the same bytes through lib/comm's MPI thread in one "
+  "request per call, with no training beside it (what our layer adds to MPI, apart from sharing the cores).")
 w("")
-w("| net | steps profiled | collectives per step | bytes per step | ours ms per step | ours ms, from both ranks in | bare MPI_Allreduce ms | ours (both in) / bare | goal | communication hidden behind computation |")
-w("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+w("| net | steps profiled | collectives per step | bytes per step | ours ms per step | ours ms, from both ranks in | bare MPI_Allreduce ms | ours (both in) / bare | goal | lib/comm alone ms | lib/comm alone / bare | communication hidden behind computation |")
+w("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
 for line in open(f"{work}/steps.txt"):
     net, steps, calls, nbytes, ms, alone = line.split()
     bare = float(re.search(r"allreduce_ms ([0-9.]+)", open(f"{work}/bare-{net}.txt").read()).group(1))
+    lone = re.search(r"comm_allreduce_ms ([0-9.]+)", open(f"{work}/comm-{net}.txt").read())
+    lone = float(lone.group(1)) if lone else float("nan")
     f, per_rank = overlap(f"{work}/{net}-prof.log")
     name = {"lenet": "LeNet", "resnet20": "ResNet-20"}[net]
     ratio = float(alone) / bare if bare > 0 else float("nan")
     hidden = f"{f:.3f} {per_rank}" if f is not None else "?"
-    w(f"| {name} | {steps} | {calls} | {int(nbytes)} | {float(ms):.3f} | {float(alone):.3f} | {bare:.3f} | {ratio:.2f} | <= 1.10 | {hidden} |")
+    w(f"| {name} | {steps} | {calls} | {int(nbytes)} | {float(ms):.3f} | {float(alone):.3f} | {bare:.3f} | {ratio:.2f} | <= 1.10 | {lone:.3f} | {lone / bare if bare > 0 else float('nan'):.2f} | {hidden} |")
 w("")
-one, two = speeds(f"{work}/one.log"), speeds(f"{work}/two.log") * 2
+R = range(1, rounds + 1)
+one = over_rounds([speeds(f"{work}/one.r{r}.log") for r in R])
+two = over_rounds([speeds(f"{work}/two.r{r}.log") * 2 for r in R])
 w("### (b) LeNet: 2 ranks of 1 thread against 1 process of 2 threads")
 w("")
 w(f"`mxtrain configs/lenet.conf` one epoch; 1 process: `train.num_parts={parts // 2}` with `OMP_NUM_THREADS=2 "
@@ -234,14 +266,14 @@ w(f"`mxtrain configs/lenet.conf` one epoch; 1 process: `train.num_parts={parts /
   "(each rank its 1/N; the same global samples). samples/s: mean of the `Speed:` lines after the first; rank 0 "
   "logs its own samples, so the job's figure is 2x that.")
 w("")
-w("| run | samples/s | ratio to 1 process | goal |")
+w("| run | samples/s | ratio to 1 process (medians) | goal |")
 w("|---|---:|---:|---|")
-w(f"| 1 process x 2 threads | {one:.0f} | 1.00 | |")
-w(f"| 2 ranks x 1 thread, dist_sync | {two:.0f} | {two / one if one else 0:.2f} | >= 0.9 |")
-two_async = None
+w(f"| 1 process x 2 threads | {cell(one)} | 1.00 | |")
+w(f"| 2 ranks x 1 thread, dist_sync | {cell(two)} | {two[0] / one[0] if one[0] else 0:.2f} | >= 0.9 |")
+two_async = (None, "")
 if not async_note:
-    two_async = speeds(f"{work}/two-async.log") * 2
-    w(f"| 2 ranks x 1 thread, dist_async | {two_async:.0f} | {two_async / one if one else 0:.2f} | |")
+    two_async = over_rounds([speeds(f"{work}/two-async.r{r}.log") * 2 for r in R])
+    w(f"| 2 ranks x 1 thread, dist_async | {cell(two_async)} | {two_async[0] / one[0] if one[0] else 0:.2f} | |")
 else:
     w(f"| 2 ranks x 1 thread, dist_async | {async_note} | | |")
 w("")
@@ -255,13 +287,13 @@ else:
       f"of Fashion-MNIST held in memory (NDArrayIter), plus 1 server and the scheduler on 127.0.0.1; {mx_batches} "
       "batches a worker, the first 20 untimed; samples/s summed over the workers.")
     w("")
-    w("| kvstore | ours samples/s | MXNet samples/s | ours / MXNet | goal |")
+    w("| kvstore | ours samples/s | MXNet samples/s | ours / MXNet (medians) | goal |")
     w("|---|---:|---:|---:|---|")
     for kv, ours in (("dist_sync", two), ("dist_async", two_async)):
-        m = mxnet(kv)
-        o = f"{ours:.0f}" if ours is not None else async_note
-        r = f"{ours / m:.2f}" if ours is not None and m else ""
-        w(f"| {kv} | {o} | {f'{m:.0f}' if m else 'failed (see the log)'} | {r} | >= 3 |")
+        m = over_rounds([mxnet(kv, r) for r in R])
+        o = cell(ours) if ours[0] is not None else async_note
+        ratio = f"{ours[0] / m[0]:.2f}" if ours[0] is not None and m[0] else ""
+        w(f"| {kv} | {o} | {cell(m) if m[0] else 'failed (see the logs)'} | {ratio} | >= 3 |")
 w("")
 w("<!-- END distributed-training -->")
 text = "\n".join(rows) + "\n"
