@@ -540,7 +540,8 @@ static mx_status upd_push(mx_optimizer *opt, upd_op *op)
     return s;
 }
 
-mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad)
+/* One parameter's update, prepared (counted, states made) into *out. */
+static mx_status upd_op_one(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad, upd_op **out)
 {
     upd_op *op = upd_op_new(opt, 1);
     if (!op) return MX_ERR_NOMEM;
@@ -550,6 +551,14 @@ mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, 
         return s;
     }
     op->n_items = 1;
+    *out = op;
+    return MX_OK;
+}
+
+mx_status mx_optimizer_update(mx_optimizer *opt, int index, mx_ndarray *weight, mx_ndarray *grad)
+{
+    upd_op *op;
+    MX_TRY(upd_op_one(opt, index, weight, grad, &op));
     snprintf(op->label, sizeof(op->label), "%s update of key %d", opt->kind->name, index);
     return upd_push(opt, op);
 }
@@ -559,17 +568,11 @@ mx_status mx_optimizer_update_now(mx_optimizer *opt, int index, mx_ndarray *weig
     if (weight && mx_ndarray_context(weight).dev_type == MX_DEV_GPU)
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: parameter %d: an update on the calling thread takes host arrays",
                         opt->kind->name, index);
-    upd_op *op = upd_op_new(opt, 1);
-    if (!op) return MX_ERR_NOMEM;
-    mx_status s = upd_prepare(opt, index, weight, grad, &op->items[0]);
-    if (s != MX_OK) {
-        free(op);
-        return s;
-    }
-    op->n_items = 1;
+    upd_op *op;
+    MX_TRY(upd_op_one(opt, index, weight, grad, &op));
     /* New states are zeroed by engine ops; the caller's own work on the
      * weight and gradient has been pushed too. */
-    s = mx_ndarray_wait_to_read(grad);
+    mx_status s = mx_ndarray_wait_to_read(grad);
     if (s == MX_OK) s = mx_ndarray_wait_to_write(weight);
     for (int j = 0; j < op->n_states && s == MX_OK; j++) s = mx_ndarray_wait_to_write(op->items[0].states[j]);
     if (s == MX_OK) upd_range(op, 0, mx_ndarray_size(weight), 0);
