@@ -119,11 +119,12 @@ END_TEST
  * kernels of lib/ops/cpu/conv_depthwise.c in both directions: rows wider than
  * one vector with a partial last one, more output rows than a block of 8,
  * stride 2, odd sizes, asymmetric kernels and dilation, 1-D; in the
- * portable width (the fallback elsewhere) and the CPU's widest. */
+ * portable width (the fallback elsewhere), AVX2 and the CPU's widest. */
 START_TEST(depthwise_direct_path)
 {
-    for (int pass = 0; pass < 2; pass++) { /* the portable width, then the widest this CPU runs */
-        if (pass == 0) setenv("MX_SIMD", "portable", 1);
+    static const char *const widths[] = {"portable", "avx2", NULL}; /* NULL: the widest this CPU runs */
+    for (int pass = 0; pass < 3; pass++) {
+        if (widths[pass]) setenv("MX_SIMD", widths[pass], 1);
         else unsetenv("MX_SIMD");
         run((conv_case){.data = MX_SHAPE(2, 3, 10, 19), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "3",
                         .num_group = "3", .max_points = 24});
@@ -133,6 +134,13 @@ START_TEST(depthwise_direct_path)
                         .pad = "(2,2)", .num_filter = "2", .num_group = "2", .max_points = 24});
         run((conv_case){.data = MX_SHAPE(2, 3, 21), .kernel = "3", .pad = "(1,)", .num_filter = "3", .num_group = "3",
                         .max_points = 24});
+        /* stride 2 over rows of several vectors (split into even and odd
+         * columns by shuffles, a partial vector last), with and without
+         * padding, odd widths */
+        run((conv_case){.data = MX_SHAPE(1, 2, 7, 75), .kernel = "(3,3)", .stride = "(2,2)", .pad = "(1,1)",
+                        .num_filter = "2", .num_group = "2", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(2, 2, 6, 70), .kernel = "(3,3)", .stride = "(2,2)", .num_filter = "2",
+                        .num_group = "2", .no_bias = "True", .max_points = 24});
         /* padding wider than the kernel's reach: outputs and dy rows that see only zeros */
         run((conv_case){.data = MX_SHAPE(1, 2, 5, 6), .kernel = "(3,3)", .stride = "(2,1)", .pad = "(3,4)",
                         .num_filter = "2", .num_group = "2", .max_points = 24});

@@ -48,7 +48,11 @@ static dw_layout layout(const mx_conv_geom *g)
     return l;
 }
 
-static size_t fwd_floats(const dw_layout *l) { return (size_t)(l->s * l->ph * l->q); }
+/* The phase planes, and for stride 2 one zero-padded input row to split. */
+static size_t fwd_floats(const dw_layout *l)
+{
+    return (size_t)(l->s * l->ph * l->q) + (l->s == 2 ? (size_t)(2 * l->q) : 0);
+}
 static size_t bwd_floats(const mx_conv_geom *g, const dw_layout *l)
 {
     /* phases (dw) + spread dy (dx) + flipped filter + tap sums */
@@ -60,39 +64,6 @@ bool mx_depthwise_supported(const mx_conv_geom *g)
     if (g->groups <= 1 || g->groups != g->in_c || g->out_c != g->in_c) return false;
     dw_layout l = layout(g);
     return bwd_floats(g, &l) * sizeof(float) <= DW_MAX_SCRATCH;
-}
-
-/* The zero-padded plane x (H, W) as l->s column phases. */
-static void fill_phases(const mx_conv_geom *g, const dw_layout *l, const float *x, float *ph)
-{
-    for (int64_t b = 0; b < l->s; b++)
-        for (int64_t r = 0; r < l->ph; r++) {
-            float *row = ph + (b * l->ph + r) * l->q;
-            int64_t ir = r - g->pad_h;
-            if (ir < 0 || ir >= g->in_h) {
-                memset(row, 0, (size_t)l->q * sizeof(float));
-                continue;
-            }
-            const float *xr = x + ir * g->in_w;
-            if (l->s == 1) {
-                int64_t lo = g->pad_w < l->q ? g->pad_w : l->q;
-                int64_t hi = g->pad_w + g->in_w < l->q ? g->pad_w + g->in_w : l->q;
-                memset(row, 0, (size_t)lo * sizeof(float));
-                memcpy(row + lo, xr, (size_t)(hi - lo) * sizeof(float));
-                memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
-                continue;
-            }
-            /* columns j in [lo, hi) read x: b + s*j - pad_w in [0, W) */
-            int64_t lo = g->pad_w > b ? (g->pad_w - b + l->s - 1) / l->s : 0;
-            int64_t hi = g->in_w + g->pad_w - b > 0 ? (g->in_w + g->pad_w - b + l->s - 1) / l->s : 0;
-            if (lo > l->q) lo = l->q;
-            if (hi > l->q) hi = l->q;
-            if (hi < lo) hi = lo;
-            memset(row, 0, (size_t)lo * sizeof(float));
-            const float *xs = xr + b + l->s * lo - g->pad_w;
-            for (int64_t j = lo; j < hi; j++) row[j] = xs[l->s * (j - lo)];
-            memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
-        }
 }
 
 /* dy (OH, OW) spread to stride 1: z[oh*sh + (KH-1)*dh, ow*sw + (KW-1)*dw]. */
@@ -162,6 +133,20 @@ typedef struct dw_corr {
         if (KH == 3 && KW == 3) dw_corr_body_##P(c, 3, 3, bias, add, y);                                            \
         else dw_corr_body_##P(c, KH, KW, bias, add, y);                                                             \
     }                                                                                                               \
+    /* e[j] = r[2j] and o[j] = r[2j + 1] for j < n. */                                                            \
+    TARGET static void dw_split2_##P(const float *r, float *e, float *o, int64_t n)                                 \
+    {                                                                                                               \
+        int64_t j = 0;                                                                                              \
+        for (; j + W <= n; j += W) {                                                                                \
+            const P##_f a = P##_load(r + 2 * j), b = P##_load(r + 2 * j + W);                                       \
+            P##_store(e + j, P##_even(a, b));                                                                       \
+            P##_store(o + j, P##_odd(a, b));                                                                        \
+        }                                                                                                           \
+        for (; j < n; j++) {                                                                                        \
+            e[j] = r[2 * j];                                                                                        \
+            o[j] = r[2 * j + 1];                                                                                    \
+        }                                                                                                           \
+    }                                                                                                               \
     /* sums[kh*KW + kw] += sum over (oh, ow) of dy[oh, ow] * the forward's tap (kh, kw) of (oh, ow). */            \
     TARGET static void dw_wgrad_##P(const dw_corr *c, int64_t KH, int64_t KW, const float *dy, float *sums)        \
     {                                                                                                               \
@@ -190,6 +175,54 @@ typedef struct dw_corr {
     }
 
 MX_SIMD_INSTANTIATE(DW_KERNELS)
+
+/* The zero-padded plane x (H, W) as l->s column phases: phase b's column j
+ * is the padded row's column b + s*j. Stride 2 (MobileNet's downsampling
+ * layers) pads each row once and splits it into even and odd columns with
+ * vector shuffles; other strides gather. */
+static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, const float *x, float *ph)
+{
+    float *padded = ph + l->s * l->ph * l->q; /* stride 2: 2q floats */
+    for (int64_t r = 0; r < l->ph; r++) {
+        int64_t ir = r - g->pad_h;
+        if (ir < 0 || ir >= g->in_h) {
+            for (int64_t b = 0; b < l->s; b++) memset(ph + (b * l->ph + r) * l->q, 0, (size_t)l->q * sizeof(float));
+            continue;
+        }
+        const float *xr = x + ir * g->in_w;
+        if (l->s == 2) {
+            const int64_t len = 2 * l->q;
+            int64_t lo = g->pad_w < len ? g->pad_w : len;
+            int64_t hi = g->pad_w + g->in_w < len ? g->pad_w + g->in_w : len;
+            memset(padded, 0, (size_t)lo * sizeof(float));
+            memcpy(padded + lo, xr, (size_t)(hi - lo) * sizeof(float));
+            memset(padded + hi, 0, (size_t)(len - hi) * sizeof(float));
+            MX_SIMD_DISPATCH(level, dw_split2, padded, ph + r * l->q, ph + (l->ph + r) * l->q, l->q);
+            continue;
+        }
+        for (int64_t b = 0; b < l->s; b++) {
+            float *row = ph + (b * l->ph + r) * l->q;
+            if (l->s == 1) {
+                int64_t lo = g->pad_w < l->q ? g->pad_w : l->q;
+                int64_t hi = g->pad_w + g->in_w < l->q ? g->pad_w + g->in_w : l->q;
+                memset(row, 0, (size_t)lo * sizeof(float));
+                memcpy(row + lo, xr, (size_t)(hi - lo) * sizeof(float));
+                memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
+                continue;
+            }
+            /* columns j in [lo, hi) read x: b + s*j - pad_w in [0, W) */
+            int64_t lo = g->pad_w > b ? (g->pad_w - b + l->s - 1) / l->s : 0;
+            int64_t hi = g->in_w + g->pad_w - b > 0 ? (g->in_w + g->pad_w - b + l->s - 1) / l->s : 0;
+            if (lo > l->q) lo = l->q;
+            if (hi > l->q) hi = l->q;
+            if (hi < lo) hi = lo;
+            memset(row, 0, (size_t)lo * sizeof(float));
+            const float *xs = xr + b + l->s * lo - g->pad_w;
+            for (int64_t j = lo; j < hi; j++) row[j] = xs[l->s * (j - lo)];
+            memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
+        }
+    }
+}
 
 typedef struct dw_job {
     const mx_conv_geom *g;
@@ -224,7 +257,7 @@ static void forward_units(void *arg, int64_t lo, int64_t hi, int worker)
     const int64_t kk = g->k_h * g->k_w;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t c = u % g->in_c;
-        fill_phases(g, &j->l, j->x + u * plane_in(g), ph);
+        fill_phases(g, &j->l, j->level, j->x + u * plane_in(g), ph);
         dw_corr k = forward_corr(g, &j->l, ph, j->w + c * kk);
         MX_SIMD_DISPATCH(j->level, dw_corr, &k, g->k_h, g->k_w, j->bias ? j->bias[c] : 0.0f, j->add_y,
                          j->y + u * plane_out(g));
@@ -255,7 +288,7 @@ static void backward_units(void *arg, int64_t lo, int64_t hi, int worker)
             const int64_t u = n * g->in_c + c;
             const float *dyu = j->dy + u * plane_out(g);
             if (j->need_dw) {
-                fill_phases(g, l, j->x + u * plane_in(g), ph);
+                fill_phases(g, l, j->level, j->x + u * plane_in(g), ph);
                 dw_corr k = forward_corr(g, l, ph, NULL);
                 MX_SIMD_DISPATCH(j->level, dw_wgrad, &k, g->k_h, g->k_w, dyu, sums);
             }
