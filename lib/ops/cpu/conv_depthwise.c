@@ -226,6 +226,7 @@ static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, co
 
 typedef struct dw_job {
     const mx_conv_geom *g;
+    const mx_fold *fold; /* forward: applied to each plane after it is written */
     dw_layout l;
     int level;
     const float *x, *w, *bias, *dy;
@@ -259,8 +260,9 @@ static void forward_units(void *arg, int64_t lo, int64_t hi, int worker)
         const int64_t c = u % g->in_c;
         fill_phases(g, &j->l, j->level, j->x + u * plane_in(g), ph);
         dw_corr k = forward_corr(g, &j->l, ph, j->w + c * kk);
-        MX_SIMD_DISPATCH(j->level, dw_corr, &k, g->k_h, g->k_w, j->bias ? j->bias[c] : 0.0f, j->add_y,
-                         j->y + u * plane_out(g));
+        float *yu = j->y + u * plane_out(g);
+        MX_SIMD_DISPATCH(j->level, dw_corr, &k, g->k_h, g->k_w, j->bias ? j->bias[c] : 0.0f, j->add_y, yu);
+        if (j->fold) mx_fold_rows_at(j->fold, j->level, yu, plane_out(g));
     }
 }
 
@@ -310,11 +312,13 @@ static mx_status scratch_failed(void)
 }
 
 mx_status mx_depthwise_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                               const float *bias, float *y, mx_req req)
+                               const float *bias, const mx_fold *fold, float *y, mx_req req)
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
-    dw_job j = {.g = g, .l = layout(g), .level = mx_simd_level(), .x = x, .w = w, .bias = bias, .y = y,
-                .add_y = req == MX_REQ_ADD};
+    if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
+    MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
+    dw_job j = {.g = g, .fold = fold, .l = layout(g), .level = mx_simd_level(), .x = x, .w = w, .bias = bias,
+                .y = y, .add_y = req == MX_REQ_ADD};
     atomic_init(&j.failed, 0);
     int64_t units = g->batch * g->in_c;
     mx_parallel_for(pool, units, mx_parallel_grain(pool, units, 4, 1), forward_units, &j);

@@ -27,9 +27,11 @@
  * out_c > 1) and one plane's phase buffers fit the per-thread scratch cap. */
 bool mx_depthwise_supported(const mx_conv_geom *g);
 
-/* y = conv(x, w) (+ bias), per req (MX_REQ_ADD adds). Errors: MX_ERR_NOMEM. */
+/* y = conv(x, w) (+ bias), per req (MX_REQ_ADD adds), then the folded
+ * layer `fold` (NULL: none; not with MX_REQ_ADD) on each plane while it is
+ * in cache. Errors: MX_ERR_NOMEM. */
 mx_status mx_depthwise_forward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
-                               const float *bias, float *y, mx_req req);
+                               const float *bias, const mx_fold *fold, float *y, mx_req req);
 
 /* dx (per req_dx; skipped when dx NULL or MX_REQ_NULL) and dw (per req_dw,
  * likewise) from dy. Errors: MX_ERR_NOMEM. */

@@ -852,9 +852,7 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
     MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
     const forward_path path = pick_forward_path(g);
     if (path == PATH_DEPTHWISE) {
-        MX_TRY(mx_depthwise_forward(pool, g, x, w, bias, y, req));
-        if (fold) mx_fold_forward(pool, fold, y, g->batch * g->out_c * g->out_h * g->out_w);
-        return MX_OK;
+        return mx_depthwise_forward(pool, g, x, w, bias, fold, y, req);
     }
     conv_call c = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .req = req, .fold = fold, .pool = pool,
                    .lease = lease};
