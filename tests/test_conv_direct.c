@@ -292,7 +292,9 @@ START_TEST(target_layers)
         {1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3},  /* ResNet-18 conv1 7x7/2 */
         {1, 3, 64, 224, 224, 11, 11, 4, 4, 2, 2}, /* AlexNet conv1 11x11/4 */
         {2, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 1x1 (x read in place, several bands) */
-        {1, 512, 48, 7, 7, 1, 1, 1, 1, 0, 0}      /* a ResNet-50 res5 1x1, fewer filters */
+        {1, 512, 48, 7, 7, 1, 1, 1, 1, 0, 0},     /* a ResNet-50 res5 1x1, fewer filters */
+        {16, 40, 24, 7, 7, 1, 1, 1, 1, 0, 0},     /* MobileNet's 7x7 1x1 at batch 16 (16 partial vectors) */
+        {5, 24, 20, 14, 14, 3, 3, 1, 1, 1, 1}     /* 14x14 3x3 at batch 5 (the partial vectors in groups) */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const int64_t *k = cases[i];

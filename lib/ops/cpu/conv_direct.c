@@ -300,15 +300,23 @@ FWD_FN6(1) FWD_FN6(2) FWD_FN6(3) FWD_FN6(4) FWD_FN4(5) FWD_FN4(6) FWD_FN3(7) FWD
 static const fwd_fn fwd_fns[MAX_R][MAX_V] = {FWD_ROW6(1), FWD_ROW6(2), FWD_ROW6(3), FWD_ROW6(4),
                                              FWD_ROW4(5), FWD_ROW4(6), FWD_ROW3(7), FWD_ROW3(8)};
 
-/* One partial vector (a band's last), masked loads: fwd_part_fns[R-1]. */
-#define PART_FN(R)                                                                                                     \
-    TARGET static void part_##R(const float *w, const int64_t *koff, int64_t kn, const dvec *vs, int64_t doff,         \
-                                int64_t ldc, const float *bias, bool accumulate)                                       \
+/* Partial vectors (bands' last ones), masked loads, up to PART_V at a time:
+ * fwd_part_fns[R-1][V-1]. One at a time, each weight broadcast served one
+ * vector, and the partial vectors of a batch of small images (MobileNet's
+ * 7x7 and 14x14 layers: 16 images, 16 partial vectors) ran at about half
+ * the rate of whole ones. */
+#define PART_V 3
+#define PART_FN(R, V)                                                                                                  \
+    TARGET static void part_##R##_##V(const float *w, const int64_t *koff, int64_t kn, const dvec *vs, int64_t doff,   \
+                                      int64_t ldc, const float *bias, bool accumulate)                                 \
     {                                                                                                                  \
-        fwd_tile(w, koff, kn, vs, doff, ldc, bias, accumulate, R, 1, true);                                            \
+        fwd_tile(w, koff, kn, vs, doff, ldc, bias, accumulate, R, V, true);                                            \
     }
-PART_FN(1) PART_FN(2) PART_FN(3) PART_FN(4) PART_FN(5) PART_FN(6) PART_FN(7) PART_FN(8)
-static const fwd_fn fwd_part_fns[MAX_R] = {part_1, part_2, part_3, part_4, part_5, part_6, part_7, part_8};
+#define PART_FN3(R) PART_FN(R, 1) PART_FN(R, 2) PART_FN(R, 3)
+PART_FN3(1) PART_FN3(2) PART_FN3(3) PART_FN3(4) PART_FN3(5) PART_FN3(6) PART_FN3(7) PART_FN3(8)
+#define PART_ROW(R) {part_##R##_1, part_##R##_2, part_##R##_3}
+static const fwd_fn fwd_part_fns[MAX_R][PART_V] = {PART_ROW(1), PART_ROW(2), PART_ROW(3), PART_ROW(4),
+                                                   PART_ROW(5), PART_ROW(6), PART_ROW(7), PART_ROW(8)};
 
 /* A chunk's vectors: whole ones from the front of the list, partial ones
  * (one per band at most) from the back, so that whole ones group freely. */
@@ -342,11 +350,15 @@ TARGET static void run_vectors_from(int64_t first_row, int64_t rows, int64_t k, 
                                      accumulate);
         }
     }
-    for (int64_t i = l->cap - l->part; i < l->cap; i++)
+    const int pv = (int)min64(v, PART_V);
+    for (int64_t i = l->cap - l->part; i < l->cap; i += pv) {
+        const int nvv = (int)min64(pv, l->cap - i);
         for (int64_t r0 = first_row; r0 < rows; r0 += r) {
             const int nr = (int)min64(r, rows - r0);
-            fwd_part_fns[nr - 1](wp + r0 * k, koff, k, l->v + i, r0 * ldc, ldc, bias ? bias + r0 : NULL, accumulate);
+            fwd_part_fns[nr - 1][nvv - 1](wp + r0 * k, koff, k, l->v + i, r0 * ldc, ldc, bias ? bias + r0 : NULL,
+                                          accumulate);
         }
+    }
 }
 
 TARGET static void run_vectors(int64_t rows, int64_t k, int r, int v, const float *wp, const int64_t *koff,
