@@ -227,7 +227,9 @@ typedef struct mx_predict_stats {
     int64_t batches;
     double seconds;          /* the whole run */
     double read_seconds;     /* reading and preprocessing */
-    double wait_seconds;     /* copying in, waiting for the network, copying out (the
+    double wait_seconds;     /* copying in, waiting for the network, copying out: per
+                                batch from the start of its push to the end of its
+                                pull, less the next batch's reading done meanwhile (the
                                 network's whole time with no_overlap) */
     double batch_best_seconds;   /* the same per batch (the first 65536 batches): */
     double batch_median_seconds; /* the fastest and the median */
