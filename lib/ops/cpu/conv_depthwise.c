@@ -179,14 +179,18 @@ MX_SIMD_INSTANTIATE(DW_KERNELS)
 /* The zero-padded plane x (H, W) as l->s column phases: phase b's column j
  * is the padded row's column b + s*j. Stride 2 (MobileNet's downsampling
  * layers) pads each row once and splits it into even and odd columns with
- * vector shuffles; other strides gather. */
-static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, const float *x, float *ph)
+ * vector shuffles; other strides gather. `clean`: the buffers hold the
+ * padding of an earlier plane of this geometry (zeros where no input
+ * lands), so only the input's own columns are written: on 7x7 and 14x14
+ * planes the padding's memsets and their calls cost more than the copy. */
+static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, const float *x, float *ph, bool clean)
 {
     float *padded = ph + l->s * l->ph * l->q; /* stride 2: 2q floats */
     for (int64_t r = 0; r < l->ph; r++) {
         int64_t ir = r - g->pad_h;
         if (ir < 0 || ir >= g->in_h) {
-            for (int64_t b = 0; b < l->s; b++) memset(ph + (b * l->ph + r) * l->q, 0, (size_t)l->q * sizeof(float));
+            for (int64_t b = 0; b < l->s && !clean; b++)
+                memset(ph + (b * l->ph + r) * l->q, 0, (size_t)l->q * sizeof(float));
             continue;
         }
         const float *xr = x + ir * g->in_w;
@@ -194,9 +198,9 @@ static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, co
             const int64_t len = 2 * l->q;
             int64_t lo = g->pad_w < len ? g->pad_w : len;
             int64_t hi = g->pad_w + g->in_w < len ? g->pad_w + g->in_w : len;
-            memset(padded, 0, (size_t)lo * sizeof(float));
+            if (!clean) memset(padded, 0, (size_t)lo * sizeof(float));
             memcpy(padded + lo, xr, (size_t)(hi - lo) * sizeof(float));
-            memset(padded + hi, 0, (size_t)(len - hi) * sizeof(float));
+            if (!clean) memset(padded + hi, 0, (size_t)(len - hi) * sizeof(float));
             MX_SIMD_DISPATCH(level, dw_split2, padded, ph + r * l->q, ph + (l->ph + r) * l->q, l->q);
             continue;
         }
@@ -205,9 +209,9 @@ static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, co
             if (l->s == 1) {
                 int64_t lo = g->pad_w < l->q ? g->pad_w : l->q;
                 int64_t hi = g->pad_w + g->in_w < l->q ? g->pad_w + g->in_w : l->q;
-                memset(row, 0, (size_t)lo * sizeof(float));
+                if (!clean) memset(row, 0, (size_t)lo * sizeof(float));
                 memcpy(row + lo, xr, (size_t)(hi - lo) * sizeof(float));
-                memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
+                if (!clean) memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
                 continue;
             }
             /* columns j in [lo, hi) read x: b + s*j - pad_w in [0, W) */
@@ -258,7 +262,7 @@ static void forward_units(void *arg, int64_t lo, int64_t hi, int worker)
     const int64_t kk = g->k_h * g->k_w;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t c = u % g->in_c;
-        fill_phases(g, &j->l, j->level, j->x + u * plane_in(g), ph);
+        fill_phases(g, &j->l, j->level, j->x + u * plane_in(g), ph, u > lo);
         dw_corr k = forward_corr(g, &j->l, ph, j->w + c * kk);
         float *yu = j->y + u * plane_out(g);
         MX_SIMD_DISPATCH(j->level, dw_corr, &k, g->k_h, g->k_w, j->bias ? j->bias[c] : 0.0f, j->add_y, yu);
@@ -290,7 +294,7 @@ static void backward_units(void *arg, int64_t lo, int64_t hi, int worker)
             const int64_t u = n * g->in_c + c;
             const float *dyu = j->dy + u * plane_out(g);
             if (j->need_dw) {
-                fill_phases(g, l, j->level, j->x + u * plane_in(g), ph);
+                fill_phases(g, l, j->level, j->x + u * plane_in(g), ph, c > lo || n > 0);
                 dw_corr k = forward_corr(g, l, ph, NULL);
                 MX_SIMD_DISPATCH(j->level, dw_wgrad, &k, g->k_h, g->k_w, dyu, sums);
             }
