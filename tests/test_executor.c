@@ -590,6 +590,49 @@ START_TEST(folding_folds_only_what_nobody_else_reads)
 }
 END_TEST
 
+/* Depthwise layers apply a folded relu, clip or other activation to each
+ * output plane right after computing it: the same bits as the unfolded
+ * graph in prediction, with both bounds reached. */
+static mx_graph *depthwise_folds(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "Convolution", "dw0", "kernel=(3,3);pad=(1,1);num_filter=2;num_group=2", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "r0", "act_type=relu", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "dw1", "kernel=(3,3);stride=(2,2);pad=(1,1);num_filter=2;num_group=2",
+                                 &x, 1));
+    x = test_entry(test_graph_op(g, "clip", "k1", "a_min=-0.05;a_max=0.05", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "dw2", "kernel=(3,3);pad=(1,1);num_filter=2;num_group=2", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "t2", "act_type=tanh", &x, 1));
+    x = test_entry(test_graph_op(g, "Flatten", "flat", NULL, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
+START_TEST(depthwise_folds_give_the_same_bits)
+{
+    float *ref = malloc(sizeof(float) * 10000), *got = malloc(sizeof(float) * 10000);
+    int f_off, f_on;
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    size_t nr = predict_once(depthwise_folds, MX_SHAPE(3, 2, 11, 19), 3, NULL, 0, &f_off, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    ck_assert_int_eq(predict_once(depthwise_folds, MX_SHAPE(3, 2, 11, 19), 3, NULL, 0, &f_on, got), nr);
+    ck_assert_int_eq(f_off - f_on, 3);
+    ck_assert_int_eq(memcmp(ref, got, nr * sizeof(float)), 0);
+    const char *outs[] = {"r0_output", "k1_output", "t2_output"}; /* asked for: nothing folds */
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    nr = predict_once(depthwise_folds, MX_SHAPE(3, 2, 11, 19), 3, outs, 3, &f_off, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    int zeros = 0, clipped = 0;
+    for (size_t i = 0; i < nr; i++) zeros += ref[i] == 0.0f, clipped += fabsf(ref[i]) == 0.05f;
+    ck_assert_msg(zeros > 0 && clipped > 0, "the test data must reach the relu's and the clip's bounds");
+    free(ref);
+    free(got);
+}
+END_TEST
+
 START_TEST(hidden_outputs_nobody_reads_get_no_memory)
 {
     /* conv -> LRN -> fc -> softmax: no op here has an in-place option, so
@@ -713,6 +756,7 @@ int main(void)
     tcase_add_test(tc, prediction_and_feature_extraction_are_pruned);
     tcase_add_test(tc, layer_timing_covers_every_layer);
     tcase_add_test(tc, folding_folds_only_what_nobody_else_reads);
+    tcase_add_test(tc, depthwise_folds_give_the_same_bits);
     tcase_add_test(tc, hidden_outputs_nobody_reads_get_no_memory);
     tcase_add_test(tc, bind_errors_are_clear);
     tcase_add_test(tc, non_loss_heads_take_head_gradients);
