@@ -103,6 +103,7 @@ typedef struct dvec {
     const float *src;       /* plane element of pixel p (tap offsets added by the kernel) */
     float *dst;             /* output of row 0, pixel p */
     int64_t n;              /* lanes in use (16 but at a band's end) */
+    int64_t skip;           /* leading lanes computed but not stored (a band's last vector, moved back) */
 } dvec;
 
 /* Register block for `rows` output rows: R x V accumulators (<= 24 of the
@@ -250,7 +251,7 @@ INLINE void fwd_tile(const float *w, const int64_t *koff, int64_t kn, const dvec
 #pragma GCC unroll 6
     for (int v = 0; v < V; v++) {
         s[v] = vs[v].src;
-        m[v] = lane_mask(vs[v].n);
+        m[v] = (__mmask16)(lane_mask(vs[v].n) & ~lane_mask(vs[v].skip));
     }
 #pragma GCC unroll 2
     for (int64_t k = 0; k < kn; k++, w += R) {
@@ -325,11 +326,26 @@ typedef struct vlist {
     int64_t cap, full, part;
 } vlist;
 
-INLINE void vlist_add(vlist *l, const float *src, float *dst, int64_t n)
+INLINE void vlist_add(vlist *l, const float *src, float *dst, int64_t n, int64_t skip)
 {
-    dvec d = {.src = src, .dst = dst, .n = n};
+    dvec d = {.src = src, .dst = dst, .n = n, .skip = skip};
     if (n >= LANES) l->v[l->full++] = d;
     else l->v[l->cap - 1 - l->part++] = d;
+}
+
+/* A band's np pixels (src, dst: its first) as vectors of 16. With 16 or
+ * more, the last vector ends at the band's end: it starts up to 15 pixels
+ * early, recomputes them and stores only its own, so it runs unmasked among
+ * the whole vectors (a 7x7 image is 3 whole vectors and one of 1 pixel, which
+ * ran alone at a fraction of the rate). The same arithmetic per pixel, so
+ * the same bits. */
+INLINE void vlist_add_band(vlist *l, const float *src, float *dst, int64_t np)
+{
+    int64_t q = 0;
+    for (; q + LANES <= np; q += LANES) vlist_add(l, src + q, dst + q, LANES, 0);
+    if (q == np) return;
+    if (np >= LANES) vlist_add(l, src + np - LANES, dst + np - LANES, LANES, LANES - (np - q));
+    else vlist_add(l, src + q, dst + q, np - q, 0);
 }
 
 /* Vectors per band of np pixels starting anywhere: the list's capacity. */
@@ -378,8 +394,7 @@ TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end
         const int64_t p0 = bands[b].p0, p1 = bands[b].p1, base = p0 / p->ow * p->ow;
         const float *pl = p->inplace ? bands[b].src + base : planes + b * p->band;
         if (!p->inplace) pack_band(p, &bands[b], planes + b * p->band);
-        for (int64_t q = p0; q < p1; q += LANES)
-            vlist_add(&l, pl + (q - base), bands[b].dst + (q - p0), min64(LANES, p1 - q));
+        vlist_add_band(&l, pl + (p0 - base), bands[b].dst, p1 - p0);
     }
     run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, koff, &l, ldc, bias, accumulate);
 }
@@ -860,8 +875,7 @@ TARGET static void backward_run(const mx_conv_geom *g, const bplan *p, const flo
                     /* plane row 0 of the band: dy row i0 - (tmax - 1) */
                     const float *pl = c.inplace ? dy + n * out_img + i0 * c.ow : planes + i * c.band;
                     float *dst = stage + i * stage_band + (a * sw + b) * C * p->ldc;
-                    for (int64_t q = q0; q < q1; q += LANES)
-                        vlist_add(&l, pl + q, dst + (q - q0), min64(LANES, q1 - q));
+                    vlist_add_band(&l, pl + q0, dst, q1 - q0);
                 }
                 if (l.full + l.part == 0) continue;
                 /* packed_b holds phase (a, b) after every earlier one (a-major) */
