@@ -383,20 +383,109 @@ TARGET static void run_vectors(int64_t rows, int64_t k, int r, int v, const floa
     run_vectors_from(0, rows, k, r, v, wp, koff, l, ldc, bias, accumulate);
 }
 
+/* Short tails of in-place bands (TAIL_MAX pixels or fewer past their last
+ * whole vector) share vectors: a 7x7 image's one pixel and a 14x14 image's
+ * four, which otherwise cost a whole vector each (a quarter of a 7x7
+ * layer's work, a thirteenth of a 14x14 one's). TAIL_BANDS bands at most in
+ * one chunk bound the staging. */
+#define TAIL_MAX 4
+#define TAIL_BANDS 16
+#define TAIL_VECS (TAIL_BANDS / (LANES / TAIL_MAX))
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+typedef struct tail_rec {
+    const float *src;
+    float *dst;
+    int64_t n, at; /* pixels; column in the staging (vector * 16 + lane) */
+} tail_rec;
+
+/* The staging of packed tails, carved from the scratch (see fplan_init). */
+typedef struct tail_stage {
+    float *x;       /* tap t's lanes at x[t * width ..] */
+    float *y;       /* row r's lanes at y[r * width ..] */
+    int64_t *koff;  /* t * width */
+    tail_rec *recs;
+    dvec *vl;
+} tail_stage;
+
+static size_t tail_stage_bytes(const core *c)
+{
+    const size_t w = TAIL_VECS * LANES;
+    return align64((size_t)c->k * w * sizeof(float)) + align64((size_t)c->rows * w * sizeof(float)) +
+           align64((size_t)c->k * sizeof(int64_t)) + align64(TAIL_BANDS * sizeof(tail_rec)) +
+           align64(TAIL_VECS * sizeof(dvec));
+}
+
+static tail_stage tail_stage_at(const core *c, char *at)
+{
+    const size_t w = TAIL_VECS * LANES;
+    tail_stage t;
+    t.x = (float *)at;
+    at += align64((size_t)c->k * w * sizeof(float));
+    t.y = (float *)at;
+    at += align64((size_t)c->rows * w * sizeof(float));
+    t.koff = (int64_t *)at;
+    at += align64((size_t)c->k * sizeof(int64_t));
+    t.recs = (tail_rec *)at;
+    at += align64(TAIL_BANDS * sizeof(tail_rec));
+    t.vl = (dvec *)at;
+    return t;
+}
+
+/* The tails recorded in ts->recs[0, n): gathered into vectors of 16 (each
+ * tail whole in one), run as whole vectors on their own tap offsets, and
+ * their rows [first_row, end_row) copied out. Unused lanes compute zeros
+ * and are not copied. */
+TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, const float *wp, const tail_stage *ts,
+                             int64_t n, int64_t ldc, const float *bias)
+{
+    int64_t vecs = 0, lane = LANES;
+    for (int64_t i = 0; i < n; i++) {
+        if (lane + ts->recs[i].n > LANES) vecs++, lane = 0;
+        ts->recs[i].at = (vecs - 1) * LANES + lane;
+        lane += ts->recs[i].n;
+    }
+    const int64_t width = vecs * LANES;
+    for (int64_t t = 0; t < p->k; t++) {
+        float *xt = ts->x + t * width;
+        zero_floats(xt, width);
+        ts->koff[t] = t * width;
+        for (int64_t i = 0; i < n; i++) /* in place: tap t is channel t, plane stride ps */
+            memcpy(xt + ts->recs[i].at, ts->recs[i].src + t * p->ps, (size_t)ts->recs[i].n * sizeof(float));
+    }
+    vlist l = {.v = ts->vl, .cap = vecs};
+    for (int64_t v = 0; v < vecs; v++) vlist_add(&l, ts->x + v * LANES, ts->y + v * LANES, LANES, 0);
+    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, ts->koff, &l, width, bias, false);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = first_row; r < end_row; r++)
+            memcpy(ts->recs[i].dst + r * ldc, ts->y + r * width + ts->recs[i].at, (size_t)ts->recs[i].n * sizeof(float));
+}
+
 /* Packs bands[0, nb) into planes and runs the core over all their pixels
- * (vl: room for nb * band_vectors(the widest band) vectors). */
+ * (vl: room for nb * band_vectors(the widest band) vectors). ts: staging for
+ * in-place short tails (NULL: none; nb <= TAIL_BANDS with it). */
 TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end_row, const float *wp,
                                    const int64_t *koff, const dband *bands, int64_t nb, int64_t ldc, const float *bias,
-                                   bool accumulate, float *planes, dvec *vl, int64_t vcap)
+                                   bool accumulate, float *planes, dvec *vl, int64_t vcap, const tail_stage *ts)
 {
     vlist l = {.v = vl, .cap = vcap};
+    int64_t tails = 0;
     for (int64_t b = 0; b < nb; b++) {
         const int64_t p0 = bands[b].p0, p1 = bands[b].p1, base = p0 / p->ow * p->ow;
         const float *pl = p->inplace ? bands[b].src + base : planes + b * p->band;
         if (!p->inplace) pack_band(p, &bands[b], planes + b * p->band);
-        vlist_add_band(&l, pl + (p0 - base), bands[b].dst, p1 - p0);
+        const int64_t np = p1 - p0, whole = np / LANES * LANES;
+        if (ts && !accumulate && np > whole && np - whole <= TAIL_MAX) {
+            for (int64_t q = 0; q < whole; q += LANES) vlist_add(&l, pl + (p0 - base) + q, bands[b].dst + q, LANES, 0);
+            ts->recs[tails++] = (tail_rec){.src = pl + (p0 - base) + whole, .dst = bands[b].dst + whole,
+                                           .n = np - whole};
+        } else {
+            vlist_add_band(&l, pl + (p0 - base), bands[b].dst, np);
+        }
     }
     run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, koff, &l, ldc, bias, accumulate);
+    if (tails) run_tails(p, first_row, end_row, wp, ts, tails, ldc, bias);
 }
 
 /* ------------------------------------------------------------ geometry */
@@ -484,10 +573,10 @@ static void grid_bands(core *c, int64_t images, int64_t budget, int64_t *bp, int
 typedef struct fplan {
     core c;
     int64_t bp, bpi, nb, nvmax;
-    size_t off_koff, off_vl, off_bl, total; /* bytes from the 64-byte aligned base */
+    bool tails; /* in place: short tails share vectors (tail_stage at off_tail) */
+    size_t off_koff, off_vl, off_bl, off_tail, total; /* bytes from the 64-byte aligned base */
 } fplan;
 
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* A 1x1 stride-1 unpadded layer's planes would be a copy of x (grid pixel
  * q is source pixel q of each channel): forward and weight gradient read x
@@ -505,11 +594,18 @@ static void fplan_init(fplan *p, const mx_conv_geom *g, int64_t images)
     fwd_core(g, &p->c);
     grid_bands(&p->c, images, CHUNK_FLOATS, &p->bp, &p->bpi, &p->nb);
     set_inplace(g, &p->c);
+    /* In place nothing is packed, so the chunk is not bounded by planes in
+     * L2 (the weights stream once per group of vectors either way): up to
+     * TAIL_BANDS bands, whose short tails then share vectors. */
+    const int64_t bands = max64(1, images) * p->bpi;
+    p->tails = p->c.inplace && p->bp % LANES != 0 && p->bp % LANES <= TAIL_MAX && bands > 1;
+    if (p->tails) p->nb = min64(bands, TAIL_BANDS);
     p->nvmax = p->nb * band_vectors(p->bp);
-    p->off_koff = align64((size_t)(p->nb * p->c.band) * sizeof(float));
+    p->off_koff = p->c.inplace ? 0 : align64((size_t)(p->nb * p->c.band) * sizeof(float));
     p->off_vl = p->off_koff + align64((size_t)p->c.k * sizeof(int64_t));
     p->off_bl = p->off_vl + align64((size_t)p->nvmax * sizeof(dvec));
-    p->total = p->off_bl + align64((size_t)p->nb * sizeof(dband));
+    p->off_tail = p->off_bl + align64((size_t)p->nb * sizeof(dband));
+    p->total = p->off_tail + (p->tails ? tail_stage_bytes(&p->c) : 0);
 }
 
 /* Panels [lo, hi) of n panels of r rows each for part `part` of `parts`. */
@@ -570,8 +666,10 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
             const int64_t n = (b0 + i) / p->bpi, p0 = (b0 + i) % p->bpi * p->bp;
             bl[i] = (dband){.src = x + n * in_img, .p0 = p0, .p1 = min64(P, p0 + p->bp), .dst = y + n * out_img + p0};
         }
+        tail_stage ts;
+        if (p->tails) ts = tail_stage_at(c, base + p->off_tail);
         core_chunk_rows(c, first_row, end_row, packed, koff, bl, nb, P, bias, accumulate, (float *)base, vl,
-                        p->nvmax);
+                        p->nvmax, p->tails ? &ts : NULL);
     }
 }
 
