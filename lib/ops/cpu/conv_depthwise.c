@@ -127,8 +127,61 @@ typedef struct dw_corr {
             }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \
+    /* 3x3, rows one apart (stride and dilation 1 down): each block of 8      \
+     * output rows reads its 10 input rows once, every loaded vector feeding   \
+     * the up to 3 output rows it serves, instead of loading each row again    \
+     * for each of them (3 loads per output vector instead of 9). The taps     \
+     * reach each output in the order the general body takes them: the same   \
+     * bits. Whole blocks only; returns the rows it did. */                    \
+    TARGET static int64_t dw_corr3_rows_##P(const dw_corr *c, float bias, bool add, float *y)                      \
+    {                                                                                                               \
+        P##_f wv[9];                                                                                                \
+        _Pragma("GCC unroll 9") for (int t = 0; t < 9; t++) wv[t] = P##_splat(c->wt[t]);                            \
+        const float *cb[3];                                                                                         \
+        for (int kw = 0; kw < 3; kw++) {                                                                            \
+            const int64_t col = c->c0 + kw * c->dw;                                                                 \
+            cb[kw] = c->src + (col % c->s) * c->plane + col / c->s;                                                 \
+        }                                                                                                           \
+        const int64_t blocks = c->oh / DW_ROWS * DW_ROWS;                                                           \
+        for (int64_t o0 = 0; o0 < blocks; o0 += DW_ROWS) {                                                          \
+            const int64_t r0 = (c->r0 + o0) * c->q;                                                                 \
+            for (int64_t p = 0; p < c->ow; p += W) {                                                                \
+                P##_f acc[DW_ROWS];                                                                                 \
+                _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++) acc[i] = P##_splat(bias);                 \
+                _Pragma("GCC unroll 10") for (int ri = 0; ri < DW_ROWS + 2; ri++) {                                \
+                    const int64_t at = r0 + ri * c->q + p;                                                          \
+                    const P##_f v0 = P##_load(cb[0] + at), v1 = P##_load(cb[1] + at), v2 = P##_load(cb[2] + at);   \
+                    _Pragma("GCC unroll 3") for (int kh = 0; kh < 3; kh++) {                                        \
+                        const int o = ri - kh;                                                                      \
+                        if (o < 0 || o >= DW_ROWS) continue;                                                        \
+                        acc[o] = P##_fma(v0, wv[kh * 3], acc[o]);                                                   \
+                        acc[o] = P##_fma(v1, wv[kh * 3 + 1], acc[o]);                                               \
+                        acc[o] = P##_fma(v2, wv[kh * 3 + 2], acc[o]);                                               \
+                    }                                                                                               \
+                }                                                                                                   \
+                const int64_t n = c->ow - p < W ? c->ow - p : W;                                                    \
+                _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++) {                                         \
+                    float *yp = y + (o0 + i) * c->ow + p;                                                           \
+                    P##_f v = acc[i];                                                                               \
+                    if (add) v += P##_load_part(yp, n);                                                             \
+                    if (n == W) P##_store(yp, v);                                                                   \
+                    else P##_store_part(yp, v, n);                                                                  \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+        return blocks;                                                                                              \
+    }                                                                                                               \
     TARGET static void dw_corr_##P(const dw_corr *c, int64_t KH, int64_t KW, float bias, bool add, float *y)       \
     {                                                                                                               \
+        if (KH == 3 && KW == 3 && c->sh == 1 && c->dh == 1) {                                                       \
+            const int64_t done = dw_corr3_rows_##P(c, bias, add, y);                                                \
+            if (done == c->oh) return;                                                                              \
+            dw_corr rest = *c; /* the last rows, fewer than a block */                                              \
+            rest.r0 += done;                                                                                        \
+            rest.oh -= done;                                                                                        \
+            dw_corr_body_##P(&rest, 3, 3, bias, add, y + done * c->ow);                                             \
+            return;                                                                                                 \
+        }                                                                                                           \
         /* 3x3 with constant trip counts: the tap loops unroll. */                                                  \
         if (KH == 3 && KW == 3) dw_corr_body_##P(c, 3, 3, bias, add, y);                                            \
         else dw_corr_body_##P(c, KH, KW, bias, add, y);                                                             \
