@@ -96,6 +96,19 @@ typedef struct dw_corr {
 } dw_corr;
 
 #define DW_KERNELS(P, W, TARGET)                                                                                    \
+    /* Rows [0, rows) of a block's outputs at column p (a partial vector at   \
+     * the row's end), added to what is there when add. */                    \
+    TARGET MX_SIMD_INLINE void dw_store_##P(const P##_f *acc, int64_t rows, float *y, int64_t ow, int64_t p, bool add) \
+    {                                                                                                               \
+        const int64_t n = ow - p < W ? ow - p : W;                                                                  \
+        _Pragma("GCC unroll 8") for (int64_t i = 0; i < rows; i++) {                                               \
+            float *yp = y + i * ow + p;                                                                             \
+            P##_f v = acc[i];                                                                                       \
+            if (add) v += P##_load_part(yp, n);                                                                     \
+            if (n == W) P##_store(yp, v);                                                                           \
+            else P##_store_part(yp, v, n);                                                                          \
+        }                                                                                                           \
+    }                                                                                                               \
     TARGET MX_SIMD_INLINE void dw_corr_body_##P(const dw_corr *c, int64_t KH, int64_t KW, float bias, bool add,    \
                                                 float *y)                                                           \
     {                                                                                                               \
@@ -114,16 +127,7 @@ typedef struct dw_corr {
                         _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++) acc[i] =                         \
                             P##_fma(P##_load(base + roff[i]), wv, acc[i]);                                          \
                     }                                                                                               \
-                const int64_t n = c->ow - p < W ? c->ow - p : W;                                                    \
-                _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++)                                           \
-                {                                                                                                   \
-                    if (o0 + i >= c->oh) break;                                                                     \
-                    float *yp = y + (o0 + i) * c->ow + p;                                                           \
-                    P##_f v = acc[i];                                                                               \
-                    if (add) v += P##_load_part(yp, n);                                                             \
-                    if (n == W) P##_store(yp, v);                                                                   \
-                    else P##_store_part(yp, v, n);                                                                  \
-                }                                                                                                   \
+                dw_store_##P(acc, c->oh - o0 < DW_ROWS ? c->oh - o0 : DW_ROWS, y + o0 * c->ow, c->ow, p, add);      \
             }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \
@@ -159,14 +163,7 @@ typedef struct dw_corr {
                         acc[o] = P##_fma(v2, wv[kh * 3 + 2], acc[o]);                                               \
                     }                                                                                               \
                 }                                                                                                   \
-                const int64_t n = c->ow - p < W ? c->ow - p : W;                                                    \
-                _Pragma("GCC unroll 8") for (int i = 0; i < DW_ROWS; i++) {                                         \
-                    float *yp = y + (o0 + i) * c->ow + p;                                                           \
-                    P##_f v = acc[i];                                                                               \
-                    if (add) v += P##_load_part(yp, n);                                                             \
-                    if (n == W) P##_store(yp, v);                                                                   \
-                    else P##_store_part(yp, v, n);                                                                  \
-                }                                                                                                   \
+                dw_store_##P(acc, DW_ROWS, y + o0 * c->ow, c->ow, p, add);                                         \
             }                                                                                                       \
         }                                                                                                           \
         return blocks;                                                                                              \
