@@ -219,6 +219,10 @@ int main(int argc, char **argv)
     mx_comm *comm = NULL;
     char who[512] = "";
     if (mx_comm_launched(NULL)) {
+        /* Before MPI starts (it reads its parameters then) and before any
+         * thread: Rabenseifner's non-blocking allreduce unless the user
+         * chose (lib/comm/comm.h says why). */
+        setenv(MX_COMM_IALLREDUCE_ENV, MX_COMM_IALLREDUCE_RABENSEIFNER, 0);
         mx_comm_config cc = mx_comm_config_default();
         cc.stall_timeout_s = settings->fit.stall_timeout;
         int code = 0;

@@ -1019,33 +1019,6 @@ static const char *thread_level_name(int level)
     return "an unknown level";
 }
 
-/* Open MPI's non-blocking allreduce (libnbc) takes a binomial tree, reduce
- * to rank 0 then broadcast, for every in-place call and every group under 4
- * ranks: twice the time of its blocking algorithm for LeNet's 1.7 MB on 2
- * ranks (0.30 against 0.14 ms). Rabenseifner's reduce-scatter + allgather
- * (libnbc's ring below one element per rank) matches the blocking one, and
- * each element is summed on one rank and copied to the others, so every
- * rank gets the same bits. Chosen through MPI's tool interface before
- * MPI_Init_thread, unless the user chose (the variable is not "ignore");
- * the tool session must stay open until MPI is initialized, or the value
- * is dropped. Returns whether a session is open; other MPIs lack the
- * variable and keep their own choice. */
-static bool choose_iallreduce_algorithm(void)
-{
-    int provided = 0, index = 0, count = 0, value = 0;
-    if (MPI_T_init_thread(MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return false;
-    MPI_T_cvar_handle handle;
-    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS &&
-        MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) == MPI_SUCCESS) {
-        if (count == 1 && MPI_T_cvar_read(handle, &value) == MPI_SUCCESS && value == 0) {
-            value = 3; /* "rabenseifner" */
-            (void)MPI_T_cvar_write(handle, &value);
-        }
-        MPI_T_cvar_handle_free(&handle);
-    }
-    return true;
-}
-
 static mx_status thread_start(mx_comm *c)
 {
     int initialized = 0, finalized = 0, provided = 0;
@@ -1054,13 +1027,7 @@ static mx_status thread_start(mx_comm *c)
     if (initialized || finalized)
         return MX_ERROR(MX_ERR_INVALID, "MPI was already %s in this process (one mx_comm per process)",
                         finalized ? "finalized" : "initialized");
-    /* A singleton (no launcher) cannot start after a tool session: Open
-     * MPI 4.1's PMIx client then fails "Unreachable". One rank has nothing
-     * to choose. */
-    bool tool_session = mx_comm_launched(NULL) && choose_iallreduce_algorithm();
-    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    if (tool_session) MPI_T_finalize();
-    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Init_thread", __FILE__, __LINE__);
+    MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided));
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     if (provided < MPI_THREAD_FUNNELED)
         return MX_ERROR(MX_ERR_UNSUPPORTED,

@@ -32,11 +32,15 @@
  *
  * Stalls. Collectives are started non-blocking (MPI_Iallreduce, ...) and
  * polled with MPI_Test, so the thread sees a request that does not finish.
- * (Under Open MPI, mx_comm_create sets coll_libnbc_iallreduce_algorithm to
- * 3 through MPI's tool interface unless the user set it: the non-blocking
- * allreduce then runs Rabenseifner's algorithm, as fast as the blocking
- * one, instead of the binomial tree libnbc takes for in-place calls and
- * under 4 ranks.)
+ * Under Open MPI, libnbc's choice for in-place sums and under 4 ranks is a
+ * binomial tree, twice the time of the blocking MPI_Allreduce for LeNet's
+ * 1.7 MB on 2 ranks; Rabenseifner's algorithm
+ * (OMPI_MCA_coll_libnbc_iallreduce_algorithm=3, read by MPI_Init_thread)
+ * matches it. The library never writes the environment: mxtrain's main
+ * sets that default before mx_comm_create (MX_COMM_IALLREDUCE_ENV). Setting
+ * it through MPI's tool interface instead made MPI_T_init_thread load UCX,
+ * whose memory hooks then stay on every mmap and madvise of the process
+ * (and crashed exiting threads under ThreadSanitizer).
  * After `stall_timeout_s` it fails with MX_ERR_RUNTIME, naming the
  * collective, the submitter's name for it and how long it waited, e.g.
  *   allreduce of key 3 (fc1_weight) on world (1024 float32) did not
@@ -82,6 +86,12 @@
 #include <stdint.h>
 
 typedef struct mx_comm mx_comm;
+
+/* Open MPI's variable for the non-blocking allreduce's algorithm, and the
+ * value that runs Rabenseifner's (see Stalls above): for mains to set,
+ * without overwriting, before mx_comm_create. */
+#define MX_COMM_IALLREDUCE_ENV "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
+#define MX_COMM_IALLREDUCE_RABENSEIFNER "3"
 
 /* How this process was started, read from the environment without touching
  * MPI: Open MPI's mpirun sets OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,

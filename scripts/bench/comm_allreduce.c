@@ -28,6 +28,7 @@ int main(int argc, char **argv)
         return 2;
     }
     mx_comm *comm;
+    setenv(MX_COMM_IALLREDUCE_ENV, MX_COMM_IALLREDUCE_RABENSEIFNER, 0); /* as mxtrain does */
     if (mx_comm_create(NULL, &comm) != MX_OK) {
         fprintf(stderr, "comm_allreduce: %s\n", mx_last_error());
         return 1;
