@@ -18,6 +18,7 @@
  * does not write 1 into the gamma array.
  */
 #include "ops/op.h"
+#include "ops/activation.h"
 #include "ops/batch_norm.h"
 #include "ops/cpu/simd.h"
 
@@ -286,14 +287,31 @@ typedef struct bn_fwd_job {
     float *mm, *mv, *y, *save_mean, *save_invstd;
 } bn_fwd_job;
 
-/* y = x * scale + shift (added to y with add) over one row: a multiply and
- * an add per element, no fused multiply-add, so every width gives the bits
- * of the scalar loop. */
+/* A folded relu or clip done in the normalize pass itself (one pass over
+ * the row instead of two), with Activation's and clip's own expressions:
+ * the same bits. BN_CLAMP_NONE: the fold, if any, runs after. */
+enum { BN_CLAMP_NONE = 0, BN_CLAMP_RELU, BN_CLAMP_CLIP };
+
+/* y = x * scale + shift (added to y with add) over one row, then the clamp:
+ * a multiply and an add per element, no fused multiply-add, so every width
+ * gives the bits of the scalar loop. */
 #define BN_NORM_KERNELS(P, W, TARGET)                                                                               \
-    TARGET static void bn_normalize_##P(const float *x, float *y, int64_t n, float scale, float shift, bool add)   \
+    TARGET MX_SIMD_INLINE P##_f bn_relu_##P(P##_f t)                                                                \
     {                                                                                                               \
-        const P##_f s = P##_splat(scale), b = P##_splat(shift);                                                     \
-        MX_SIMD_MAP1(P, W, x, y, 0, n, add, v * s + b);                                                            \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        return P##_select(t > zero, t, zero);                                                                       \
+    }                                                                                                               \
+    TARGET MX_SIMD_INLINE P##_f bn_clip_##P(P##_f t, P##_f l, P##_f h)                                              \
+    {                                                                                                               \
+        return P##_select(t > h, h, P##_select(t < l, l, t));                                                       \
+    }                                                                                                               \
+    TARGET static void bn_normalize_##P(const float *x, float *y, int64_t n, float scale, float shift, bool add,   \
+                                        int clamp, float lo, float hi)                                              \
+    {                                                                                                               \
+        const P##_f s = P##_splat(scale), b = P##_splat(shift), l = P##_splat(lo), h = P##_splat(hi);               \
+        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP1(P, W, x, y, 0, n, add, bn_relu_##P(v * s + b));                   \
+        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP1(P, W, x, y, 0, n, add, bn_clip_##P(v * s + b, l, h));        \
+        else MX_SIMD_MAP1(P, W, x, y, 0, n, add, v * s + b);                                                       \
     }
 MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)
 
@@ -307,6 +325,10 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     const float *x = j->x;
     float *mm = j->mm, *mv = j->mv, *y = j->y;
     const int level = mx_simd_level();
+    const mx_fold *f = &j->fold;
+    const int clamp = f->kind == MX_FOLD_ACTIVATION && f->act_type == ACT_RELU ? BN_CLAMP_RELU
+                      : f->kind == MX_FOLD_CLIP                                 ? BN_CLAMP_CLIP
+                                                                                : BN_CLAMP_NONE;
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (j->train) {
@@ -332,8 +354,9 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         for (int64_t o = 0; o < outer; o++) {
             const float *xs = x + (o * C + c) * inner;
             float *ys = y + (o * C + c) * inner;
-            MX_SIMD_DISPATCH(level, bn_normalize, xs, ys, inner, scale, shift, j->req[0] == MX_REQ_ADD);
-            mx_fold_rows_at(&j->fold, level, ys, inner);
+            MX_SIMD_DISPATCH(level, bn_normalize, xs, ys, inner, scale, shift, j->req[0] == MX_REQ_ADD, clamp, f->lo,
+                             f->hi);
+            if (clamp == BN_CLAMP_NONE) mx_fold_rows_at(f, level, ys, inner);
         }
     }
 }
