@@ -27,6 +27,7 @@
  * runs; OpenBLAS SGEMM reaches about 97 on 1024^3.
  */
 #include "ops/cpu/conv_direct.h"
+#include "ops/cpu/simd.h"
 #include "blas/blas.h"
 #include "ops/cpu/transpose16.h"
 #include "ops/cpu/vector_rate.h"
@@ -652,8 +653,10 @@ static char *take_scratch(void *scratch, size_t bytes, void **owned)
 }
 
 TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_row, const float *packed,
-                               const float *x, int64_t images, const float *bias, bool accumulate, float *y, char *base)
+                               const float *x, int64_t images, const float *bias, bool accumulate, const mx_fold *fold,
+                               float *y, char *base)
 {
+    const int level = fold ? mx_simd_level() : 0;
     const core *c = &p->c;
     int64_t *koff = (int64_t *)(base + p->off_koff);
     dvec *vl = (dvec *)(base + p->off_vl);
@@ -670,6 +673,15 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
         if (p->tails) ts = tail_stage_at(c, base + p->off_tail);
         core_chunk_rows(c, first_row, end_row, packed, koff, bl, nb, P, bias, accumulate, (float *)base, vl,
                         p->nvmax, p->tails ? &ts : NULL);
+        /* The folded layer on the rows just written, while the chunk's
+         * outputs are still in cache. */
+        for (int64_t i = 0; fold && i < nb; i++) {
+            const int64_t np = bl[i].p1 - bl[i].p0;
+            if (np == P) /* a whole image: its rows are one run */
+                mx_fold_rows_at(fold, level, bl[i].dst + first_row * P, (end_row - first_row) * P);
+            else
+                for (int64_t r = first_row; r < end_row; r++) mx_fold_rows_at(fold, level, bl[i].dst + r * P, np);
+        }
     }
 }
 
@@ -684,6 +696,15 @@ mx_status mx_direct_forward_part(const mx_conv_geom *g, const float *packed, con
                                  int64_t part, int64_t parts, const float *bias, bool accumulate, float *y,
                                  void *scratch)
 {
+    return mx_direct_forward_part_fold(g, packed, x, images, part, parts, bias, accumulate, NULL, y, scratch);
+}
+
+mx_status mx_direct_forward_part_fold(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
+                                      int64_t part, int64_t parts, const float *bias, bool accumulate,
+                                      const mx_fold *fold, float *y, void *scratch)
+{
+    if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
+    MX_TRY(mx_fold_check_req(fold, accumulate ? MX_REQ_ADD : MX_REQ_WRITE, "Convolution"));
     if (!mx_direct_supported(g)) return MX_ERROR(MX_ERR_INVALID, "conv_direct: unsupported convolution geometry");
     if (images <= 0) return MX_OK;
     fplan p;
@@ -695,7 +716,7 @@ mx_status mx_direct_forward_part(const mx_conv_geom *g, const float *packed, con
     char *base = take_scratch(scratch, p.total, &owned);
     if (!base) return MX_ERR_NOMEM;
     fwd_taps(g, &p.c, (int64_t *)(base + p.off_koff));
-    forward_run(&p, lo * p.c.r, min64(hi * p.c.r, p.c.rows), packed, x, images, bias, accumulate, y, base);
+    forward_run(&p, lo * p.c.r, min64(hi * p.c.r, p.c.rows), packed, x, images, bias, accumulate, fold, y, base);
     free(owned);
     return MX_OK;
 }

@@ -572,9 +572,8 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         if (!scratch) return;
         for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
             int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
-            mx_direct_forward(g, c->packed, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
-                              c->y + p0 * out_image(g), scratch);
-            fold_images(c, NULL, p0, b);
+            mx_direct_forward_part_fold(g, c->packed, c->x + p0 * in_image(g), b, 0, 1, c->bias,
+                                        c->req == MX_REQ_ADD, c->fold, c->y + p0 * out_image(g), scratch);
         }
         return;
     }
@@ -605,8 +604,8 @@ static void forward_parts(void *arg, int64_t lo, int64_t hi, int worker)
     void *scratch = piece_scratch_or_fail(c, worker, mx_direct_scratch_bytes(g, g->batch));
     if (!scratch) return;
     for (int64_t part = lo; part < hi; part++)
-        mx_direct_forward_part(g, c->packed, c->x, g->batch, part, c->parts, c->bias, c->req == MX_REQ_ADD, c->y,
-                               scratch);
+        mx_direct_forward_part_fold(g, c->packed, c->x, g->batch, part, c->parts, c->bias, c->req == MX_REQ_ADD,
+                                    c->fold, c->y, scratch);
 }
 
 static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
@@ -894,9 +893,7 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
              * channels, the same bits as one thread. */
             c.parts = panels < threads ? panels : threads;
             mx_parallel_for(pool, c.parts, 1, forward_parts, &c);
-            if (atomic_load(&c.failed)) return scratch_failed();
-            if (fold) mx_fold_forward(pool, fold, y, g->batch * out_image(g));
-            return MX_OK;
+            return atomic_load(&c.failed) ? scratch_failed() : MX_OK;
         }
         if (c.piece == 0) c.piece = g->batch;
         mx_parallel_for(pool, g->batch, c.piece, forward_piece, &c);
