@@ -237,8 +237,10 @@ static double last_val_accuracy(const char *out)
 
 /* LeNet on 512 Fashion-MNIST images (256 per rank), 2 epochs, validated
  * on 512: 2 asynchronous workers reach at least dist_sync's accuracy less
- * 2 points (measured on a loaded machine: sync 0.682, async 0.707 to
- * 0.713; async makes twice the updates). Without momentum, at batch 16 per
+ * 2 points, as the mean of three dist_async runs (sync 0.682; single
+ * async runs 0.64 to 0.74 over 27 runs, mean about 0.70: one run alone
+ * failed the bound once in a loaded `make test`; async makes twice the
+ * updates). Without momentum, at batch 16 per
  * rank and lr 0.03: two workers pushing gradients from about the same
  * weights step about twice as far as one (kvstore.h: dist_async); at lr
  * 0.05 an unlucky interleaving ended at 0.69 (against sync's 0.72) in 2 of
@@ -264,9 +266,13 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
     idx_subset(FMNIST "train-labels-idx1-ubyte.gz", tl, LENET_TRAIN);
     idx_subset(FMNIST "t10k-images-idx3-ubyte.gz", vi, LENET_VAL);
     idx_subset(FMNIST "t10k-labels-idx1-ubyte.gz", vl, LENET_VAL);
-    double acc[2];
-    const char *kinds[2] = {"dist_sync", "dist_async"};
-    for (int k = 0; k < 2; k++) {
+    /* dist_sync is deterministic; dist_async's result depends on the order
+     * in which the ranks' pushes meet at the server, which the machine's load
+     * decides (0.64 to 0.74 over 27 runs here): its mean over three runs is
+     * what is compared. */
+    double acc[4];
+    const char *kinds[4] = {"dist_sync", "dist_async", "dist_async", "dist_async"};
+    for (int k = 0; k < 4; k++) {
         char args[4096], *out;
         const char *asan = getenv("ASAN_OPTIONS");
         char *saved = asan ? strdup(asan) : NULL;
@@ -274,8 +280,8 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
         snprintf(args, sizeof(args),
                  "%s configs/lenet.conf train.image=%s train.label=%s val.image=%s val.label=%s "
                  "train.batch_size=16 val.batch_size=64 optimizer.momentum=0 optimizer.lr=0.03 fit.num_epoch=2 "
-                 "fit.disp_batches=4 fit.model_prefix=%s/%s/m fit.kvstore=%s",
-                 mxtrain(), ti, tl, vi, vl, tmp, kinds[k], kinds[k]);
+                 "fit.disp_batches=4 fit.model_prefix=%s/%s%d/m fit.kvstore=%s",
+                 mxtrain(), ti, tl, vi, vl, tmp, kinds[k], k, kinds[k]);
         int st = mpirun(2, 120, args, &out);
         if (saved) setenv("ASAN_OPTIONS", saved, 1);
         free(saved);
@@ -284,12 +290,14 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
         acc[k] = last_val_accuracy(out);
         free(out);
     }
-    printf("LeNet on %d images, 2 ranks, 2 epochs: validation accuracy dist_sync %.4f, dist_async %.4f\n",
-           LENET_TRAIN, acc[0], acc[1]);
-    ck_assert_msg(acc[1] >= acc[0] - LENET_POINTS, "dist_async %.4f, dist_sync %.4f: more than %g points apart",
-                  acc[1], acc[0], LENET_POINTS * 100);
-    ck_assert_msg(acc[0] > LENET_LEARNED && acc[1] > LENET_LEARNED, "did not learn: dist_sync %.4f, dist_async %.4f",
-                  acc[0], acc[1]);
+    const double async_mean = (acc[1] + acc[2] + acc[3]) / 3;
+    printf("LeNet on %d images, 2 ranks, 2 epochs: validation accuracy dist_sync %.4f, dist_async %.4f %.4f %.4f\n",
+           LENET_TRAIN, acc[0], acc[1], acc[2], acc[3]);
+    ck_assert_msg(async_mean >= acc[0] - LENET_POINTS,
+                  "dist_async %.4f %.4f %.4f (mean %.4f), dist_sync %.4f: more than %g points apart", acc[1], acc[2],
+                  acc[3], async_mean, acc[0], LENET_POINTS * 100);
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(acc[k] > LENET_LEARNED, "%s run %d did not learn: %.4f", kinds[k], k, acc[k]);
 }
 END_TEST
 
