@@ -79,9 +79,8 @@ typedef struct act_job {
         const float *x = j->x;                                                                                      \
         float *y = j->out;                                                                                          \
         const bool add = j->add;                                                                                    \
-        const P##_f zero = P##_splat(0.0f);                                                                         \
         switch (j->type) {                                                                                          \
-        case ACT_RELU: MX_SIMD_MAP1(P, W, x, y, lo, hi, add, P##_select(v > zero, v, zero)); break;                 \
+        case ACT_RELU: MX_SIMD_MAP1(P, W, x, y, lo, hi, add, P##_relu(v)); break;                                  \
         case ACT_SIGMOID: MX_SIMD_MAP1(P, W, x, y, lo, hi, add, P##_sigmoid(v)); break;                             \
         case ACT_TANH: MX_SIMD_MAP1(P, W, x, y, lo, hi, add, P##_tanh(v)); break;                                   \
         case ACT_SOFTRELU:                                                                                          \

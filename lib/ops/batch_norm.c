@@ -288,29 +288,21 @@ typedef struct bn_fwd_job {
 } bn_fwd_job;
 
 /* A folded relu or clip done in the normalize pass itself (one pass over
- * the row instead of two), with Activation's and clip's own expressions:
- * the same bits. BN_CLAMP_NONE: the fold, if any, runs after. */
+ * the row instead of two), with Activation's and clip's own expressions
+ * (simd.h's P##_relu, P##_clip): the same bits. BN_CLAMP_NONE: the fold,
+ * if any, runs after. */
 enum { BN_CLAMP_NONE = 0, BN_CLAMP_RELU, BN_CLAMP_CLIP };
 
 /* y = x * scale + shift (added to y with add) over one row, then the clamp:
  * a multiply and an add per element, no fused multiply-add, so every width
  * gives the bits of the scalar loop. */
 #define BN_NORM_KERNELS(P, W, TARGET)                                                                               \
-    TARGET MX_SIMD_INLINE P##_f bn_relu_##P(P##_f t)                                                                \
-    {                                                                                                               \
-        const P##_f zero = P##_splat(0.0f);                                                                         \
-        return P##_select(t > zero, t, zero);                                                                       \
-    }                                                                                                               \
-    TARGET MX_SIMD_INLINE P##_f bn_clip_##P(P##_f t, P##_f l, P##_f h)                                              \
-    {                                                                                                               \
-        return P##_select(t > h, h, P##_select(t < l, l, t));                                                       \
-    }                                                                                                               \
     TARGET static void bn_normalize_##P(const float *x, float *y, int64_t n, float scale, float shift, bool add,   \
                                         int clamp, float lo, float hi)                                              \
     {                                                                                                               \
         const P##_f s = P##_splat(scale), b = P##_splat(shift), l = P##_splat(lo), h = P##_splat(hi);               \
-        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP1(P, W, x, y, 0, n, add, bn_relu_##P(v * s + b));                   \
-        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP1(P, W, x, y, 0, n, add, bn_clip_##P(v * s + b, l, h));        \
+        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP1(P, W, x, y, 0, n, add, P##_relu(v * s + b));                      \
+        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP1(P, W, x, y, 0, n, add, P##_clip(v * s + b, l, h));           \
         else MX_SIMD_MAP1(P, W, x, y, 0, n, add, v * s + b);                                                       \
     }
 MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)

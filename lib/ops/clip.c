@@ -66,7 +66,7 @@ typedef struct clip_job {
     TARGET static void clip_forward_##P(const clip_job *j, int64_t lo, int64_t hi)                                 \
     {                                                                                                               \
         const P##_f l = P##_splat(j->lo), h = P##_splat(j->hi);                                                     \
-        MX_SIMD_MAP1(P, W, j->x, j->out, lo, hi, j->add, P##_select(v > h, h, P##_select(v < l, l, v)));            \
+        MX_SIMD_MAP1(P, W, j->x, j->out, lo, hi, j->add, P##_clip(v, l, h));                                        \
     }                                                                                                               \
     TARGET static void clip_backward_##P(const clip_job *j, int64_t lo, int64_t hi)                                \
     {                                                                                                               \

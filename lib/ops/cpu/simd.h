@@ -288,6 +288,14 @@ MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_zip_hi(mx16_f a, mx16_f b)
         return (P##_f)((m & (P##_i)a) | (~m & (P##_i)b));                                                           \
     }                                                                                                               \
     TARGET MX_SIMD_INLINE P##_f P##_abs(P##_f v) { return (P##_f)((P##_u)v & 0x7FFFFFFFu); }                        \
+    /* Activation's relu (v > 0 ? v : 0: NaN gives 0) and clip's clamp to     \
+     * [l, h], the one expression of each wherever they are computed (the     \
+     * ops, and the passes they fold into), so folded gives unfolded's bits. */ \
+    TARGET MX_SIMD_INLINE P##_f P##_relu(P##_f v) { return P##_select(v > P##_splat(0.0f), v, P##_splat(0.0f)); }   \
+    TARGET MX_SIMD_INLINE P##_f P##_clip(P##_f v, P##_f l, P##_f h)                                                 \
+    {                                                                                                               \
+        return P##_select(v > h, h, P##_select(v < l, l, v));                                                       \
+    }                                                                                                               \
     /* Lanes [0, n) all ones. */                                                                                    \
     TARGET MX_SIMD_INLINE P##_i P##_first(int64_t n) { return P##_iota() < (int32_t)n; }                            \
     TARGET MX_SIMD_INLINE P##_f P##_exp(P##_f x)                                                                    \
