@@ -233,6 +233,16 @@ MX_SIMD_INSTANTIATE(DW_KERNELS)
  * padding of an earlier plane of this geometry (zeros where no input
  * lands), so only the input's own columns are written: on 7x7 and 14x14
  * planes the padding's memsets and their calls cost more than the copy. */
+/* dst[0, len) = the input row xr (in_w floats) placed at column pad_w,
+ * zeros around it unless `clean` (they are there already). */
+static void pad_row(float *dst, int64_t len, const float *xr, int64_t pad_w, int64_t in_w, bool clean)
+{
+    const int64_t lo = pad_w < len ? pad_w : len, hi = pad_w + in_w < len ? pad_w + in_w : len;
+    if (!clean) memset(dst, 0, (size_t)lo * sizeof(float));
+    memcpy(dst + lo, xr, (size_t)(hi - lo) * sizeof(float));
+    if (!clean) memset(dst + hi, 0, (size_t)(len - hi) * sizeof(float));
+}
+
 static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, const float *x, float *ph, bool clean)
 {
     float *padded = ph + l->s * l->ph * l->q; /* stride 2: 2q floats */
@@ -244,26 +254,17 @@ static void fill_phases(const mx_conv_geom *g, const dw_layout *l, int level, co
             continue;
         }
         const float *xr = x + ir * g->in_w;
+        if (l->s == 1) {
+            pad_row(ph + r * l->q, l->q, xr, g->pad_w, g->in_w, clean);
+            continue;
+        }
         if (l->s == 2) {
-            const int64_t len = 2 * l->q;
-            int64_t lo = g->pad_w < len ? g->pad_w : len;
-            int64_t hi = g->pad_w + g->in_w < len ? g->pad_w + g->in_w : len;
-            if (!clean) memset(padded, 0, (size_t)lo * sizeof(float));
-            memcpy(padded + lo, xr, (size_t)(hi - lo) * sizeof(float));
-            if (!clean) memset(padded + hi, 0, (size_t)(len - hi) * sizeof(float));
+            pad_row(padded, 2 * l->q, xr, g->pad_w, g->in_w, clean);
             MX_SIMD_DISPATCH(level, dw_split2, padded, ph + r * l->q, ph + (l->ph + r) * l->q, l->q);
             continue;
         }
         for (int64_t b = 0; b < l->s; b++) {
             float *row = ph + (b * l->ph + r) * l->q;
-            if (l->s == 1) {
-                int64_t lo = g->pad_w < l->q ? g->pad_w : l->q;
-                int64_t hi = g->pad_w + g->in_w < l->q ? g->pad_w + g->in_w : l->q;
-                if (!clean) memset(row, 0, (size_t)lo * sizeof(float));
-                memcpy(row + lo, xr, (size_t)(hi - lo) * sizeof(float));
-                if (!clean) memset(row + hi, 0, (size_t)(l->q - hi) * sizeof(float));
-                continue;
-            }
             /* columns j in [lo, hi) read x: b + s*j - pad_w in [0, W) */
             int64_t lo = g->pad_w > b ? (g->pad_w - b + l->s - 1) / l->s : 0;
             int64_t hi = g->in_w + g->pad_w - b > 0 ? (g->in_w + g->pad_w - b + l->s - 1) / l->s : 0;
