@@ -478,7 +478,7 @@ TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end
         if (!p->inplace) pack_band(p, &bands[b], planes + b * p->band);
         const int64_t np = p1 - p0, whole = np / LANES * LANES;
         if (ts && !accumulate && np > whole && np - whole <= TAIL_MAX) {
-            for (int64_t q = 0; q < whole; q += LANES) vlist_add(&l, pl + (p0 - base) + q, bands[b].dst + q, LANES, 0);
+            vlist_add_band(&l, pl + (p0 - base), bands[b].dst, whole); /* whole vectors only */
             ts->recs[tails++] = (tail_rec){.src = pl + (p0 - base) + whole, .dst = bands[b].dst + whole,
                                            .n = np - whole};
         } else {
