@@ -455,7 +455,9 @@ END_TEST
 START_TEST(pack_parts)
 {
     mx_conv_geom gs[] = {geom(1, 64, 128, 56, 56, 3, 3, 2, 2, 1, 1), geom(1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3),
-                         geom(1, 17, 13, 9, 9, 3, 2, 2, 3, 1, 0)};
+                         geom(1, 17, 13, 9, 9, 3, 2, 2, 3, 1, 0),
+                         /* stride 1: backward-data packs the transposed, flipped forward */
+                         geom(1, 19, 13, 9, 8, 3, 2, 1, 1, 1, 0)};
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
         const mx_conv_geom *g = &gs[i];
         size_t bytes = mx_direct_packed_bytes(g);

@@ -16,7 +16,10 @@
  * pixels, several images' bands per chunk, so that a chunk's planes stay
  * in L2 while every panel of weights passes over them.
  *
- * Backward-data: dx splits into stride_h * stride_w phases (dx pixels with
+ * Backward-data: at stride 1 a forward convolution of dy with w
+ * transposed and flipped (the packing for backward-data is that forward
+ * packing), written straight into dx. At other strides dx splits into
+ * stride_h * stride_w phases (dx pixels with
  * (ih + pad_h) mod stride_h = a, (iw + pad_w) mod stride_w = b); phase
  * (a, b) is a stride-1 correlation of dy with taps kh = a + stride_h*t,
  * kw = b + stride_w*u of w, run by the same planes (of dy) and kernels,
