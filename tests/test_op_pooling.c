@@ -399,6 +399,18 @@ START_TEST(specialised_kernels_odd_sizes_and_threads)
         run_big(MX_SHAPE(4, 8, 31, 37), (const char *[]){"kernel", "(3,3)", "stride", "(1,1)", "pad", "(1,1)",
                                                          "pool_type", types[t], "count_include_pad", "False", NULL},
                 sd + 14);
+        /* Stride 1 on small planes (the box path of avg / sum): Inception's
+         * 3x3/1 pad 1 on 14x14 and 7x7, and uneven kernels and pads. */
+        run_big(MX_SHAPE(4, 9, 14, 14), (const char *[]){"kernel", "(3,3)", "stride", "(1,1)", "pad", "(1,1)",
+                                                         "pool_type", types[t], NULL}, sd + 16);
+        run_big(MX_SHAPE(5, 7, 7, 7), (const char *[]){"kernel", "(3,3)", "stride", "(1,1)", "pad", "(1,1)",
+                                                       "pool_type", types[t], NULL}, sd + 17);
+        run_big(MX_SHAPE(3, 5, 12, 9), (const char *[]){"kernel", "(4,3)", "stride", "(1,1)", "pad", "(1,2)",
+                                                        "pool_type", types[t], "count_include_pad", "False", NULL},
+                sd + 18);
+        run_big(MX_SHAPE(2, 3, 40, 70), (const char *[]){"kernel", "(5,7)", "stride", "(1,1)", "pad", "(2,3)",
+                                                         "pooling_convention", "full", "pool_type", types[t], NULL},
+                sd + 19);
         /* Global pooling over planes that are not a multiple of 16. */
         run_big(MX_SHAPE(6, 7, 31, 33), (const char *[]){"global_pool", "True", "pool_type", types[t], NULL}, sd + 15);
     }

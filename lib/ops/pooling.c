@@ -199,6 +199,7 @@ typedef struct pool_job {
     bool whole;  /* every window is its whole plane (global pooling) */
     bool direct; /* backward writes: windows tile the input, each element written once */
     bool fast;   /* 2-D, every window inside, rows of at most 2 vectors: pool_short */
+    bool box;    /* 2-D avg / sum at stride 1 on rows of at most POOL_BOX_ROW: pool_box */
     int64_t in_plane, out_plane;
     int64_t c0, c1; /* output columns whose x window lies inside the row (vector path) */
     const float *x, *y, *dy, *xend;
@@ -321,6 +322,9 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
  */
 #define POOL_CHUNK 256
 #define POOL_BOX_MAX 32 /* widest kernel of the avg / sum stride-1 backward */
+#define POOL_BOX_ROW 256 /* box path: rows (in and out) of at most this many columns */
+#define POOL_BOX_KMAX 8  /* box path: kernels of at most this many rows and columns */
+#define POOL_BOX_BUF (POOL_BOX_ROW + 2 * POOL_BOX_KMAX + 2 * 16)
 
 #define POOL_KERNELS(P, W, TARGET)                                                                                  \
     /* acc combined with the taps of one input row; s = the row at lane 0's                                         \
@@ -495,6 +499,103 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
                 }                                                                                                   \
         }                                                                                                           \
     }                                                                                                               \
+    /* Average and sum pooling at stride 1 on small 2-D planes (`box`): the                                         \
+     * window sums as a separable box filter, a row at a time: forward sums                                         \
+     * the window's input rows into one zero-padded row, then kx taps along                                         \
+     * it; backward divides each output row once into a ring of the last ky,                                        \
+     * sums the ones that cover an input row and runs the transposed box                                            \
+     * along it, writing dx directly (no zeroing pass, no scalar border                                             \
+     * columns: Inception-BN's 3x3/1 pad-1 average pools, 14x14 and 7x7 rows,                                       \
+     * spent a third of their time on borders). Planes [p0, p1). */                                                 \
+    TARGET static void pool_box_fwd_##P(const pool_job *j, int64_t p0, int64_t p1)                                  \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t IW = g->in[2], OH = g->out[1], OW = g->out[2], px = g->p[2], kx = g->k[2];                    \
+        const bool avg = j->type == POOL_AVG, add = j->add;                                                         \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        _Alignas(64) float vb[POOL_BOX_BUF], cdiv[POOL_BOX_ROW + W];                                                \
+        for (int64_t ow = 0; ow < OW + W; ow++) {                                                                   \
+            int64_t lo, hi;                                                                                         \
+            cdiv[ow] = ow < OW ? (float)mx_pool_axis_window(g, 2, ow, j->incl, &lo, &hi) : 1.0f;                    \
+        }                                                                                                           \
+        memset(vb, 0, sizeof(vb));                                                                                  \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
+            const float *x = j->x + pl * j->in_plane;                                                               \
+            float *y = j->out + pl * j->out_plane;                                                                  \
+            for (int64_t oh = 0; oh < OH; oh++, y += OW) {                                                          \
+                const pool_rows r = pool_rows_at(j, 0, oh);                                                         \
+                for (int64_t w = 0; w < IW; w += W) {                                                               \
+                    const int64_t cnt = IW - w < W ? IW - w : W;                                                    \
+                    P##_f acc = zero;                                                                               \
+                    for (int64_t h = r.h0; h < r.h1; h++) acc += P##_load_part(x + h * IW + w, cnt);                \
+                    P##_store(vb + px + w, acc); /* lanes past IW are 0: the padding stays */                       \
+                }                                                                                                   \
+                for (int64_t ow = 0; ow < OW; ow += W) {                                                            \
+                    const int64_t cnt = OW - ow < W ? OW - ow : W;                                                  \
+                    P##_f acc = P##_load(vb + ow);                                                                  \
+                    for (int64_t t = 1; t < kx; t++) acc += P##_load(vb + ow + t);                                  \
+                    if (avg) {                                                                                      \
+                        const P##_f size = P##_splat(r.f) * P##_load(cdiv + ow);                                    \
+                        acc = P##_select(size == zero, P##_splat(NAN), acc / size);                                 \
+                    }                                                                                               \
+                    if (add) acc += P##_load_part(y + ow, cnt);                                                     \
+                    if (cnt == W) P##_store(y + ow, acc);                                                           \
+                    else P##_store_part(y + ow, acc, cnt);                                                          \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    }                                                                                                               \
+    TARGET static void pool_box_bwd_##P(const pool_job *j, int64_t p0, int64_t p1)                                  \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t IH = g->in[1], IW = g->in[2], OH = g->out[1], OW = g->out[2];                                 \
+        const int64_t py = g->p[1], px = g->p[2], ky = g->k[1], kx = g->k[2];                                       \
+        const bool avg = j->type == POOL_AVG, add = j->add;                                                         \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        _Alignas(64) float ring[POOL_BOX_KMAX][POOL_BOX_ROW + W], ub[POOL_BOX_BUF], cdiv[POOL_BOX_ROW + W];         \
+        float rdiv[POOL_BOX_ROW];                                                                                   \
+        for (int64_t ow = 0; ow < OW + W; ow++) {                                                                   \
+            int64_t lo, hi;                                                                                         \
+            cdiv[ow] = ow < OW ? (float)mx_pool_axis_window(g, 2, ow, j->incl, &lo, &hi) : 1.0f;                    \
+        }                                                                                                           \
+        for (int64_t oh = 0; oh < OH; oh++) rdiv[oh] = pool_rows_at(j, 0, oh).f;                                    \
+        memset(ub, 0, sizeof(ub));                                                                                  \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
+            const float *dy = j->dy + pl * j->out_plane;                                                            \
+            float *dx = j->out + pl * j->in_plane;                                                                  \
+            int64_t next = 0; /* the next output row to divide into the ring */                                     \
+            for (int64_t h = 0; h < IH; h++, dx += IW) {                                                            \
+                /* output rows whose window holds row h: [h + py - ky + 1, h + py] */                               \
+                const int64_t o1 = h + py < OH - 1 ? h + py : OH - 1, o0 = h + py - ky + 1 > 0 ? h + py - ky + 1 : 0; \
+                for (; next <= o1; next++) {                                                                        \
+                    float *dst = ring[next % ky];                                                                   \
+                    for (int64_t ow = 0; ow < OW; ow += W) {                                                        \
+                        const int64_t cnt = OW - ow < W ? OW - ow : W;                                              \
+                        P##_f v = P##_load_part(dy + next * OW + ow, cnt);                                          \
+                        if (avg) {                                                                                  \
+                            const P##_f size = P##_splat(rdiv[next]) * P##_load(cdiv + ow);                         \
+                            v = P##_select(size == zero, zero, v / size); /* an empty window feeds nothing */       \
+                        }                                                                                           \
+                        P##_store(dst + ow, v); /* lanes past OW are 0 */                                           \
+                    }                                                                                               \
+                }                                                                                                   \
+                for (int64_t ow = 0; ow < OW; ow += W) {                                                            \
+                    P##_f acc = zero;                                                                               \
+                    for (int64_t oh = o0; oh <= o1; oh++) acc += P##_load(ring[oh % ky] + ow);                      \
+                    P##_store(ub + kx - 1 + ow, acc);                                                               \
+                }                                                                                                   \
+                /* dx[w] = sum over outputs ow in [w + px - kx + 1, w + px]: ub[w + px .. w + px + kx) */           \
+                for (int64_t w = 0; w < IW; w += W) {                                                               \
+                    const int64_t cnt = IW - w < W ? IW - w : W;                                                    \
+                    P##_f acc = P##_load(ub + w + px);                                                              \
+                    for (int64_t t = 1; t < kx; t++) acc += P##_load(ub + w + px + t);                              \
+                    if (add) acc += P##_load_part(dx + w, cnt);                                                     \
+                    if (cnt == W) P##_store(dx + w, acc);                                                           \
+                    else P##_store_part(dx + w, acc, cnt);                                                          \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    }                                                                                                               \
     /* The common kernels with constant kernel width and stride. */                                                 \
     TARGET static void pool_short_##P(const pool_job *j, const float *x, const float *y, const float *dy,          \
                                       float *out, bool backward)                                                    \
@@ -517,6 +618,10 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
     }                                                                                                               \
     TARGET static void pool_forward_##P(const pool_job *j, int64_t p0, int64_t p1)                                 \
     {                                                                                                               \
+        if (j->box) {                                                                                               \
+            pool_box_fwd_##P(j, p0, p1);                                                                            \
+            return;                                                                                                 \
+        }                                                                                                           \
         const pool_geom *g = &j->g;                                                                                 \
         const int64_t H = g->in[1], IW = g->in[2], OW = g->out[2], sx = g->s[2], px = g->p[2], kx = g->k[2];        \
         const bool is_max = j->type == POOL_MAX, avg = j->type == POOL_AVG, add = j->add;                           \
@@ -593,6 +698,10 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
     }                                                                                                               \
     TARGET static void pool_backward_##P(const pool_job *j, int64_t p0, int64_t p1)                                \
     {                                                                                                               \
+        if (j->box) {                                                                                               \
+            pool_box_bwd_##P(j, p0, p1);                                                                            \
+            return;                                                                                                 \
+        }                                                                                                           \
         const pool_geom *g = &j->g;                                                                                 \
         const int64_t H = g->in[1], IW = g->in[2], OW = g->out[2], sx = g->s[2], px = g->p[2], kx = g->k[2];        \
         const bool is_max = j->type == POOL_MAX, direct = j->direct, add = j->add;                                  \
@@ -805,6 +914,14 @@ static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_
     const int64_t lanes = j->level >= MX_SIMD_AVX512 ? 16 : j->level == MX_SIMD_AVX2 ? 8 : 4;
     j->fast = !j->whole && g->in[0] == 1 && g->k[0] == 1 && g->p[1] == 0 && c0 == 0 && c1 == OW && OW > 0 &&
               OW <= 2 * lanes && (g->out[1] - 1) * g->s[1] + g->k[1] <= g->in[1];
+    /* The box path's buffers: rows and output rows up to POOL_BOX_ROW,
+     * kernels up to POOL_BOX_KMAX (pads below them), outputs no wider than
+     * the padded input. */
+    j->box = !j->whole && !j->fast && (j->type == POOL_AVG || j->type == POOL_SUM) && g->in[0] == 1 &&
+             g->out[0] == 1 && g->k[0] == 1 && g->s[1] == 1 &&
+             sx == 1 && g->k[1] <= POOL_BOX_KMAX && kx <= POOL_BOX_KMAX && g->p[1] < g->k[1] && px < kx &&
+             IW <= POOL_BOX_ROW && OW <= POOL_BOX_ROW && OW <= IW + 2 * px && OW > 0 && g->out[1] > 0 &&
+             g->out[1] <= POOL_BOX_ROW;
 }
 
 static void pool_run(const mx_op_ctx *ctx, pool_job *j, mx_range_fn fn)
