@@ -28,7 +28,8 @@ typedef struct node_info {
     bool uses_workspace;
     /* The Activation or clip folded into this node: forward kernels apply
      * it; backward first turns the output gradient into the folded layer's
-     * input gradient, in place (it has no other reader). */
+     * input gradient, in place (it has no other reader), or the backward
+     * kernel does (mx_op_def.folds_backward). */
     mx_fold fold;
     char name[128];          /* "conv1", or "bn1+relu1" with a folded Activation */
     char op_name[64];        /* "Convolution", or "BatchNorm+Activation" */
@@ -526,15 +527,18 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     node_job *job = payload;
     node_info *ni = job->ni;
     mx_executor *ex = job->ex;
+    /* A backward kernel sees the fold only when it takes its gradient itself
+     * (CPU kernels of ops with folds_backward). */
+    const bool kernel_folds = !ni->backward || (ni->op->folds_backward && ex->ctx.dev_type == MX_DEV_CPU);
     mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state,
-                     .fold = ni->backward ? (mx_fold){MX_FOLD_NONE, 0, 0, 0} : ni->fold,
+                     .fold = kernel_folds ? ni->fold : (mx_fold){MX_FOLD_NONE, 0, 0, 0},
                      .fixed_inputs = ni->fixed_inputs};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
         ctx.workspace_bytes = ex->plan.workspace;
     }
     mx_tensor *aux = ni->n_aux ? &ni->in[ni->n_in - ni->n_aux] : NULL;
-    if (ni->backward && ni->fold.kind != MX_FOLD_NONE && ni->out_grad[0].data)
+    if (!kernel_folds && ni->fold.kind != MX_FOLD_NONE && ni->out_grad[0].data)
         mx_fold_backward(mx_op_pool(&ctx), &ni->fold, ni->out_grad[0].data, ni->out[0].data,
                                     mx_shape_size(&ni->out[0].shape));
     mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,

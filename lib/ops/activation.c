@@ -151,6 +151,13 @@ void mx_activation_fold_backward(mx_threadpool *pool, int act_type, float *dy, c
     mx_simd_parallel_for(pool, n, act_piece(act_type, true), act_backward_range, &j);
 }
 
+void mx_activation_fold_backward_rows(int simd_level, int act_type, const float *dy, const float *y, float *out,
+                                      int64_t n)
+{
+    act_job j = {.type = act_type, .level = simd_level, .dy = dy, .y = y, .out = out};
+    MX_SIMD_DISPATCH(j.level, act_backward, &j, 0, n);
+}
+
 static mx_status act_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
                              mx_tensor *out, mx_tensor *aux)
 {

@@ -23,11 +23,16 @@ typedef struct act_params {
  *     a producer's output pass (a row, a tile, a piece of images);
  *   mx_activation_fold_forward: the same over a whole tensor on `pool`;
  *   mx_activation_fold_backward: dy = dy * f'(y) in place on `pool`: the
- *     activation's input gradient, handed to the producer's backward.
+ *     activation's input gradient, handed to the producer's backward;
+ *   mx_activation_fold_backward_rows: out = dy * f'(y) on the calling
+ *     thread (out may be dy or y), for a producer whose backward applies
+ *     it a row at a time.
  * act_type is one of the enum above. */
 typedef struct mx_threadpool mx_threadpool;
 void mx_activation_fold_rows(int simd_level, int act_type, float *y, int64_t n);
 void mx_activation_fold_forward(mx_threadpool *pool, int act_type, float *y, int64_t n);
 void mx_activation_fold_backward(mx_threadpool *pool, int act_type, float *dy, const float *y, int64_t n);
+void mx_activation_fold_backward_rows(int simd_level, int act_type, const float *dy, const float *y, float *out,
+                                      int64_t n);
 
 #endif /* MX_OPS_ACTIVATION_H */

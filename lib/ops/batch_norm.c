@@ -372,6 +372,19 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     return MX_OK;
 }
 
+/* dx = (g - gmean - (x - mean) * k) * iw over one row (added to dx with
+ * add): the scalar expression's operations in its order, no fused
+ * multiply-add, so every width gives the scalar loop's bits. (Left to the
+ * compiler it ran four lanes wide.) */
+#define BN_DX_KERNELS(P, W, TARGET)                                                                                 \
+    TARGET static void bn_dx_##P(const float *x, const float *g, float *dx, int64_t n, float gmean, float mean,    \
+                                 float k, float iw, bool add)                                                       \
+    {                                                                                                               \
+        const P##_f gm = P##_splat(gmean), mn = P##_splat(mean), kk = P##_splat(k), w = P##_splat(iw);              \
+        MX_SIMD_MAP2(P, W, x, g, dx, 0, n, add, (u - gm - (v - mn) * kk) * w);                                      \
+    }
+MX_SIMD_INSTANTIATE(BN_DX_KERNELS)
+
 /* Backward splits the channels as forward does: channel c's sums, its
  * slice of dx and dgamma[c] / dbeta[c] touch nothing of another channel,
  * and each channel's sums run in the same order whatever the split. */
@@ -380,7 +393,8 @@ typedef struct bn_bwd_job {
     const mx_req *req;
     int64_t outer, C, inner;
     bool train;
-    const float *x, *gamma, *dy, *mm, *mv, *save_mean, *save_invstd;
+    mx_fold fold; /* mx_op_ctx's: the folded layer's gradient is taken here */
+    const float *x, *gamma, *dy, *y, *mm, *mv, *save_mean, *save_invstd;
     float *dx, *dgamma, *dbeta;
 } bn_bwd_job;
 
@@ -404,11 +418,23 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
             mean = j->mm[c];
             invstd = 1 / sqrt((double)j->mv[c] + bp->eps);
         }
+        /* A folded layer's gradient first, a channel's rows at a time, into
+         * dx where it is written (else over dy, as the executor's pass
+         * would): the rows are then in cache for both passes below. */
+        const float *g_rows = dy;
+        if (j->fold.kind != MX_FOLD_NONE) {
+            float *dst = req[0] == MX_REQ_WRITE || req[0] == MX_REQ_INPLACE ? j->dx : (float *)dy;
+            for (int64_t o = 0; o < outer; o++) {
+                const int64_t off = (o * C + c) * inner;
+                mx_fold_backward_rows_at(&j->fold, level, dy + off, j->y + off, dst + off, inner);
+            }
+            g_rows = dst;
+        }
         double sum_dy = 0, dotp = 0;
         for (int64_t o = 0; o < outer; o++) {
             const int64_t off = (o * C + c) * inner;
             double s, d;
-            reduce_sum_dot(level, x + off, dy + off, inner, mean, &s, &d);
+            reduce_sum_dot(level, x + off, g_rows + off, inner, mean, &s, &d);
             sum_dy += s;
             dotp += d;
         }
@@ -421,12 +447,8 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
             const float iw = (float)(invstd * w), fmean = (float)mean;
             for (int64_t o = 0; o < outer; o++) {
                 const int64_t off = (o * C + c) * inner;
-                const float *xs = x + off, *g = dy + off;
-                float *d = j->dx + off;
-                if (req[0] == MX_REQ_ADD)
-                    for (int64_t i = 0; i < inner; i++) d[i] += (g[i] - gmean - (xs[i] - fmean) * k) * iw;
-                else
-                    for (int64_t i = 0; i < inner; i++) d[i] = (g[i] - gmean - (xs[i] - fmean) * k) * iw;
+                MX_SIMD_DISPATCH(level, bn_dx, x + off, g_rows + off, j->dx + off, inner, gmean, fmean, k, iw,
+                                 req[0] == MX_REQ_ADD);
             }
         }
         if (bp->fix_gamma) {
@@ -442,8 +464,9 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
     const bn_params *bp = p;
-    bn_bwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .x = in[0].data,
-                    .gamma = in[1].data, .dy = out_grad[0].data, .mm = aux[0].data, .mv = aux[1].data,
+    bn_bwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .fold = ctx->fold,
+                    .x = in[0].data, .gamma = in[1].data, .dy = out_grad[0].data, .y = out[0].data,
+                    .mm = aux[0].data, .mv = aux[1].data,
                     .save_mean = out[1].data, .save_invstd = out[2].data, .dx = in_grad[0].data,
                     .dgamma = in_grad[1].data, .dbeta = in_grad[2].data};
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
@@ -469,6 +492,7 @@ const mx_op_def mx_op_batch_norm = {
     .backward_in_mask = (1u << 0) | (1u << 1),  /* data, gamma (not beta) */
     .backward_out_mask = (1u << 1) | (1u << 2), /* saved mean and inverse std, not the output */
     .folds_elementwise = true,
+    .folds_backward = true,
     .forward = bn_forward,
     .backward = bn_backward,
     .gpu = MX_OP_GPU(batch_norm),

@@ -118,6 +118,13 @@ void mx_clip_fold_forward(mx_threadpool *pool, float lo, float hi, float *y, int
     mx_simd_parallel_for(pool, n, CLIP_PIECE, clip_forward_range, &j);
 }
 
+void mx_clip_fold_backward_rows(int simd_level, float lo, float hi, const float *dy, const float *y, float *out,
+                                int64_t n)
+{
+    clip_job j = {.level = simd_level, .lo = lo, .hi = hi, .x = y, .dy = dy, .out = out};
+    MX_SIMD_DISPATCH(j.level, clip_fold_backward, &j, 0, n);
+}
+
 void mx_clip_fold_backward(mx_threadpool *pool, float lo, float hi, float *dy, const float *y, int64_t n)
 {
     clip_job j = {.level = mx_simd_level(), .lo = lo, .hi = hi, .x = y, .dy = dy, .out = dy};

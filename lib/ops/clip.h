@@ -15,5 +15,8 @@ typedef struct mx_threadpool mx_threadpool;
 void mx_clip_fold_rows(int simd_level, float lo, float hi, float *y, int64_t n);
 void mx_clip_fold_forward(mx_threadpool *pool, float lo, float hi, float *y, int64_t n);
 void mx_clip_fold_backward(mx_threadpool *pool, float lo, float hi, float *dy, const float *y, int64_t n);
+/* out = dy * clip'(y) on the calling thread (out may be dy or y). */
+void mx_clip_fold_backward_rows(int simd_level, float lo, float hi, const float *dy, const float *y, float *out,
+                                int64_t n);
 
 #endif /* MX_OPS_CLIP_H */

@@ -7,6 +7,8 @@
 #include "ops/clip.h"
 #include "ops/cpu/simd.h"
 
+#include <string.h>
+
 void mx_fold_rows_at(const mx_fold *f, int simd_level, float *y, int64_t n)
 {
     switch (f->kind) {
@@ -36,6 +38,17 @@ void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const fl
     case MX_FOLD_ACTIVATION: mx_activation_fold_backward(pool, f->act_type, dy, y, n); break;
     case MX_FOLD_CLIP: mx_clip_fold_backward(pool, f->lo, f->hi, dy, y, n); break;
     case MX_FOLD_NONE: break;
+    }
+}
+
+void mx_fold_backward_rows_at(const mx_fold *f, int simd_level, const float *dy, const float *y, float *out, int64_t n)
+{
+    switch (f->kind) {
+    case MX_FOLD_ACTIVATION: mx_activation_fold_backward_rows(simd_level, f->act_type, dy, y, out, n); break;
+    case MX_FOLD_CLIP: mx_clip_fold_backward_rows(simd_level, f->lo, f->hi, dy, y, out, n); break;
+    case MX_FOLD_NONE:
+        if (out != dy) memmove(out, dy, (size_t)n * sizeof(float));
+        break;
     }
 }
 

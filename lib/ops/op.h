@@ -71,6 +71,11 @@ void mx_fold_rows(const mx_fold *f, float *y, int64_t n);
 void mx_fold_rows_at(const mx_fold *f, int simd_level, float *y, int64_t n);
 void mx_fold_forward(mx_threadpool *pool, const mx_fold *f, float *y, int64_t n);
 void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const float *y, int64_t n);
+/* out = dy * f'(y) over n elements on the calling thread, at a SIMD width
+ * the caller read once (out may be dy or y; kind none copies dy): for a
+ * producer whose backward takes the folded layer's gradient a row at a
+ * time (mx_op_def.folds_backward). */
+void mx_fold_backward_rows_at(const mx_fold *f, int simd_level, const float *dy, const float *y, float *out, int64_t n);
 
 /* What a kernel is handed besides its tensors. */
 typedef struct mx_op_ctx {
@@ -87,7 +92,12 @@ typedef struct mx_op_ctx {
     /* An element-wise layer the executor folded into this node
      * (MXNET_EXEC_ENABLE_FOLDING); kind MX_FOLD_NONE (zero) when none. Only
      * forward kernels of ops with folds_elementwise see it; they apply it
-     * to output 0 as they write it (mx_fold_rows, mx_fold_forward). */
+     * to output 0 as they write it (mx_fold_rows, mx_fold_forward). The
+     * backward kernels of ops with folds_backward see it too: they take
+     * the folded layer's gradient from output 0 and the output gradient
+     * themselves (mx_fold_backward_rows_at); other backward kernels get
+     * kind none and an output gradient the executor has already taken
+     * through it. */
     mx_fold fold;
     /* Bit i: input i is an argument the caller never writes after bind
      * (mx_bind_config.fixed_args: a predictor's weights), so a kernel may
@@ -196,6 +206,13 @@ struct mx_op_def {
      * (backward needs nothing of the op: the executor turns the output
      * gradient into the folded layer's input gradient first). */
     bool folds_elementwise;
+    /* With folds_elementwise: the CPU backward kernel takes ctx->fold's
+     * gradient itself, in its own pass over the output gradient (one pass
+     * over memory fewer than the executor's mx_fold_backward before it),
+     * reading output 0; like that pass it may overwrite the output
+     * gradient. Device kernels never do: the executor runs the pass for
+     * them. */
+    bool folds_backward;
 
     /* The CPU kernels. */
     mx_op_forward_fn forward;
