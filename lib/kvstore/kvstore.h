@@ -97,6 +97,20 @@ typedef struct mx_kvstore_updater {
  * bucket does. Each bucket costs one collective's latency. */
 #define MX_KVSTORE_FUSION_BYTES ((size_t)1 << 20)
 
+/* The bucket rule of the dist_sync kinds, for them and for whoever counts
+ * their buckets ahead (mxtrain's dry run): the bucket limit for a
+ * configured fusion_bytes (0: MX_KVSTORE_FUSION_BYTES), and whether a push
+ * of `bytes` first sends the open bucket of `open_bytes` (a key larger than
+ * the limit goes alone). One dtype per bucket is the other rule. */
+static inline size_t mx_kvstore_bucket_limit(size_t fusion_bytes)
+{
+    return fusion_bytes ? fusion_bytes : MX_KVSTORE_FUSION_BYTES;
+}
+static inline bool mx_kvstore_bucket_full(size_t open_bytes, size_t bytes, size_t limit)
+{
+    return open_bytes && open_bytes + bytes > limit;
+}
+
 /* What some kinds need beyond a runtime. */
 typedef struct mx_kvstore_options {
     mx_comm *comm;       /* dist kinds: the job's communicator (borrowed; required) */

@@ -78,7 +78,7 @@ static mx_status dist_create_kind(mx_runtime *rt, const mx_kvstore_options *opts
     kv->comm = opts->comm;
     kv->two_level = two_level;
     kv->name = name;
-    kv->fusion_bytes = opts->fusion_bytes ? opts->fusion_bytes : MX_KVSTORE_FUSION_BYTES;
+    kv->fusion_bytes = mx_kvstore_bucket_limit(opts->fusion_bytes);
     kv->order = mx_engine_new_var(mx_runtime_engine(rt));
     if (!kv->order) {
         free(kv);
@@ -335,7 +335,7 @@ static mx_status dist_push(void *state, int key, mx_ndarray *const *values, int 
     }
     size_t bytes = mx_ndarray_nbytes(e->stored);
     /* A bucket holds one dtype and at most fusion_bytes (one key may exceed it alone). */
-    if (kv->n_bucket && (kv->bucket_bytes + bytes > kv->fusion_bytes || kv->bucket_dtype != t))
+    if (mx_kvstore_bucket_full(kv->bucket_bytes, bytes, kv->fusion_bytes) || (kv->n_bucket && kv->bucket_dtype != t))
         MX_TRY(flush(kv, updater, priority));
     MX_TRY(kv_merge_values(kv->rt, e->stored, &e->merge, values, n, priority, &e->merged));
     e->in_bucket = true;

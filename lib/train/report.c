@@ -180,14 +180,14 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     int n = mx_graph_list_arguments(g, ids);
     int64_t params = 0, buckets = 0;
     size_t total = 0, open_bytes = 0;
-    size_t fusion = s->fit.fusion_bytes ? (size_t)s->fit.fusion_bytes : MX_KVSTORE_FUSION_BYTES;
+    size_t fusion = mx_kvstore_bucket_limit((size_t)s->fit.fusion_bytes);
     for (int i = n - 1; i >= 0; i--) {
         const mx_node *node = mx_graph_node(g, ids[i]);
         bool skip = mx_train_settings_fixed(s, node->name);
         for (int k = 0; k < s->cfg->n_inputs; k++) skip = skip || !strcmp(node->name, s->cfg->inputs[k]);
         if (skip || is_label[ids[i]]) continue;
         size_t bytes = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
-        if (open_bytes && open_bytes + bytes > fusion) buckets++, open_bytes = 0;
+        if (mx_kvstore_bucket_full(open_bytes, bytes, fusion)) buckets++, open_bytes = 0;
         open_bytes += bytes;
         total += bytes;
         params++;
