@@ -1094,12 +1094,14 @@ mx_status mx_direct_backward_data(const mx_conv_geom *g, const float *packed_b, 
  * RK taps x VF vectors of 16 output channels, pixel by pixel. */
 typedef struct wgband {
     const float *view; /* plane element of the band's first pixel (tap offsets added) */
-    const float *dyt;  /* transposed dy row of that pixel, at the block's first channel */
+    const float *dyt;  /* transposed dy of that pixel in the first channel block */
     int64_t np;
 } wgband;
 
-INLINE void wg_tile(const wgband *bands, int64_t nb, const int64_t *koff, int64_t fp, int64_t foff, float *dwt,
-                    const int RK, const int VF)
+/* dyt: pixel-major within each block of channels (ds floats a pixel), the
+ * blocks one after another (foff: this block's); dwt rows of fp floats. */
+INLINE void wg_tile(const wgband *bands, int64_t nb, const int64_t *koff, int64_t fp, int64_t ds, int64_t foff,
+                    float *dwt, const int RK, const int VF)
 {
     __m512 acc[WG_MAX_RK][WG_MAX_VF];
 #pragma GCC unroll 8
@@ -1112,7 +1114,7 @@ INLINE void wg_tile(const wgband *bands, int64_t nb, const int64_t *koff, int64_
         for (int r = 0; r < RK; r++) vp[r] = bands[b].view + koff[r];
         const float *d = bands[b].dyt + foff;
         const int64_t np = bands[b].np;
-        for (int64_t q = 0; q < np; q++, d += fp) {
+        for (int64_t q = 0; q < np; q++, d += ds) {
             __m512 dv[WG_MAX_VF];
 #pragma GCC unroll 4
             for (int v = 0; v < VF; v++) dv[v] = _mm512_loadu_ps(d + LANES * v);
@@ -1133,13 +1135,14 @@ INLINE void wg_tile(const wgband *bands, int64_t nb, const int64_t *koff, int64_
         }
 }
 
-typedef void (*wg_fn)(const wgband *bands, int64_t nb, const int64_t *koff, int64_t fp, int64_t foff, float *dwt);
+typedef void (*wg_fn)(const wgband *bands, int64_t nb, const int64_t *koff, int64_t fp, int64_t ds, int64_t foff,
+                      float *dwt);
 
 #define WG_FN(RK, VF)                                                                                                  \
-    TARGET static void wg_##RK##_##VF(const wgband *bands, int64_t nb, const int64_t *koff, int64_t fp, int64_t foff, \
-                                      float *dwt)                                                                      \
+    TARGET static void wg_##RK##_##VF(const wgband *bands, int64_t nb, const int64_t *koff, int64_t fp, int64_t ds,   \
+                                      int64_t foff, float *dwt)                                                        \
     {                                                                                                                  \
-        wg_tile(bands, nb, koff, fp, foff, dwt, RK, VF);                                                               \
+        wg_tile(bands, nb, koff, fp, ds, foff, dwt, RK, VF);                                                           \
     }
 #define WG_COL(VF) WG_FN(1, VF) WG_FN(2, VF) WG_FN(3, VF) WG_FN(4, VF) WG_FN(5, VF) WG_FN(6, VF)
 WG_COL(1) WG_COL(2) WG_COL(3) WG_COL(4) WG_FN(7, 1) WG_FN(8, 1) WG_FN(7, 2) WG_FN(8, 2) WG_FN(7, 3) WG_FN(8, 3)
@@ -1162,6 +1165,7 @@ static int wg_vf(int64_t nf)
 typedef struct wplan {
     core c;
     int64_t bp, bpi, nb, fp;
+    int64_t vf, ds; /* 16-channel vectors per block of dyt (the kernels' width), floats per pixel in a block */
     size_t off_dyt, off_dwt, off_koff, off_wb, off_bl, total;
 } wplan;
 
@@ -1169,6 +1173,8 @@ static void wplan_init(wplan *p, const mx_conv_geom *g, int64_t images)
 {
     fwd_core(g, &p->c);
     p->fp = round_up(g->out_c, LANES);
+    p->vf = wg_vf(p->fp / LANES);
+    p->ds = p->vf * LANES;
     /* the budget covers planes and the transposed dy (fp floats per pixel) */
     core probe = p->c;
     int64_t per_px = p->c.cin * p->c.na * p->c.ne;
@@ -1177,7 +1183,7 @@ static void wplan_init(wplan *p, const mx_conv_geom *g, int64_t images)
     p->c = probe;
     set_inplace(g, &p->c); /* the same chunks either way: the same sums in the same order */
     p->off_dyt = align64((size_t)(p->nb * p->c.band) * sizeof(float));
-    p->off_dwt = p->off_dyt + align64((size_t)(p->nb * p->bp * p->fp) * sizeof(float));
+    p->off_dwt = p->off_dyt + align64((size_t)(p->nb * p->bp * round_up(p->fp, p->ds)) * sizeof(float));
     p->off_koff = p->off_dwt + align64((size_t)(p->c.k * p->fp) * sizeof(float));
     p->off_wb = p->off_koff + align64((size_t)p->c.k * sizeof(int64_t));
     p->off_bl = p->off_wb + align64((size_t)p->nb * sizeof(wgband));
@@ -1192,10 +1198,17 @@ size_t mx_direct_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images)
     return p.total + 64;
 }
 
-/* dst[q][f] (row stride fp) = src[f][q] (row stride ld) for f < fn, zero up to fp; q < np. */
-TARGET static void transpose_rows(const float *src, int64_t ld, int64_t fn, int64_t np, float *dst, int64_t fp)
+/* Channel f of pixel q, q < np: src[f][q] (row stride ld) for f < fn, zero
+ * up to fp, into blocks of ds channels, each pixel-major (ds floats a
+ * pixel) and bstride floats after the one before: the weight-gradient
+ * kernel then reads its block's channels of consecutive pixels from one
+ * stream (one row of all fp channels a pixel put pixels 4 KB apart at 1,024
+ * channels, which L1 maps to the same sets). */
+TARGET static void transpose_rows(const float *src, int64_t ld, int64_t fn, int64_t np, float *dst, int64_t fp,
+                                  int64_t ds, int64_t bstride)
 {
-    for (int64_t f0 = 0; f0 < fp; f0 += LANES)
+    for (int64_t f0 = 0; f0 < fp; f0 += LANES) {
+        float *d = dst + f0 / ds * bstride + f0 % ds;
         for (int64_t q = 0; q < np; q += LANES) {
             const __mmask16 m = lane_mask(np - q);
             v16f r[16];
@@ -1203,8 +1216,9 @@ TARGET static void transpose_rows(const float *src, int64_t ld, int64_t fn, int6
             for (int i = 0; i < 16; i++)
                 r[i] = f0 + i < fn ? (v16f)_mm512_maskz_loadu_ps(m, src + (f0 + i) * ld + q) : (v16f){0};
             transpose16(r);
-            for (int64_t i = 0; i < min64(LANES, np - q); i++) _mm512_storeu_ps(dst + (q + i) * fp + f0, (__m512)r[i]);
+            for (int64_t i = 0; i < min64(LANES, np - q); i++) _mm512_storeu_ps(d + (q + i) * ds, (__m512)r[i]);
         }
+    }
 }
 
 /* dw (F, K) (+)= dwt^T, dwt (K, fp): 16 x 16 blocks through registers
@@ -1237,26 +1251,27 @@ TARGET static void wgrad_run(const wplan *p, const float *x, const float *dy, in
     wgband *wb = (wgband *)(base + p->off_wb);
     dband *bl = (dband *)(base + p->off_bl);
     const int64_t P = c->oh * c->ow, in_img = c->cin * c->hin * c->win, out_img = c->rows * P;
-    const int64_t nbands = images * p->bpi, fp = p->fp, nf = fp / LANES;
-    const int vf = wg_vf(nf), rk = wg_rk_for_vf[vf];
+    const int64_t nbands = images * p->bpi, fp = p->fp, nf = fp / LANES, ds = p->ds;
+    const int vf = (int)p->vf, rk = wg_rk_for_vf[vf];
     memset(dwt, 0, (size_t)(c->k * fp) * sizeof(float));
     for (int64_t b0 = 0; b0 < nbands; b0 += p->nb) {
         const int64_t nb = min64(p->nb, nbands - b0);
-        int64_t at = 0; /* pixels of the chunk so far: dyt rows */
+        int64_t at = 0, px = 0; /* pixels of the chunk so far, and in all */
+        for (int64_t i = 0; i < nb; i++) px += min64(P, ((b0 + i) % p->bpi + 1) * p->bp) - (b0 + i) % p->bpi * p->bp;
         for (int64_t i = 0; i < nb; i++) {
             int64_t n = (b0 + i) / p->bpi, p0 = (b0 + i) % p->bpi * p->bp, p1 = min64(P, p0 + p->bp);
             bl[i] = (dband){.src = x + n * in_img, .p0 = p0, .p1 = p1};
             const float *pl = c->inplace ? x + n * in_img + p0 / c->ow * c->ow : planes + i * c->band;
             if (!c->inplace) pack_band(c, &bl[i], planes + i * c->band);
-            transpose_rows(dy + n * out_img + p0, P, c->rows, p1 - p0, dyt + at * fp, fp);
-            wb[i] = (wgband){.view = pl + (p0 - p0 / c->ow * c->ow), .dyt = dyt + at * fp, .np = p1 - p0};
+            transpose_rows(dy + n * out_img + p0, P, c->rows, p1 - p0, dyt + at * ds, fp, ds, px * ds);
+            wb[i] = (wgband){.view = pl + (p0 - p0 / c->ow * c->ow), .dyt = dyt + at * ds, .np = p1 - p0};
             at += p1 - p0;
         }
         for (int64_t f0 = 0; f0 < nf; f0 += vf) {
             const int v = (int)min64(vf, nf - f0);
             for (int64_t k0 = 0; k0 < c->k; k0 += rk) {
                 const int r = (int)min64(rk, c->k - k0);
-                wg_fns[v - 1][r - 1](wb, nb, koff + k0, fp, f0 * LANES, dwt + k0 * fp + f0 * LANES);
+                wg_fns[v - 1][r - 1](wb, nb, koff + k0, fp, ds, f0 / vf * px * ds, dwt + k0 * fp + f0 * LANES);
             }
         }
     }
