@@ -1,7 +1,8 @@
 /*
  * elementwise_sum.c - ElementWiseSum (alias add_n): out = arg0 + arg1 +
  * ... of num_args inputs of one shape. Forward may run in place on arg0;
- * backward hands every input the output gradient. Both run in vectors
+ * backward hands every input the output gradient (through a folded
+ * layer's gradient first, a chunk at a time: mx_op_def.folds_backward). Both run in vectors
  * (simd.h), large tensors split across the kernel pool.
  */
 #include "ops/elementwise_sum.h"
@@ -75,8 +76,9 @@ typedef struct esum_job {
     float *const *dx;      /* backward: per input, NULL when not requested */
     const mx_req *req;
     float *y;
+    const float *fy; /* backward with a fold: the forward output */
     bool add;
-    mx_fold fold; /* mx_op_ctx's: applied to each chunk before it is stored */
+    mx_fold fold; /* mx_op_ctx's: applied to each chunk before it is stored; in backward, its gradient taken first */
 } esum_job;
 
 #define ESUM_KERNELS(P, W, TARGET)                                                                                  \
@@ -97,6 +99,20 @@ typedef struct esum_job {
     }                                                                                                               \
     TARGET static void esum_backward_##P(const esum_job *j, int64_t lo, int64_t hi)                                \
     {                                                                                                               \
+        if (j->fold.kind != MX_FOLD_NONE) { /* the fold's gradient a chunk at a time, then every input's */        \
+            _Alignas(64) float g[ESUM_CHUNK];                                                                       \
+            for (int64_t i0 = lo; i0 < hi; i0 += ESUM_CHUNK) {                                                      \
+                const int64_t w = hi - i0 < ESUM_CHUNK ? hi - i0 : ESUM_CHUNK;                                      \
+                mx_fold_backward_rows_at(&j->fold, j->level, j->dy + i0, j->fy + i0, g, w);                         \
+                for (int k = 0; k < j->na; k++) {                                                                   \
+                    float *dx = j->dx[k];                                                                           \
+                    if (!dx) continue;                                                                              \
+                    if (j->req[k] == MX_REQ_ADD) MX_SIMD_MAP2(P, W, g, dx + i0, dx + i0, 0, w, false, v + u);       \
+                    else memcpy(dx + i0, g, (size_t)w * sizeof(float));                                            \
+                }                                                                                                   \
+            }                                                                                                       \
+            return;                                                                                                 \
+        }                                                                                                           \
         for (int k = 0; k < j->na; k++) {                                                                           \
             float *dx = j->dx[k];                                                                                   \
             if (!dx) continue;                                                                                      \
@@ -139,17 +155,21 @@ static mx_status esum_forward(const mx_op_ctx *ctx, const void *p, const mx_tens
 static mx_status esum_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                                const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)in, (void)out, (void)aux;
+    (void)in, (void)aux;
     const esum_params *ep = p;
+    const bool folded = ctx->fold.kind != MX_FOLD_NONE;
     float *dx[MX_OP_MAX_IO];
     bool any = false;
     for (int k = 0; k < ep->num_args; k++) {
         dx[k] = in_grad[k].data;
-        if (req[k] == MX_REQ_NULL || (req[k] != MX_REQ_ADD && dx[k] == out_grad[0].data)) dx[k] = NULL;
+        /* A gradient written over dy already holds it, unless a fold's
+         * gradient must be taken first. */
+        if (req[k] == MX_REQ_NULL || (!folded && req[k] != MX_REQ_ADD && dx[k] == out_grad[0].data)) dx[k] = NULL;
         any |= dx[k] != NULL;
     }
     if (!any) return MX_OK;
-    esum_job j = {.na = (int)ep->num_args, .level = mx_simd_level(), .dy = out_grad[0].data, .dx = dx, .req = req};
+    esum_job j = {.na = (int)ep->num_args, .level = mx_simd_level(), .dy = out_grad[0].data, .dx = dx, .req = req,
+                  .fy = out[0].data, .fold = ctx->fold};
     mx_simd_parallel_for(mx_op_pool(ctx), mx_shape_size(&out_grad[0].shape), ESUM_PIECE, esum_backward_range, &j);
     return MX_OK;
 }
@@ -171,6 +191,7 @@ const mx_op_def mx_op_elementwise_sum = {
     .forward_inplace = esum_inplace,
     .backward_inplace = esum_inplace,
     .folds_elementwise = true,
+    .folds_backward = true,
     .forward = esum_forward,
     .backward = esum_backward,
     .gpu = MX_OP_GPU(elementwise_sum),
