@@ -371,6 +371,53 @@ START_TEST(planner_and_engine_modes_are_bit_identical)
 }
 END_TEST
 
+/* Gradient sums done by adds (MXNET_EXEC_ENABLE_ADDTO, on by default on
+ * CPU): the sum nodes do not run, and the gradients match the sums' within
+ * float rounding (an add onto a term is the sum's addition, but a kernel
+ * may fold it into its own accumulation); bound with and without in-place
+ * and co-sharing, since the terms then share a buffer with other tensors. */
+START_TEST(gradient_sums_become_adds)
+{
+    struct {
+        mx_graph *(*make)(void);
+        mx_shape shape;
+        int classes, sums;
+    } nets[] = {{residual, MX_SHAPE(4, 2, 5, 5), 3, 1},
+                {inception, MX_SHAPE(2, 3, 6, 6), 3, 0}, /* its one sum is the data's gradient, a bound array */
+                {folding, MX_SHAPE(3, 2, 6, 6), 3, 2}};
+    for (size_t k = 0; k < sizeof(nets) / sizeof(nets[0]); k++) {
+        float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000);
+        int f_sum, b_sum, f_add, b_add;
+        bound b;
+        setenv("MXNET_EXEC_ENABLE_ADDTO", "0", 1);
+        size_t n = run_step(nets[k].make, nets[k].shape, nets[k].classes, false, ref);
+        bind_net(&b, nets[k].make(), nets[k].shape, nets[k].classes, false, true, 7);
+        mx_executor_count_nodes(b.ex, &f_sum, &b_sum);
+        unbind(&b);
+        unsetenv("MXNET_EXEC_ENABLE_ADDTO");
+        bind_net(&b, nets[k].make(), nets[k].shape, nets[k].classes, false, true, 7);
+        mx_executor_count_nodes(b.ex, &f_add, &b_add);
+        unbind(&b);
+        ck_assert_int_eq(f_add, f_sum);
+        ck_assert_msg(b_add == b_sum - nets[k].sums, "net %zu: %d backward nodes with adds, %d with sums", k, b_add,
+                      b_sum);
+        for (int mode = 0; mode < 2; mode++) {
+            setenv("MXNET_EXEC_ENABLE_INPLACE", mode ? "0" : "1", 1);
+            setenv("MXNET_EXEC_ENABLE_COSHARE", mode ? "0" : "1", 1);
+            ck_assert_int_eq(run_step(nets[k].make, nets[k].shape, nets[k].classes, false, got), n);
+            for (size_t i = 0; i < n; i++)
+                ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (1.0f + fabsf(ref[i])),
+                              "net %zu mode %d: value %zu is %.9g with adds, %.9g with sums", k, mode, i, got[i],
+                              ref[i]);
+        }
+        unsetenv("MXNET_EXEC_ENABLE_INPLACE");
+        unsetenv("MXNET_EXEC_ENABLE_COSHARE");
+        free(ref);
+        free(got);
+    }
+}
+END_TEST
+
 /* A 3x3 layer Winograd takes at batch 1 (9 tiles), a 1x1 and a 3x3/2
  * layer for the direct kernels (where the CPU has AVX-512), one for
  * im2col (grouped): every forward path whose weights a fixed bind keeps. */
@@ -561,7 +608,7 @@ START_TEST(folding_folds_only_what_nobody_else_reads)
     mx_layer_time *t;
     int n;
     ck_assert_int_eq(mx_executor_time_layers(b.ex, 1, &t, &n), MX_OK);
-    ck_assert_int_eq(n, 16); /* and the gradient sums of bn0+a0's and bn2's outputs */
+    ck_assert_int_eq(n, 14); /* the gradient sums of bn0+a0's and bn2's outputs are adds (addto) */
     const char *want[] = {"c0", "bn0+a0", "c1+a1", "bn1+k1", "s+a2", "dw+a3", "bn2", "a4", "p", "m+a6", "flat", "fc1+a5",
                           "fc2", "softmax"};
     for (int i = 0; i < 14; i++) ck_assert_str_eq(t[i].name, want[i]);
@@ -753,6 +800,7 @@ int main(void)
     tcase_add_test(tc, residual_bn_gradients_match_finite_differences);
     tcase_add_test(tc, inception_gradients_match_finite_differences);
     tcase_add_test(tc, planner_and_engine_modes_are_bit_identical);
+    tcase_add_test(tc, gradient_sums_become_adds);
     tcase_add_test(tc, prediction_and_feature_extraction_are_pruned);
     tcase_add_test(tc, layer_timing_covers_every_layer);
     tcase_add_test(tc, folding_folds_only_what_nobody_else_reads);

@@ -69,6 +69,13 @@ struct mx_executor {
 
 static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
 
+/* Gradient sums become adds (plan.h's enable_addto) on CPU binds: every
+ * CPU backward kernel honours MX_REQ_ADD (opcheck tests it for each op). */
+static bool plans_addto(mx_context ctx)
+{
+    return ctx.dev_type == MX_DEV_CPU && env_flag("MXNET_EXEC_ENABLE_ADDTO");
+}
+
 bool mx_executor_folds(mx_context ctx)
 {
     return ctx.dev_type == MX_DEV_CPU && env_flag("MXNET_EXEC_ENABLE_FOLDING");
@@ -164,10 +171,10 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
         }
     }
     memory_plan p;
-    MX_TRY(memory_plan_build(eg, true, false, &p));
+    MX_TRY(memory_plan_build(eg, true, false, plans_addto(mx_cpu()), &p));
     st->inplace = memory_plan_total(&p);
     memory_plan_free(&p);
-    MX_TRY(memory_plan_build(eg, false, true, &p));
+    MX_TRY(memory_plan_build(eg, false, true, plans_addto(mx_cpu()), &p));
     st->coshare = memory_plan_total(&p);
     memory_plan_free(&p);
     st->both = memory_plan_total(both);
@@ -184,7 +191,7 @@ static mx_status plan_memory(const mx_graph *g, const char *const *names, const 
     MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, mirror, NULL, names, shapes, n, mx_executor_folds(mx_cpu()),
                               &eg));
     memory_plan both;
-    mx_status s = memory_plan_build(&eg, true, true, &both);
+    mx_status s = memory_plan_build(&eg, true, true, plans_addto(mx_cpu()), &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
     memory_plan_free(&both);
     exec_graph_free(&eg);
@@ -230,7 +237,7 @@ static mx_req output_req(const mx_executor *ex, uint32_t e)
     switch (ex->eg.kind[e]) {
     case ENTRY_UNUSED: return MX_REQ_NULL;
     case ENTRY_GRAD: return ex->grad_reqs[ex->eg.arg_index[e]] == MX_GRAD_ADD ? MX_REQ_ADD : MX_REQ_WRITE;
-    default: return ex->plan.inplace[e] ? MX_REQ_INPLACE : MX_REQ_WRITE;
+    default: return ex->plan.addto[e] ? MX_REQ_ADD : ex->plan.inplace[e] ? MX_REQ_INPLACE : MX_REQ_WRITE;
     }
 }
 
@@ -431,7 +438,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
 
     exec_graph *eg = &ex->eg;
     bool inplace = env_flag("MXNET_EXEC_ENABLE_INPLACE"), coshare = env_flag("MXNET_EXEC_ENABLE_COSHARE");
-    s = memory_plan_build(eg, inplace, coshare, &ex->plan);
+    s = memory_plan_build(eg, inplace, coshare, plans_addto(cfg->ctx), &ex->plan);
     if (s == MX_OK) s = plan_stats(eg, &ex->plan, &ex->stats);
     int n_entries = eg->shapes.n_entries;
     if (s == MX_OK) {
@@ -504,7 +511,8 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     }
     for (int i = 0; i < eg->n_nodes && s == MX_OK; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
-        if (eg->needed[i] && n->kind != MX_NODE_VARIABLE) s = setup_node(ex, (uint32_t)i);
+        /* A gradient sum done by adds has nothing to run (op stays NULL). */
+        if (eg->needed[i] && n->kind != MX_NODE_VARIABLE && !ex->plan.sum_done[i]) s = setup_node(ex, (uint32_t)i);
     }
     if (s != MX_OK) {
         mx_executor_free(ex);

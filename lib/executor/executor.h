@@ -39,7 +39,10 @@
  * Environment: MXNET_EXEC_ENABLE_INPLACE=0 turns in-place off,
  * MXNET_EXEC_ENABLE_COSHARE=0 turns co-sharing off (each internal tensor
  * gets its own buffer), MXNET_EXEC_NUM_MATCH_COLOR (default 4) sets the
- * number of colours.
+ * number of colours, MXNET_EXEC_ENABLE_ADDTO=0 keeps gradient sums as sum
+ * nodes (by default, on CPU binds, a sum whose terms come from distinct
+ * backward nodes and are read by it alone is done by adds into one
+ * buffer: plan.h's enable_addto).
  */
 #ifndef MX_EXECUTOR_H
 #define MX_EXECUTOR_H

@@ -436,6 +436,8 @@ void memory_plan_free(memory_plan *p)
     free(p->storage);
     free(p->offset);
     free(p->inplace);
+    free(p->addto);
+    free(p->sum_done);
     free(p->buffer_bytes);
     memset(p, 0, sizeof(*p));
 }
@@ -497,7 +499,41 @@ static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx
     return reusable_slot(eg, slot_of, refs, users, n->inputs[f->n_outputs + f->n_inputs], bytes);
 }
 
-static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
+/* Gradient sums that become adds (memory_plan_build's enable_addto): per
+ * entry, the entry whose memory it shares (the sum's earliest term), else
+ * -1; marks the added terms and the sums that need not run. */
+static void plan_addto(const exec_graph *eg, const int *refs, int32_t *join, memory_plan *p)
+{
+    for (int i = eg->n_forward; i < eg->n_nodes; i++) {
+        const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
+        if (!eg->needed[i] || n->kind != MX_NODE_OP || exec_node_is_mirror(n) || strcmp(n->op->name, "ElementWiseSum"))
+            continue;
+        const uint32_t es = eg->shapes.entry_offset[i];
+        bool ok = eg->kind[es] == ENTRY_INTERNAL && n->n_inputs >= 2;
+        int first = -1;
+        for (int j = 0; j < n->n_inputs && ok; j++) {
+            const mx_entry in = n->inputs[j];
+            const uint32_t e = exec_entry_id(eg, in);
+            ok = in.node != MX_NO_NODE && eg->kind[e] == ENTRY_INTERNAL && refs[e] == 1 && join[e] < 0 &&
+                 mx_graph_node(eg->g, in.node)->kind == MX_NODE_BACKWARD;
+            for (int q = 0; q < j && ok; q++) ok = n->inputs[q].node != in.node; /* one term per writer */
+            if (first < 0 || in.node < n->inputs[first].node) first = j;
+        }
+        if (!ok) continue;
+        const uint32_t ef = exec_entry_id(eg, n->inputs[first]);
+        for (int j = 0; j < n->n_inputs; j++) {
+            if (j == first) continue;
+            const uint32_t e = exec_entry_id(eg, n->inputs[j]);
+            join[e] = (int32_t)ef;
+            p->addto[e] = 1;
+        }
+        join[es] = (int32_t)ef;
+        p->sum_done[i] = 1;
+    }
+}
+
+static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, bool enable_addto,
+                            memory_plan *p)
 {
     memset(p, 0, sizeof(*p));
     int n_entries = eg->shapes.n_entries, n_colors = 1;
@@ -506,6 +542,9 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     p->storage = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
     p->offset = mx_calloc((size_t)n_entries + 1, sizeof(size_t));
     p->inplace = mx_calloc((size_t)n_entries + 1, 1);
+    p->addto = mx_calloc((size_t)n_entries + 1, 1);
+    p->sum_done = mx_calloc((size_t)eg->n_nodes + 1, 1);
+    int32_t *join = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
     p->buffer_bytes = mx_calloc((size_t)n_entries + (size_t)n_colors + 1, sizeof(size_t));
     int *refs = mx_calloc((size_t)n_entries + 1, sizeof(int));
     /* A slot: the memory of one tensor and of those written in place over
@@ -519,10 +558,10 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     arena *arenas = mx_calloc((size_t)n_colors, sizeof(arena));
     int n_slots = 0;
     mx_status st = MX_OK;
-    if (!p->storage || !p->offset || !p->inplace || !p->buffer_bytes || !refs || !slot_of || !users || !slot_color ||
-        !slot_bytes || !slot_off || !slot_buffer || !arenas)
+    if (!p->storage || !p->offset || !p->inplace || !p->addto || !p->sum_done || !join || !p->buffer_bytes || !refs ||
+        !slot_of || !users || !slot_color || !slot_bytes || !slot_off || !slot_buffer || !arenas)
         st = MX_ERR_NOMEM;
-    for (int e = 0; e < n_entries && st == MX_OK; e++) p->storage[e] = slot_of[e] = -1;
+    for (int e = 0; e < n_entries && st == MX_OK; e++) p->storage[e] = slot_of[e] = join[e] = -1;
     for (int c = 0; c < n_colors && st == MX_OK; c++) arenas[c].buffer = -1;
     mx_entry reads[3 * MX_OP_MAX_IO];
     for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
@@ -530,6 +569,7 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
         int k = exec_node_reads(eg, (uint32_t)i, reads);
         for (int j = 0; j < k; j++) refs[exec_entry_id(eg, reads[j])]++;
     }
+    if (st == MX_OK && enable_addto) plan_addto(eg, refs, join, p);
 
     for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
@@ -541,13 +581,18 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
             uint32_t e = eg->shapes.entry_offset[i] + (uint32_t)j;
             if (eg->kind[e] != ENTRY_INTERNAL) continue;
             size_t bytes = exec_entry_bytes(eg, e);
-            int sid = -1;
-            for (const mx_inplace *o = options; o && o->in >= 0 && sid < 0; o++) {
+            /* A later term of a gradient sum, or the sum: the first term's memory. */
+            int sid = join[e] >= 0 ? slot_of[join[e]] : -1;
+            if (join[e] >= 0 && sid < 0) { /* plan_addto picks the earliest writer: cannot happen */
+                st = MX_ERROR(MX_ERR_INVALID, "memory plan: a gradient sum's first term has no memory");
+                break;
+            }
+            for (const mx_inplace *o = options; o && o->in >= 0 && sid < 0 && join[e] < 0; o++) {
                 if (o->out != j || o->in >= n->n_inputs || n->inputs[o->in].node == MX_NO_NODE) continue;
                 sid = reusable_slot(eg, slot_of, refs, users, n->inputs[o->in], bytes);
                 if (sid >= 0) p->inplace[e] = 1;
             }
-            if (sid < 0 && j == 0 && enable_inplace) {
+            if (sid < 0 && j == 0 && enable_inplace && join[e] < 0) {
                 sid = folded_output_slot(eg, slot_of, n, refs, users, bytes);
                 if (sid >= 0) p->inplace[e] = 1;
             }
@@ -594,6 +639,7 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     for (int c = 0; arenas && c < n_colors; c++) free(arenas[c].free);
     free(arenas);
     free(refs);
+    free(join);
     free(slot_of);
     free(users);
     free(slot_color);
@@ -604,9 +650,10 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     return st;
 }
 
-mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *p)
+mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, bool enable_addto,
+                            memory_plan *p)
 {
-    MX_TRY(plan_build(eg, enable_inplace, enable_coshare, p));
+    MX_TRY(plan_build(eg, enable_inplace, enable_coshare, enable_addto, p));
     if (!enable_coshare) return MX_OK;
     /* Arenas round every tensor up to 256 bytes and can fragment, and an
      * output taken in place can keep a range that co-sharing would have
@@ -616,7 +663,7 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     bool tries[2][2] = {{enable_inplace, false}, {false, true}};
     for (int t = 0; t < (enable_inplace ? 2 : 1); t++) {
         memory_plan other;
-        mx_status st = plan_build(eg, tries[t][0], tries[t][1], &other);
+        mx_status st = plan_build(eg, tries[t][0], tries[t][1], enable_addto, &other);
         if (st != MX_OK) {
             memory_plan_free(p);
             return st;

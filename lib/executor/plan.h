@@ -59,12 +59,19 @@ typedef struct memory_plan {
     int32_t *storage;        /* per entry: buffer id, -1 if none */
     size_t *offset;          /* per entry: bytes into its buffer */
     uint8_t *inplace;        /* per entry: written in place over an input */
+    uint8_t *addto;          /* per entry: added (MX_REQ_ADD) onto the first term of its gradient sum */
+    uint8_t *sum_done;       /* per node: a gradient sum whose terms are added in its output: nothing to run */
     size_t *buffer_bytes;    /* per buffer */
     int n_buffers;
     size_t workspace;
 } memory_plan;
 
-mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, memory_plan *out);
+/* enable_addto: gradient sums whose terms are each read by the sum alone
+ * and made by distinct backward nodes become one buffer: the earliest term
+ * is written there and the others added onto it (MXNet's kAddTo,
+ * MXNET_EXEC_ENABLE_ADDTO), and the sum does not run. */
+mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, bool enable_addto,
+                            memory_plan *out);
 void memory_plan_free(memory_plan *p);
 size_t memory_plan_total(const memory_plan *p);
 
