@@ -226,6 +226,19 @@ START_TEST(dry_run_and_time_report)
     /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
     ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
     ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);
+    ck_assert_ptr_null(strstr(err, "gradient sums")); /* LeNet has none */
+    free(err);
+    /* ResNet-20's nine block inputs each feed a shortcut and a convolution:
+     * their gradient sums are adds unless MXNET_EXEC_ENABLE_ADDTO=0. */
+    ck_assert_int_eq(run("configs/resnet-20.conf --dry-run", &err), 0);
+    ck_assert_msg(strstr(err, "gradient sums: 9 of 9 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO on)"), "%s",
+                  err);
+    free(err);
+    setenv("MXNET_EXEC_ENABLE_ADDTO", "0", 1);
+    ck_assert_int_eq(run("configs/resnet-20.conf --dry-run", &err), 0);
+    unsetenv("MXNET_EXEC_ENABLE_ADDTO");
+    ck_assert_msg(strstr(err, "gradient sums: 0 of 9 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO off)"), "%s",
+                  err);
     free(err);
     ck_assert_int_eq(run("configs/lenet.conf train.num_parts=6 --time 2", &err), 0);
     ck_assert_msg(strstr(err, "conv2+tanh2              Convolution+Activation"), "%s", err);

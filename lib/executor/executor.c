@@ -181,6 +181,12 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->n_buffers = both->n_buffers;
     st->workspace = both->workspace;
     st->n_mirror = eg->n_mirror;
+    for (int i = eg->n_forward; i < eg->n_nodes; i++) {
+        const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
+        if (!eg->needed[i] || n->kind != MX_NODE_OP || exec_node_is_mirror(n)) continue;
+        st->n_sums++;
+        st->n_sums_added += both->sum_done[i];
+    }
     return MX_OK;
 }
 

@@ -157,6 +157,7 @@ typedef struct mx_memory_plan_stats {
     int n_internal;     /* internal tensors */
     int n_buffers;      /* buffers with both strategies */
     int n_mirror;       /* recomputation copies in the backward pass (mirroring) */
+    int n_sums, n_sums_added; /* gradient sums, and those done by adds (MXNET_EXEC_ENABLE_ADDTO) */
 } mx_memory_plan_stats;
 
 /* Whether binds on ctx fold activations into the layers before them

@@ -340,6 +340,9 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     }
     logf_(opt, "  training (mirror): MXNET_BACKWARD_DO_MIRROR=1 (%s in this run) recomputes %d layer outputs in backward",
           mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) ? "on" : "off", r.train_mirror.n_mirror);
+    if (r.train.n_sums)
+        logf_(opt, "  gradient sums: %d of %d done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO %s)",
+              r.train.n_sums_added, r.train.n_sums, mx_env_long("MXNET_EXEC_ENABLE_ADDTO", 1) ? "on" : "off");
     MX_TRY(report_folding(s, opt));
     if (s->val && s->train) {
         mx_shape vd, vl;
