@@ -290,6 +290,16 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
     }
 }
 
+/* The box path's column divisor factors (pool_job.box): those of
+ * output columns [0, OW), then 1 up to n. */
+static void box_col_divisors(const pool_job *j, float *cdiv, int64_t n)
+{
+    for (int64_t ow = 0; ow < n; ow++) {
+        int64_t lo, hi;
+        cdiv[ow] = ow < j->g.out[2] ? (float)mx_pool_axis_window(&j->g, 2, ow, j->incl, &lo, &hi) : 1.0f;
+    }
+}
+
 /*
  * The vector kernels, one per width (simd.h). An output row's interior
  * columns [c0, c1) go W at a time: per input row of the window and kernel
@@ -507,17 +517,31 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
      * along it, writing dx directly (no zeroing pass, no scalar border                                             \
      * columns: Inception-BN's 3x3/1 pad-1 average pools, 14x14 and 7x7 rows,                                       \
      * spent a third of their time on borders). Planes [p0, p1). */                                                 \
+    /* out[i] = the sum of buf[i + t] over t < k, for i < n (added to out with                                      \
+     * add); with div, divided by rowf * div[i] (NaN for an empty window). */                                       \
+    TARGET MX_SIMD_INLINE void P##_box_row(const float *buf, int64_t k, float *out, int64_t n, bool add,            \
+                                           const float *div, float rowf)                                            \
+    {                                                                                                               \
+        const P##_f zero = P##_splat(0.0f);                                                                         \
+        for (int64_t i = 0; i < n; i += W) {                                                                        \
+            const int64_t cnt = n - i < W ? n - i : W;                                                              \
+            P##_f acc = P##_load(buf + i);                                                                          \
+            for (int64_t t = 1; t < k; t++) acc += P##_load(buf + i + t);                                           \
+            if (div) {                                                                                              \
+                const P##_f size = P##_splat(rowf) * P##_load(div + i);                                             \
+                acc = P##_select(size == zero, P##_splat(NAN), acc / size);                                         \
+            }                                                                                                       \
+            if (add) acc += P##_load_part(out + i, cnt);                                                            \
+            if (cnt == W) P##_store(out + i, acc);                                                                  \
+            else P##_store_part(out + i, acc, cnt);                                                                 \
+        }                                                                                                           \
+    }                                                                                                               \
     TARGET static void pool_box_fwd_##P(const pool_job *j, int64_t p0, int64_t p1)                                  \
     {                                                                                                               \
         const pool_geom *g = &j->g;                                                                                 \
         const int64_t IW = g->in[2], OH = g->out[1], OW = g->out[2], px = g->p[2], kx = g->k[2];                    \
-        const bool avg = j->type == POOL_AVG, add = j->add;                                                         \
-        const P##_f zero = P##_splat(0.0f);                                                                         \
         _Alignas(64) float vb[POOL_BOX_BUF], cdiv[POOL_BOX_ROW + W];                                                \
-        for (int64_t ow = 0; ow < OW + W; ow++) {                                                                   \
-            int64_t lo, hi;                                                                                         \
-            cdiv[ow] = ow < OW ? (float)mx_pool_axis_window(g, 2, ow, j->incl, &lo, &hi) : 1.0f;                    \
-        }                                                                                                           \
+        box_col_divisors(j, cdiv, OW + W);                                                                          \
         memset(vb, 0, sizeof(vb));                                                                                  \
         for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
             const float *x = j->x + pl * j->in_plane;                                                               \
@@ -526,22 +550,11 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
                 const pool_rows r = pool_rows_at(j, 0, oh);                                                         \
                 for (int64_t w = 0; w < IW; w += W) {                                                               \
                     const int64_t cnt = IW - w < W ? IW - w : W;                                                    \
-                    P##_f acc = zero;                                                                               \
+                    P##_f acc = P##_splat(0.0f);                                                                    \
                     for (int64_t h = r.h0; h < r.h1; h++) acc += P##_load_part(x + h * IW + w, cnt);                \
                     P##_store(vb + px + w, acc); /* lanes past IW are 0: the padding stays */                       \
                 }                                                                                                   \
-                for (int64_t ow = 0; ow < OW; ow += W) {                                                            \
-                    const int64_t cnt = OW - ow < W ? OW - ow : W;                                                  \
-                    P##_f acc = P##_load(vb + ow);                                                                  \
-                    for (int64_t t = 1; t < kx; t++) acc += P##_load(vb + ow + t);                                  \
-                    if (avg) {                                                                                      \
-                        const P##_f size = P##_splat(r.f) * P##_load(cdiv + ow);                                    \
-                        acc = P##_select(size == zero, P##_splat(NAN), acc / size);                                 \
-                    }                                                                                               \
-                    if (add) acc += P##_load_part(y + ow, cnt);                                                     \
-                    if (cnt == W) P##_store(y + ow, acc);                                                           \
-                    else P##_store_part(y + ow, acc, cnt);                                                          \
-                }                                                                                                   \
+                P##_box_row(vb, kx, y, OW, j->add, j->type == POOL_AVG ? cdiv : NULL, r.f);                         \
             }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \
@@ -550,14 +563,11 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
         const pool_geom *g = &j->g;                                                                                 \
         const int64_t IH = g->in[1], IW = g->in[2], OH = g->out[1], OW = g->out[2];                                 \
         const int64_t py = g->p[1], px = g->p[2], ky = g->k[1], kx = g->k[2];                                       \
-        const bool avg = j->type == POOL_AVG, add = j->add;                                                         \
+        const bool avg = j->type == POOL_AVG;                                                                       \
         const P##_f zero = P##_splat(0.0f);                                                                         \
         _Alignas(64) float ring[POOL_BOX_KMAX][POOL_BOX_ROW + W], ub[POOL_BOX_BUF], cdiv[POOL_BOX_ROW + W];         \
         float rdiv[POOL_BOX_ROW];                                                                                   \
-        for (int64_t ow = 0; ow < OW + W; ow++) {                                                                   \
-            int64_t lo, hi;                                                                                         \
-            cdiv[ow] = ow < OW ? (float)mx_pool_axis_window(g, 2, ow, j->incl, &lo, &hi) : 1.0f;                    \
-        }                                                                                                           \
+        box_col_divisors(j, cdiv, OW + W);                                                                          \
         for (int64_t oh = 0; oh < OH; oh++) rdiv[oh] = pool_rows_at(j, 0, oh).f;                                    \
         memset(ub, 0, sizeof(ub));                                                                                  \
         for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
@@ -585,14 +595,7 @@ static void pool_zero_uncovered(const pool_job *j, float *dx)
                     P##_store(ub + kx - 1 + ow, acc);                                                               \
                 }                                                                                                   \
                 /* dx[w] = sum over outputs ow in [w + px - kx + 1, w + px]: ub[w + px .. w + px + kx) */           \
-                for (int64_t w = 0; w < IW; w += W) {                                                               \
-                    const int64_t cnt = IW - w < W ? IW - w : W;                                                    \
-                    P##_f acc = P##_load(ub + w + px);                                                              \
-                    for (int64_t t = 1; t < kx; t++) acc += P##_load(ub + w + px + t);                              \
-                    if (add) acc += P##_load_part(dx + w, cnt);                                                     \
-                    if (cnt == W) P##_store(dx + w, acc);                                                           \
-                    else P##_store_part(dx + w, acc, cnt);                                                          \
-                }                                                                                                   \
+                P##_box_row(ub + px, kx, dx, IW, j->add, NULL, 0.0f);                                               \
             }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \

@@ -743,15 +743,7 @@ mx_status mx_direct_forward(const mx_conv_geom *g, const float *packed, const fl
 static bool transposed_geom(const mx_conv_geom *g, mx_conv_geom *gt)
 {
     if (g->stride_h != 1 || g->stride_w != 1) return false;
-    *gt = *g;
-    gt->in_c = g->out_c;
-    gt->in_h = g->out_h;
-    gt->in_w = g->out_w;
-    gt->out_c = g->in_c;
-    gt->out_h = g->in_h;
-    gt->out_w = g->in_w;
-    gt->pad_h = g->k_h - 1 - g->pad_h;
-    gt->pad_w = g->k_w - 1 - g->pad_w;
+    mx_conv_transposed_geom(g, gt);
     return true;
 }
 
@@ -817,6 +809,27 @@ static void bwd_taps(const core *c, int64_t ta, int64_t tmax, int64_t *koff)
             for (int64_t u = 0; u < tb; u++) koff[k++] = (f * tb + tb - 1 - u) * c->ps + (tmax - 1 - t) * c->ow;
 }
 
+/* Panels [lo, hi) of r input channels, taps (f, t, u) of w at kh = a +
+ * sh*t, kw = b + sw*u, or with flip at kh = KH-1-t, kw = KW-1-u (stride 1),
+ * into d (this phase's part of the packing). */
+static void pack_backward_panels(const mx_conv_geom *g, const float *w, int r, int64_t lo, int64_t hi, int64_t a,
+                                 int64_t b, int64_t ta, int64_t tb, bool flip, float *d)
+{
+    const int64_t C = g->in_c, KH = g->k_h, KW = g->k_w, k = g->out_c * ta * tb;
+    for (int64_t pn = lo; pn < hi; pn++) {
+        const int64_t c0 = pn * r, nr = min64(r, C - c0);
+        float *dp = d + c0 * k;
+        for (int64_t f = 0; f < g->out_c; f++)
+            for (int64_t t = 0; t < ta; t++)
+                for (int64_t u = 0; u < tb; u++, dp += nr) {
+                    const int64_t kh = flip ? KH - 1 - t : a + g->stride_h * t;
+                    const int64_t kw = flip ? KW - 1 - u : b + g->stride_w * u;
+                    const float *s = w + ((f * C + c0) * KH + kh) * KW + kw;
+                    for (int64_t i = 0; i < nr; i++) dp[i] = s[i * KH * KW];
+                }
+    }
+}
+
 void mx_direct_pack_weights_backward_part(const mx_conv_geom *g, const float *w, float *packed_b, int64_t part,
                                           int64_t parts)
 {
@@ -826,38 +839,17 @@ void mx_direct_pack_weights_backward_part(const mx_conv_geom *g, const float *w,
     int64_t lo, hi;
     part_panels(C, r, part, parts, &lo, &hi);
     mx_conv_geom gt;
-    if (transposed_geom(g, &gt)) {
-        /* the forward packing of gt: panels of input channels, taps (f, kh', kw') of the flipped w */
-        const int64_t k = g->out_c * KH * KW;
-        for (int64_t pn = lo; pn < hi; pn++) {
-            const int64_t c0 = pn * r, nr = min64(r, C - c0);
-            float *dp = packed_b + c0 * k;
-            for (int64_t f = 0; f < g->out_c; f++)
-                for (int64_t kh = 0; kh < KH; kh++)
-                    for (int64_t kw = 0; kw < KW; kw++, dp += nr) {
-                        const float *s = w + ((f * C + c0) * KH + KH - 1 - kh) * KW + KW - 1 - kw;
-                        for (int64_t i = 0; i < nr; i++) dp[i] = s[i * KH * KW];
-                    }
-        }
+    if (transposed_geom(g, &gt)) { /* the forward packing of gt: taps (f, kh', kw') of w flipped */
+        pack_backward_panels(g, w, r, lo, hi, 0, 0, KH, KW, true, packed_b);
         return;
     }
     float *d = packed_b;
     for (int64_t a = 0; a < sh; a++)
         for (int64_t b = 0; b < sw; b++) {
             const int64_t ta = a < KH ? ceil_div(KH - a, sh) : 0, tb = b < KW ? ceil_div(KW - b, sw) : 0;
-            const int64_t k = g->out_c * ta * tb;
-            /* phase (a, b): panels of input channels, taps (f, t, u), after the earlier phases */
-            for (int64_t pn = lo; pn < hi; pn++) {
-                const int64_t c0 = pn * r, nr = min64(r, C - c0);
-                float *dp = d + c0 * k;
-                for (int64_t f = 0; f < g->out_c; f++)
-                    for (int64_t t = 0; t < ta; t++)
-                        for (int64_t u = 0; u < tb; u++, dp += nr) {
-                            const float *s = w + ((f * C + c0) * KH + a + sh * t) * KW + b + sw * u;
-                            for (int64_t i = 0; i < nr; i++) dp[i] = s[i * KH * KW];
-                        }
-            }
-            d += C * k;
+            /* phase (a, b) after the earlier phases */
+            pack_backward_panels(g, w, r, lo, hi, a, b, ta, tb, false, d);
+            d += C * g->out_c * ta * tb;
         }
 }
 

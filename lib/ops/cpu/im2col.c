@@ -41,6 +41,19 @@
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+void mx_conv_transposed_geom(const mx_conv_geom *g, mx_conv_geom *gt)
+{
+    *gt = *g;
+    gt->in_c = g->out_c;
+    gt->in_h = g->out_h;
+    gt->in_w = g->out_w;
+    gt->out_c = g->in_c;
+    gt->out_h = g->in_h;
+    gt->out_w = g->in_w;
+    gt->pad_h = g->k_h - 1 - g->pad_h;
+    gt->pad_w = g->k_w - 1 - g->pad_w;
+}
+
 /* ---------------------------------------------------------------- loops */
 
 /* SSE-width vectors: the build targets baseline x86-64, where -O2 leaves

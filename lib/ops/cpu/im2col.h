@@ -30,6 +30,11 @@ typedef struct mx_conv_geom {
     int64_t groups;
 } mx_conv_geom;
 
+/* The data gradient of a stride-1 g as a forward convolution: of dy
+ * (in_c = F, OH x OW) with w transposed and flipped, padded by
+ * k_h-1-pad_h and k_w-1-pad_w, giving (C, H, W); same batch. */
+void mx_conv_transposed_geom(const mx_conv_geom *g, mx_conv_geom *gt);
+
 /* Images lowered per chunk when `limit_bytes` of workspace may be used
  * (at least 1, at most the batch). */
 int64_t mx_conv_chunk(const mx_conv_geom *g, size_t limit_bytes);

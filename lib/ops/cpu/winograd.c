@@ -231,18 +231,7 @@ void mx_winograd_transform_filter(const mx_conv_geom *g, const float *w, float *
     mx_winograd_transform_filter_part(g, w, u, 0, 1);
 }
 
-void mx_winograd_backward_geom(const mx_conv_geom *g, mx_conv_geom *gb)
-{
-    *gb = *g;
-    gb->in_c = g->out_c;
-    gb->in_h = g->out_h;
-    gb->in_w = g->out_w;
-    gb->out_c = g->in_c;
-    gb->out_h = g->in_h;
-    gb->out_w = g->in_w;
-    gb->pad_h = g->k_h - 1 - g->pad_h;
-    gb->pad_w = g->k_w - 1 - g->pad_w;
-}
+void mx_winograd_backward_geom(const mx_conv_geom *g, mx_conv_geom *gb) { mx_conv_transposed_geom(g, gb); }
 
 void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const float *w, float *u_b, int64_t part,
                                                 int64_t parts)
