@@ -182,8 +182,7 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->workspace = both->workspace;
     st->n_mirror = eg->n_mirror;
     for (int i = eg->n_forward; i < eg->n_nodes; i++) {
-        const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
-        if (!eg->needed[i] || n->kind != MX_NODE_OP || exec_node_is_mirror(n)) continue;
+        if (!eg->needed[i] || !exec_node_is_grad_sum(eg, (uint32_t)i)) continue;
         st->n_sums++;
         st->n_sums_added += both->sum_done[i];
     }
@@ -762,13 +761,6 @@ static const char *nonfinite_str(const nonfinite *nf, char *buf, size_t size)
     return buf;
 }
 
-/* Gradient sums are the ElementWiseSum nodes the gradient pass appends. */
-static bool is_grad_sum(const mx_executor *ex, uint32_t id)
-{
-    const mx_node *n = mx_graph_node(ex->eg.g, id);
-    return (int)id >= ex->eg.n_forward && n->kind == MX_NODE_OP && !exec_node_is_mirror(n);
-}
-
 /* A forward entry or variable in the user's names: 'fc1_weight',
  * 'fc1_output', 'bn1_var'. */
 static const char *entry_name(const mx_executor *ex, mx_entry e, char *buf, size_t size)
@@ -789,7 +781,7 @@ static mx_entry grad_target(const mx_executor *ex, mx_entry e)
 {
     const mx_node *n = mx_graph_node(ex->eg.g, e.node);
     if (n->kind == MX_NODE_BACKWARD) return mx_graph_node(ex->eg.g, n->forward_node)->inputs[e.index];
-    if (is_grad_sum(ex, e.node)) return grad_target(ex, n->inputs[0]);
+    if (exec_node_is_grad_sum(&ex->eg, e.node)) return grad_target(ex, n->inputs[0]);
     if (n->kind == MX_NODE_VARIABLE && n->forward_node != MX_NO_NODE) /* a head gradient */
         return (mx_entry){n->forward_node, n->forward_index};
     return e;
@@ -817,7 +809,7 @@ static void read_role(const mx_executor *ex, const node_info *ni, mx_entry r, ch
     }
     if (src->kind == MX_NODE_BACKWARD)
         snprintf(buf, size, "input from the backward of '%s'", mx_graph_node(g, src->forward_node)->name);
-    else if (is_grad_sum(ex, r.node))
+    else if (exec_node_is_grad_sum(&ex->eg, r.node))
         snprintf(buf, size, "input from gradient sum '%s'", src->name);
     else
         snprintf(buf, size, "input %s", entry_name(ex, r, name, sizeof(name)));
@@ -875,7 +867,7 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
     /* ni->name: the layer, with a folded one ("bn1+relu1"). */
     if (ni->backward) snprintf(layer, sizeof(layer), "%s", ni->name);
     else if (ni->mirror) snprintf(layer, sizeof(layer), "%s (recomputed)", ni->name);
-    else if (is_grad_sum(ex, ni->id)) snprintf(layer, sizeof(layer), "%s (gradient sum)", n->name);
+    else if (exec_node_is_grad_sum(&ex->eg, ni->id)) snprintf(layer, sizeof(layer), "%s (gradient sum)", n->name);
     else snprintf(layer, sizeof(layer), "%s", ni->name);
     for (int k = 0; k < n->n_outputs; k++) {
         uint32_t e = base + (uint32_t)k;
@@ -887,7 +879,7 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
             continue;
         }
         mx_entry target = {ni->id, (uint32_t)k};
-        if (ni->backward || is_grad_sum(ex, ni->id)) {
+        if (ni->backward || exec_node_is_grad_sum(&ex->eg, ni->id)) {
             entry_name(ex, grad_target(ex, target), what, sizeof(what));
             return MX_ERROR(MX_ERR_RUNTIME, "%s: backward gradient of %s has %s; %s", layer, what,
                             nonfinite_str(&nf, kind, sizeof(kind)), inputs);

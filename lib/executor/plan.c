@@ -486,10 +486,12 @@ static int reusable_slot(const exec_graph *eg, const int *slot_of, const int *re
 
 /* The backward of a node with a folded activation reads the forward
  * output only to turn the output gradient into the activation's input
- * gradient, before the op's own backward runs, and the ops that fold do not
- * read that output themselves: so the data gradient may take its memory
- * when this node is its last reader (as the unfolded activation's backward
- * freed it before the op's). Returns that memory's slot, or -1. */
+ * gradient: before the op's own backward runs, or, in ops with
+ * folds_backward, element by element before writing the same element of
+ * the data gradient. The ops that fold do not read that output otherwise:
+ * so the data gradient may take its memory when this node is its last
+ * reader (as the unfolded activation's backward freed it before the op's).
+ * Returns that memory's slot, or -1. */
 static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx_node *n, const int *refs,
                               const int *users, size_t bytes)
 {
@@ -505,9 +507,8 @@ static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx
 static void plan_addto(const exec_graph *eg, const int *refs, int32_t *join, memory_plan *p)
 {
     for (int i = eg->n_forward; i < eg->n_nodes; i++) {
+        if (!eg->needed[i] || !exec_node_is_grad_sum(eg, (uint32_t)i)) continue;
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
-        if (!eg->needed[i] || n->kind != MX_NODE_OP || exec_node_is_mirror(n) || strcmp(n->op->name, "ElementWiseSum"))
-            continue;
         const uint32_t es = eg->shapes.entry_offset[i];
         bool ok = eg->kind[es] == ENTRY_INTERNAL && n->n_inputs >= 2;
         int first = -1;

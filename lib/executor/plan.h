@@ -38,6 +38,14 @@ static inline bool exec_node_is_mirror(const mx_node *n)
     return n->kind == MX_NODE_OP && n->forward_node != MX_NO_NODE;
 }
 
+/* A gradient sum: one of the ElementWiseSum nodes the gradient pass
+ * appends (after the forward nodes, and not a recomputation copy). */
+static inline bool exec_node_is_grad_sum(const exec_graph *eg, uint32_t id)
+{
+    const mx_node *n = mx_graph_node(eg->g, id);
+    return (int)id >= eg->n_forward && n->kind == MX_NODE_OP && !exec_node_is_mirror(n);
+}
+
 /* Builds the clone, folds activations into their producers when `fold`
  * (mx_graph_fold_activations, before the backward pass), the backward pass (training: with respect to the
  * arguments whose grad_needed is set; NULL: all), marks what runs, infers

@@ -2,8 +2,8 @@
  * elementwise_sum.c - ElementWiseSum (alias add_n): out = arg0 + arg1 +
  * ... of num_args inputs of one shape. Forward may run in place on arg0;
  * backward hands every input the output gradient (through a folded
- * layer's gradient first, a chunk at a time: mx_op_def.folds_backward). Both run in vectors
- * (simd.h), large tensors split across the kernel pool.
+ * layer's gradient first, a chunk at a time: mx_op_def.folds_backward).
+ * Both run in vectors (simd.h), large tensors split across the kernel pool.
  */
 #include "ops/elementwise_sum.h"
 #include "ops/cpu/simd.h"
@@ -78,7 +78,8 @@ typedef struct esum_job {
     float *y;
     const float *fy; /* backward with a fold: the forward output */
     bool add;
-    mx_fold fold; /* mx_op_ctx's: applied to each chunk before it is stored; in backward, its gradient taken first */
+    mx_fold fold;    /* mx_op_ctx's: forward applies it to each chunk before storing it; backward takes its
+                        gradient first */
 } esum_job;
 
 #define ESUM_KERNELS(P, W, TARGET)                                                                                  \

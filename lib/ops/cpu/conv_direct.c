@@ -7,11 +7,11 @@
  * run of a plane copied out of a source image (pack_band; see struct core
  * for the plane layout). Forward is one core per call (source x, rows F);
  * so is backward-data at stride 1 (the forward of the transposed
- * convolution); at other strides one per dx phase (source dy, rows C: the planes of a
- * column phase are shared by its row phases, and 1x1-like phases read dy
- * in place), staged and interleaved into dx (merge_rows); the weight
- * gradient packs the forward planes and runs its own outer-product kernel
- * against dy transposed to pixel-major.
+ * convolution); at other strides one per dx phase (source dy, rows C: the
+ * planes of a column phase are shared by its row phases, and 1x1-like
+ * phases read dy in place), staged and interleaved into dx (merge_rows);
+ * the weight gradient packs the forward planes and runs its own
+ * outer-product kernel against dy transposed to pixel-major.
  *
  * Work goes in chunks of bands: a band is one image's grid pixels
  * [p0, p1); a chunk packs the planes of up to nb bands (several small
@@ -731,8 +731,6 @@ mx_status mx_direct_forward(const mx_conv_geom *g, const float *packed, const fl
 
 /* ------------------------------------------------------- backward-data */
 
-/* dx phase rows: dx rows ih = a + sh*i - ph for i in [ilo, ihi) get taps
- * kh = a + sh*t, t < ta, from dy rows i - t. The same for columns. */
 /* At stride 1 the data gradient is itself a forward convolution: of dy
  * (F channels, OH x OW) with w transposed (F <-> C) and flipped (kh ->
  * KH-1-kh, kw -> KW-1-kw), padded by KH-1-pad_h and KW-1-pad_w, giving
@@ -747,6 +745,8 @@ static bool transposed_geom(const mx_conv_geom *g, mx_conv_geom *gt)
     return true;
 }
 
+/* dx phase rows: dx rows ih = a + sh*i - ph for i in [ilo, ihi) get taps
+ * kh = a + sh*t, t < ta, from dy rows i - t. The same for columns. */
 static void phase_range(int64_t a, int64_t s, int64_t pad, int64_t n, int64_t k, int64_t *lo, int64_t *hi, int64_t *t)
 {
     *lo = pad - a > 0 ? ceil_div(pad - a, s) : 0;
@@ -1244,18 +1244,18 @@ TARGET static void wgrad_run(const wplan *p, const float *x, const float *dy, in
     dband *bl = (dband *)(base + p->off_bl);
     const int64_t P = c->oh * c->ow, in_img = c->cin * c->hin * c->win, out_img = c->rows * P;
     const int64_t nbands = images * p->bpi, fp = p->fp, nf = fp / LANES, ds = p->ds;
+    const int64_t bstride = p->nb * p->bp * ds; /* floats of one channel block of dyt: a chunk's pixels at most */
     const int vf = (int)p->vf, rk = wg_rk_for_vf[vf];
     memset(dwt, 0, (size_t)(c->k * fp) * sizeof(float));
     for (int64_t b0 = 0; b0 < nbands; b0 += p->nb) {
         const int64_t nb = min64(p->nb, nbands - b0);
-        int64_t at = 0, px = 0; /* pixels of the chunk so far, and in all */
-        for (int64_t i = 0; i < nb; i++) px += min64(P, ((b0 + i) % p->bpi + 1) * p->bp) - (b0 + i) % p->bpi * p->bp;
+        int64_t at = 0; /* pixels of the chunk so far */
         for (int64_t i = 0; i < nb; i++) {
             int64_t n = (b0 + i) / p->bpi, p0 = (b0 + i) % p->bpi * p->bp, p1 = min64(P, p0 + p->bp);
             bl[i] = (dband){.src = x + n * in_img, .p0 = p0, .p1 = p1};
             const float *pl = c->inplace ? x + n * in_img + p0 / c->ow * c->ow : planes + i * c->band;
             if (!c->inplace) pack_band(c, &bl[i], planes + i * c->band);
-            transpose_rows(dy + n * out_img + p0, P, c->rows, p1 - p0, dyt + at * ds, fp, ds, px * ds);
+            transpose_rows(dy + n * out_img + p0, P, c->rows, p1 - p0, dyt + at * ds, fp, ds, bstride);
             wb[i] = (wgband){.view = pl + (p0 - p0 / c->ow * c->ow), .dyt = dyt + at * ds, .np = p1 - p0};
             at += p1 - p0;
         }
@@ -1263,7 +1263,7 @@ TARGET static void wgrad_run(const wplan *p, const float *x, const float *dy, in
             const int v = (int)min64(vf, nf - f0);
             for (int64_t k0 = 0; k0 < c->k; k0 += rk) {
                 const int r = (int)min64(rk, c->k - k0);
-                wg_fns[v - 1][r - 1](wb, nb, koff + k0, fp, ds, f0 / vf * px * ds, dwt + k0 * fp + f0 * LANES);
+                wg_fns[v - 1][r - 1](wb, nb, koff + k0, fp, ds, f0 / vf * bstride, dwt + k0 * fp + f0 * LANES);
             }
         }
     }
