@@ -19,6 +19,7 @@
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/vector_rate.h"
+#include "ops/cpu/winograd.h"
 #include "parallel/parallel.h"
 #include "support/conv_ref.h"
 #include "support/testrand.h"
@@ -454,6 +455,70 @@ START_TEST(prepared_forward)
 }
 END_TEST
 
+/* The pieces of a batch add their weight gradients into dw in turn
+ * (mx_dw_turn): on 2 and 3 threads, mx_conv_backward's dw has the bits of
+ * the kernel run piece after piece on one thread, the first piece writing
+ * (or adding onto dw for an add request) and each later one adding. Pieces
+ * here are small (under 8,192 output pixels), so each thread gets one:
+ * ceil(batch / threads) images. Paths: Winograd with a whole dU (28x28:
+ * groups of 2 images, 98 tiles), Winograd writing dw a few input channels
+ * at a time, each block in turn (7x7: at most 24 tiles a piece), the
+ * direct kernels (3x3/2), whichever of them this CPU runs. */
+START_TEST(weight_gradient_in_turn)
+{
+    const mx_conv_geom gs[] = {geom(12, 16, 24, 28, 28, 3, 3, 1, 1, 1, 1), geom(12, 40, 24, 7, 7, 3, 3, 1, 1, 1, 1),
+                               geom(12, 24, 40, 16, 16, 3, 3, 2, 2, 1, 1)};
+    int ran = 0;
+    for (int threads = 2; threads <= 3; threads++) {
+        mx_threadpool *pool;
+        ck_assert_int_eq(mx_threadpool_create(threads, &pool), MX_OK);
+        for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+            const mx_conv_geom *g = &gs[i];
+            const bool wino = mx_winograd_profitable(g), direct = !wino && mx_direct_profitable(g);
+            if (!wino && !direct) continue;
+            const int64_t in_img = g->in_c * g->in_h * g->in_w, out_img = g->out_c * g->out_h * g->out_w;
+            const int64_t wn = g->out_c * g->in_c * g->k_h * g->k_w, piece = (g->batch + threads - 1) / threads;
+            ck_assert_int_lt(piece * g->out_h * g->out_w, 8192);
+            float *x = test_rand_floats(g->batch * in_img), *dy = test_rand_floats(g->batch * out_img);
+            float *w = test_rand_floats(wn), *start = test_rand_floats(wn);
+            float *got = malloc((size_t)wn * sizeof(float)), *want = malloc((size_t)wn * sizeof(float));
+            ck_assert(got && want);
+            for (int add = 0; add < 2; add++) {
+                memcpy(want, start, (size_t)wn * sizeof(float));
+                for (int64_t p0 = 0; p0 < g->batch; p0 += piece) {
+                    const int64_t b = g->batch - p0 < piece ? g->batch - p0 : piece;
+                    const bool acc = p0 > 0 || add;
+                    ck_assert_int_eq(wino ? mx_winograd_backward_weight(g, x + p0 * in_img, dy + p0 * out_img, b, acc,
+                                                                        want, NULL)
+                                          : mx_direct_backward_weight(g, x + p0 * in_img, dy + p0 * out_img, b, acc,
+                                                                      want, NULL),
+                                     MX_OK);
+                }
+                for (int rep = 0; rep < 3; rep++) { /* the turns are taken in order every time */
+                    memcpy(got, start, (size_t)wn * sizeof(float));
+                    ck_assert_int_eq(mx_conv_backward(pool, g, x, w, dy, NULL, MX_REQ_NULL, got,
+                                                      add ? MX_REQ_ADD : MX_REQ_WRITE, NULL, 0),
+                                     MX_OK);
+                    ck_assert_msg(memcmp(got, want, (size_t)wn * sizeof(float)) == 0,
+                                  "geometry %zu, %d threads, %s, repeat %d", i, threads, add ? "add" : "write", rep);
+                }
+            }
+            ran++;
+            printf("weight gradient in turn: geometry %zu on %d threads: %s\n", i, threads,
+                   wino ? "Winograd" : "direct");
+            free(x);
+            free(dy);
+            free(w);
+            free(start);
+            free(got);
+            free(want);
+        }
+        mx_threadpool_free(pool);
+    }
+    ck_assert_int_gt(ran, 0);
+}
+END_TEST
+
 /* Packing in parts (more parts than panels too) gives the bytes of one call. */
 START_TEST(pack_parts)
 {
@@ -585,6 +650,7 @@ int main(void)
     tcase_add_test(tc, avx512_rate_probe);
     tcase_add_test(tc, pack_parts);
     tcase_add_test(tc, prepared_forward); /* every path: whichever this CPU runs */
+    tcase_add_test(tc, weight_gradient_in_turn); /* likewise */
     const char *isa = getenv("MX_DIRECT_ISA");
     if (__builtin_cpu_supports("avx512f") && !(isa && strcmp(isa, "none") == 0)) {
         tcase_add_test(tc, image_ranges);

@@ -1269,25 +1269,44 @@ TARGET static void wgrad_run(const wplan *p, const float *x, const float *dy, in
     }
 }
 
-mx_status mx_direct_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
-                                    bool accumulate, float *dw, void *scratch)
+/* dw over images [0, images), taking its turn (when given) for the whole
+ * of dw: the sum is made in scratch, so only the final write waits. */
+static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, int64_t images, bool accumulate,
+                       float *dw, void *scratch, const mx_dw_turn *turn)
 {
     if (!mx_direct_supported(g)) return MX_ERROR(MX_ERR_INVALID, "conv_direct: unsupported convolution geometry");
     const int64_t K = g->in_c * g->k_h * g->k_w, F = g->out_c;
-    if (images <= 0) {
-        if (!accumulate) memset(dw, 0, (size_t)(F * K) * sizeof(float));
-        return MX_OK;
-    }
+    char *base = NULL;
+    void *owned = NULL;
     wplan p;
-    wplan_init(&p, g, images);
-    void *owned;
-    char *base = take_scratch(scratch, p.total, &owned);
-    if (!base) return MX_ERR_NOMEM;
-    fwd_taps(g, &p.c, (int64_t *)(base + p.off_koff));
-    wgrad_run(&p, x, dy, images, base);
-    wgrad_finish((const float *)(base + p.off_dwt), K, p.fp, F, accumulate, dw);
+    if (images > 0) {
+        wplan_init(&p, g, images);
+        base = take_scratch(scratch, p.total, &owned);
+        if (!base) return MX_ERR_NOMEM;
+        fwd_taps(g, &p.c, (int64_t *)(base + p.off_koff));
+        wgrad_run(&p, x, dy, images, base);
+    }
+    if (turn && !turn->wait(turn->ctx, K, K)) {
+        free(owned);
+        return MX_ERR_RUNTIME;
+    }
+    if (images > 0) wgrad_finish((const float *)(base + p.off_dwt), K, p.fp, F, accumulate, dw);
+    else if (!accumulate) memset(dw, 0, (size_t)(F * K) * sizeof(float));
+    if (turn) turn->done(turn->ctx, K, K);
     free(owned);
     return MX_OK;
+}
+
+mx_status mx_direct_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
+                                    bool accumulate, float *dw, void *scratch)
+{
+    return wgrad(g, x, dy, images, accumulate, dw, scratch, NULL);
+}
+
+mx_status mx_direct_backward_weight_in_turn(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
+                                            bool accumulate, float *dw, void *scratch, const mx_dw_turn *turn)
+{
+    return wgrad(g, x, dy, images, accumulate, dw, scratch, turn);
 }
 
 /* ---------------------------------------------------------- the rule */

@@ -163,5 +163,10 @@ mx_status mx_direct_backward_data(const mx_conv_geom *g, const float *packed_b, 
 size_t mx_direct_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images);
 mx_status mx_direct_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
                                     bool accumulate, float *dw, void *scratch);
+/* The same, taking its turn (im2col.h) once, for the whole of dw (the sum
+ * is made in scratch first); MX_ERR_RUNTIME (no message) when turn->wait
+ * says stop. */
+mx_status mx_direct_backward_weight_in_turn(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
+                                            bool accumulate, float *dw, void *scratch, const mx_dw_turn *turn);
 
 #endif /* MX_OPS_CONV_DIRECT_H */

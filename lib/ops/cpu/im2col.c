@@ -21,6 +21,7 @@
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/winograd.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -414,6 +415,9 @@ typedef struct conv_call {
     void *shared;        /* Winograd forward of such a batch: packed input and output tiles */
     float *dw_parts;     /* backward, split batch: one weight gradient per piece */
     float *dw_first;     /* when set (a write request), piece 0's goes straight here */
+    float *dw_turns;     /* when set, every piece adds its own into this dw in piece order (no dw_parts) */
+    bool dw_add;         /* the weight gradient's request is add */
+    atomic_llong *dw_written; /* with dw_turns: how far each piece has written dw (mx_dw_turn's units) */
     const mx_fold *fold; /* forward: the element-wise layer applied to y, NULL none */
     atomic_int failed;   /* a piece could not get scratch memory */
     mx_threadpool *pool;
@@ -641,6 +645,51 @@ static void forward_parts(void *arg, int64_t lo, int64_t hi, int worker)
                                     c->fold, c->y, scratch);
 }
 
+/* The weight-gradient turns of the pieces (mx_dw_turn): piece q waits for
+ * piece q-1 to have written dw that far. No deadlock: the pool hands out
+ * pieces in order, so the pieces before one that waits are running. */
+typedef struct piece_turn {
+    conv_call *c;
+    int64_t q;
+} piece_turn;
+
+static bool piece_turn_wait(void *ctx, int64_t end, int64_t total)
+{
+    (void)total;
+    const piece_turn *t = ctx;
+    if (t->q == 0) return true;
+    while (atomic_load_explicit(&t->c->dw_written[t->q - 1], memory_order_acquire) < end) {
+        if (atomic_load(&t->c->failed)) return false;
+        sched_yield();
+    }
+    return true;
+}
+
+static void piece_turn_done(void *ctx, int64_t end, int64_t total)
+{
+    (void)total;
+    const piece_turn *t = ctx;
+    atomic_store_explicit(&t->c->dw_written[t->q], end, memory_order_release);
+}
+
+/* Piece q's weight gradient (images [p0, p1)) added into dw in its turn
+ * (written by piece 0 on a write request); false, with the call marked
+ * failed, when an earlier piece failed. */
+static bool weight_gradient_in_turn(conv_call *c, int64_t q, int64_t p0, int64_t p1, void *scratch)
+{
+    const mx_conv_geom *g = c->g;
+    const float *x = c->x + p0 * in_image(g), *dy = c->dy + p0 * out_image(g);
+    piece_turn t = {c, q};
+    const mx_dw_turn turn = {piece_turn_wait, piece_turn_done, &t};
+    const bool accumulate = q > 0 || c->dw_add;
+    mx_status s = c->wino_dw ? mx_winograd_backward_weight_in_turn(g, x, dy, p1 - p0, accumulate, c->dw_turns,
+                                                                   scratch, &turn)
+                             : mx_direct_backward_weight_in_turn(g, x, dy, p1 - p0, accumulate, c->dw_turns,
+                                                                 scratch, &turn);
+    if (s != MX_OK) atomic_store(&c->failed, 1);
+    return s == MX_OK;
+}
+
 static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
     conv_call *c = arg;
@@ -664,21 +713,22 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         int64_t p1 = p0 + c->piece < hi ? p0 + c->piece : hi;
         /* Pieces start at multiples of c->piece: p0 names its own gradient. */
         int64_t q = p0 / c->piece;
-        float *dw = !c->need_dw ? NULL
+        float *dw = !c->need_dw || c->dw_turns ? NULL
                     : c->dw_first ? (q == 0 ? c->dw_first : c->dw_parts + (q - 1) * dw_size)
                                   : c->dw_parts + q * dw_size;
         if (c->u)
             mx_winograd_forward(&c->gb, c->u, c->dy + p0 * out_image(g), p1 - p0, NULL, c->req == MX_REQ_ADD,
                                 c->dx + p0 * in_image(g), wino);
-        if (c->wino_dw)
+        if (c->wino_dw && !c->dw_turns)
             mx_winograd_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
                                         wino);
         if (c->packed)
             mx_direct_backward_data(g, c->packed, c->dy + p0 * out_image(g), p1 - p0, c->req == MX_REQ_ADD,
                                     c->dx + p0 * in_image(g), wino);
-        if (c->direct_dw)
+        if (c->direct_dw && !c->dw_turns)
             mx_direct_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
                                       wino);
+        if (c->dw_turns && !weight_gradient_in_turn(c, q, p0, p1, wino)) return;
         if (!lowering) continue;
         float beta_dw = 0.0f;
         for (int64_t n0 = p0; n0 < p1; n0 += c->chunk) {
@@ -972,10 +1022,17 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     if (!wino && !direct && c.piece > 0 && need_dw &&
         (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
         c.piece = 0;
-    /* A write request takes piece 0's gradient in dw itself: one part less. */
+    /* Where the whole kernels write the weight gradient, the pieces add
+     * theirs into dw in turn (mx_dw_turn). */
+    if (need_dw && n_pieces > 1 && (wino || direct)) {
+        c.dw_turns = dw;
+        c.dw_add = req_dw == MX_REQ_ADD;
+    }
+    /* Otherwise a write request takes piece 0's gradient in dw itself: one
+     * part less. */
     const bool first_in_dw = req_dw != MX_REQ_ADD;
-    const int64_t n_parts = n_pieces - (first_in_dw ? 1 : 0);
-    if (c.piece > 0 && need_dw) {
+    const int64_t n_parts = c.dw_turns ? 0 : n_pieces - (first_in_dw ? 1 : 0);
+    if (c.piece > 0 && need_dw && !c.dw_turns) {
         if (first_in_dw) c.dw_first = dw;
         /* The caller's lease, slot 1: pieces (the caller's included) lower into slot 0. */
         if (n_parts > 0) c.dw_parts = mx_scratch_buffer(pool, lease, 1, (size_t)(n_parts * dw_size) * sizeof(float));
@@ -995,7 +1052,13 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     }
     if (c.piece > 0) {
         c.chunk = piece_chunk(g, c.piece);
+        if (c.dw_turns) {
+            c.dw_written = mx_calloc((size_t)n_pieces, sizeof(*c.dw_written));
+            if (!c.dw_written) return MX_ERR_NOMEM;
+            for (int64_t q = 0; q < n_pieces; q++) atomic_init(&c.dw_written[q], 0);
+        }
         mx_parallel_for(pool, g->batch, c.piece, backward_piece, &c);
+        free(c.dw_written);
         if (atomic_load(&c.failed)) return scratch_failed();
         if (need_dw && n_parts > 0) {
             dw_sum_job j = {.parts = c.dw_parts, .n_parts = n_parts, .size = dw_size, .dw = dw,

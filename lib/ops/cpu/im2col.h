@@ -30,6 +30,20 @@ typedef struct mx_conv_geom {
     int64_t groups;
 } mx_conv_geom;
 
+/* Pieces of a batch adding their weight gradients into one dw in piece
+ * order, a block at a time, instead of each into a buffer of its own that
+ * is summed afterwards (for a write request the same additions in the same
+ * order; an add request adds each piece onto dw in turn): before a
+ * piece writes dw up to `end` (in the kernel's units: input channels for
+ * Winograd, taps for the direct kernels; `total` is dw's end), it calls
+ * wait, which returns once the piece before has written that far (false:
+ * an earlier piece failed, stop); after, done. */
+typedef struct mx_dw_turn {
+    bool (*wait)(void *ctx, int64_t end, int64_t total);
+    void (*done)(void *ctx, int64_t end, int64_t total);
+    void *ctx;
+} mx_dw_turn;
+
 /* The data gradient of a stride-1 g as a forward convolution: of dy
  * (in_c = F, OH x OW) with w transposed and flipped, padded by
  * k_h-1-pad_h and k_w-1-pad_w, giving (C, H, W); same batch. */

@@ -1445,12 +1445,17 @@ size_t mx_winograd_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images)
     return (size_t)q.total * sizeof(float) + 64;
 }
 
-mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
-                                      bool accumulate, float *dw, void *scratch)
+/* dw over images [0, images) as mx_winograd_backward_weight, taking its
+ * turn (when given) for every block of dw it writes: the first group
+ * waits before writing a block, the last reports it written. */
+static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, int64_t images, bool accumulate,
+                       float *dw, void *scratch, const mx_dw_turn *turn)
 {
     if (!mx_winograd_supported(g)) return MX_ERROR(MX_ERR_INVALID, "winograd: unsupported convolution geometry");
     if (images <= 0) {
+        if (turn && !turn->wait(turn->ctx, g->in_c, g->in_c)) return MX_ERR_RUNTIME;
         if (!accumulate) memset(dw, 0, (size_t)(g->out_c * g->in_c * g->k_h * g->k_w) * sizeof(float));
+        if (turn) turn->done(turn->ctx, g->in_c, g->in_c);
         return MX_OK;
     }
     wgplan q;
@@ -1466,7 +1471,8 @@ mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, con
     float *xp = base, *dyp = base + q.off_dyp, *v = base + q.off_v, *dm = base + q.off_dm, *du = base + q.off_du;
     const wkernels *k = pick_kernels();
     const int64_t in_img = p->c * p->h * p->w, out_img = p->f * p->oh * p->ow;
-    for (int64_t i0 = 0; i0 < images; i0 += p->gi) {
+    mx_status s = MX_OK;
+    for (int64_t i0 = 0; i0 < images && s == MX_OK; i0 += p->gi) {
         int64_t ni = images - i0 < p->gi ? images - i0 : p->gi, tiles = ni * p->tpi;
         k->pack(p, x + i0 * in_img, ni, xp);
         k->pack(&q.pd, dy + i0 * out_img, ni, dyp);
@@ -1487,10 +1493,32 @@ mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, con
         for (int64_t c0 = 0; c0 < p->c; c0 += GEMM_ROWS) {
             int64_t nc = p->c - c0 < GEMM_ROWS ? p->c - c0 : GEMM_ROWS;
             k->wgemm(p, v, dm, tiles, c0, nc, false, du, GEMM_ROWS * p->fp);
+            if (turn && i0 == 0 && !turn->wait(turn->ctx, c0 + nc, p->c)) {
+                s = MX_ERR_RUNTIME;
+                break;
+            }
             k->wfinal(p, du, GEMM_ROWS * p->fp, c0, nc, accumulate || i0 > 0, dw);
+            if (turn && i0 + p->gi >= images) turn->done(turn->ctx, c0 + nc, p->c);
         }
     }
-    if (!q.fused) k->wfinal(p, du, p->c * p->fp, 0, p->c, accumulate, dw);
+    if (!q.fused && s == MX_OK) {
+        if (turn && !turn->wait(turn->ctx, p->c, p->c)) s = MX_ERR_RUNTIME;
+        if (s == MX_OK) k->wfinal(p, du, p->c * p->fp, 0, p->c, accumulate, dw);
+        if (s == MX_OK && turn) turn->done(turn->ctx, p->c, p->c);
+    }
     free(owned);
-    return MX_OK;
+    return s;
+}
+
+mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
+                                      bool accumulate, float *dw, void *scratch)
+{
+    return wgrad(g, x, dy, images, accumulate, dw, scratch, NULL);
+}
+
+mx_status mx_winograd_backward_weight_in_turn(const mx_conv_geom *g, const float *x, const float *dy,
+                                              int64_t images, bool accumulate, float *dw, void *scratch,
+                                              const mx_dw_turn *turn)
+{
+    return wgrad(g, x, dy, images, accumulate, dw, scratch, turn);
 }

@@ -135,5 +135,10 @@ void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const flo
 size_t mx_winograd_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images);
 mx_status mx_winograd_backward_weight(const mx_conv_geom *g, const float *x, const float *dy, int64_t images,
                                       bool accumulate, float *dw, void *scratch);
+/* The same, taking its turn (im2col.h) for each block of input channels
+ * of dw it writes; MX_ERR_RUNTIME (no message) when turn->wait says stop. */
+mx_status mx_winograd_backward_weight_in_turn(const mx_conv_geom *g, const float *x, const float *dy,
+                                              int64_t images, bool accumulate, float *dw, void *scratch,
+                                              const mx_dw_turn *turn);
 
 #endif /* MX_OPS_WINOGRAD_H */
