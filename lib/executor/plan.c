@@ -491,13 +491,15 @@ static int reusable_slot(const exec_graph *eg, const int *slot_of, const int *re
  * the data gradient. The ops that fold do not read that output otherwise:
  * so the data gradient may take its memory when this node is its last
  * reader (as the unfolded activation's backward freed it before the op's).
- * Returns that memory's slot, or -1. */
+ * (An op with fold_mask_from_inputs does not read it at all for a relu or
+ * clip: it may be gone by then.) Returns that memory's slot, or -1. */
 static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx_node *n, const int *refs,
                               const int *users, size_t bytes)
 {
     if (n->kind != MX_NODE_BACKWARD) return -1;
     const mx_node *f = mx_graph_node(eg->g, n->forward_node);
-    if (f->fold.kind == MX_FOLD_NONE || mx_op_backward_reads_output(f->op, 0)) return -1;
+    if (f->fold.kind == MX_FOLD_NONE || !mx_node_backward_reads_output(f, 0) || mx_op_backward_reads_output(f->op, 0))
+        return -1;
     return reusable_slot(eg, slot_of, refs, users, n->inputs[f->n_outputs + f->n_inputs], bytes);
 }
 

@@ -307,6 +307,25 @@ enum { BN_CLAMP_NONE = 0, BN_CLAMP_RELU, BN_CLAMP_CLIP };
     }
 MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)
 
+/* y = x * scale + shift for channel c, from the statistics as saved
+ * (float): backward recomputes the same values from the saved outputs
+ * (fold_mask_from_inputs). */
+static void bn_affine(const bn_params *bp, const float *gamma, const float *beta, int64_t c, float mean, float invstd,
+                      float *scale, float *shift)
+{
+    const double w = bp->fix_gamma ? 1.0 : gamma[c];
+    *scale = (float)(w * invstd);
+    *shift = (float)(beta[c] - (double)mean * w * invstd);
+}
+
+/* The clamp a fold is done as in the normalize pass. */
+static int bn_clamp_of(const mx_fold *f)
+{
+    return f->kind == MX_FOLD_ACTIVATION && f->act_type == ACT_RELU ? BN_CLAMP_RELU
+           : f->kind == MX_FOLD_CLIP                                 ? BN_CLAMP_CLIP
+                                                                     : BN_CLAMP_NONE;
+}
+
 static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
@@ -318,9 +337,7 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     float *mm = j->mm, *mv = j->mv, *y = j->y;
     const int level = mx_simd_level();
     const mx_fold *f = &j->fold;
-    const int clamp = f->kind == MX_FOLD_ACTIVATION && f->act_type == ACT_RELU ? BN_CLAMP_RELU
-                      : f->kind == MX_FOLD_CLIP                                 ? BN_CLAMP_CLIP
-                                                                                : BN_CLAMP_NONE;
+    const int clamp = bn_clamp_of(f);
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (j->train) {
@@ -341,8 +358,8 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         mx_req_assign_f32(j->req[1], &j->save_mean[c], (float)mean);
         mx_req_assign_f32(j->req[2], &j->save_invstd[c], (float)invstd);
         if (j->req[0] == MX_REQ_NULL) continue;
-        const double w = bp->fix_gamma ? 1.0 : j->gamma[c];
-        const float scale = (float)(w * invstd), shift = (float)(j->beta[c] - mean * w * invstd);
+        float scale, shift;
+        bn_affine(bp, j->gamma, j->beta, c, (float)mean, (float)invstd, &scale, &shift);
         for (int64_t o = 0; o < outer; o++) {
             const float *xs = x + (o * C + c) * inner;
             float *ys = y + (o * C + c) * inner;
@@ -385,6 +402,23 @@ static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor
     }
 MX_SIMD_INSTANTIATE(BN_DX_KERNELS)
 
+/* A folded relu's or clip's gradient from the input: out = dy where the
+ * forward's z = x * scale + shift (its expression, so the same bits) let
+ * the gradient through, else 0, as the fold's own backward gives from its
+ * output (relu: dy * (y > 0); clip: a_min < y < a_max, which holds exactly
+ * where a_min < z < a_max). */
+#define BN_FOLD_GRAD_KERNELS(P, W, TARGET)                                                                          \
+    TARGET static void bn_fold_grad_##P(const float *x, const float *dy, float *out, int64_t n, float scale,       \
+                                        float shift, int clamp, float lo, float hi)                                 \
+    {                                                                                                               \
+        const P##_f s = P##_splat(scale), b = P##_splat(shift), l = P##_splat(lo), h = P##_splat(hi);               \
+        const P##_f zero = P##_splat(0.0f), one = P##_splat(1.0f);                                                  \
+        /* v = x, u = dy */                                                                                         \
+        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP2(P, W, x, dy, out, 0, n, false, u * P##_select(v * s + b > zero, one, zero)); \
+        else MX_SIMD_MAP2(P, W, x, dy, out, 0, n, false, P##_select((v * s + b > l) & (v * s + b < h), u, zero));  \
+    }
+MX_SIMD_INSTANTIATE(BN_FOLD_GRAD_KERNELS)
+
 /* Backward splits the channels as forward does: channel c's sums, its
  * slice of dx and dgamma[c] / dbeta[c] touch nothing of another channel,
  * and each channel's sums run in the same order whatever the split. */
@@ -394,7 +428,7 @@ typedef struct bn_bwd_job {
     int64_t outer, C, inner;
     bool train;
     mx_fold fold; /* mx_op_ctx's: the folded layer's gradient is taken here */
-    const float *x, *gamma, *dy, *y, *mm, *mv, *save_mean, *save_invstd;
+    const float *x, *gamma, *beta, *dy, *y, *mm, *mv, *save_mean, *save_invstd;
     float *dx, *dgamma, *dbeta;
 } bn_bwd_job;
 
@@ -424,9 +458,15 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         const float *g_rows = dy;
         if (j->fold.kind != MX_FOLD_NONE) {
             float *dst = req[0] == MX_REQ_WRITE || req[0] == MX_REQ_INPLACE ? j->dx : (float *)dy;
+            const int clamp = bn_clamp_of(&j->fold);
+            float scale = 0.0f, shift = 0.0f;
+            if (clamp != BN_CLAMP_NONE) bn_affine(bp, j->gamma, j->beta, c, (float)mean, (float)invstd, &scale, &shift);
             for (int64_t o = 0; o < outer; o++) {
                 const int64_t off = (o * C + c) * inner;
-                mx_fold_backward_rows_at(&j->fold, level, dy + off, j->y + off, dst + off, inner);
+                if (clamp != BN_CLAMP_NONE)
+                    MX_SIMD_DISPATCH(level, bn_fold_grad, x + off, dy + off, dst + off, inner, scale, shift, clamp,
+                                     j->fold.lo, j->fold.hi);
+                else mx_fold_backward_rows_at(&j->fold, level, dy + off, j->y + off, dst + off, inner);
             }
             g_rows = dst;
         }
@@ -465,7 +505,7 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
 {
     const bn_params *bp = p;
     bn_bwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .fold = ctx->fold,
-                    .x = in[0].data, .gamma = in[1].data, .dy = out_grad[0].data, .y = out[0].data,
+                    .x = in[0].data, .gamma = in[1].data, .beta = in[2].data, .dy = out_grad[0].data, .y = out[0].data,
                     .mm = aux[0].data, .mv = aux[1].data,
                     .save_mean = out[1].data, .save_invstd = out[2].data, .dx = in_grad[0].data,
                     .dgamma = in_grad[1].data, .dbeta = in_grad[2].data};
@@ -489,10 +529,11 @@ const mx_op_def mx_op_batch_norm = {
     .num_visible_outputs = bn_num_visible_outputs,
     .infer_shape = bn_infer_shape,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA | MX_BWD_OUT_DATA,
-    .backward_in_mask = (1u << 0) | (1u << 1),  /* data, gamma (not beta) */
+    .backward_in_mask = (1u << 0) | (1u << 1) | (1u << 2), /* data, gamma, beta (a folded relu's z) */
     .backward_out_mask = (1u << 1) | (1u << 2), /* saved mean and inverse std, not the output */
     .folds_elementwise = true,
     .folds_backward = true,
+    .fold_mask_from_inputs = true,
     .forward = bn_forward,
     .backward = bn_backward,
     .gpu = MX_OP_GPU(batch_norm),

@@ -76,6 +76,9 @@ void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const fl
  * producer whose backward takes the folded layer's gradient a row at a
  * time (mx_op_def.folds_backward). */
 void mx_fold_backward_rows_at(const mx_fold *f, int simd_level, const float *dy, const float *y, float *out, int64_t n);
+/* Whether f's derivative is a mask of where its input lies (relu, clip):
+ * what an op with fold_mask_from_inputs takes from its own inputs. */
+bool mx_fold_derivative_is_mask(const mx_fold *f);
 
 /* What a kernel is handed besides its tensors. */
 typedef struct mx_op_ctx {
@@ -213,6 +216,13 @@ struct mx_op_def {
      * gradient. Device kernels never do: the executor runs the pass for
      * them. */
     bool folds_backward;
+    /* With folds_backward: for a folded relu or clip, whose derivative
+     * depends only on where the layer's own result z lies (z > 0, or
+     * a_min < z < a_max), the CPU backward kernel recomputes z from its
+     * inputs with the forward's expression (the same bits, so the same
+     * mask) and does not read output 0: that output may go after its last
+     * forward reader (Inception's branch outputs, copied into a Concat). */
+    bool fold_mask_from_inputs;
 
     /* The CPU kernels. */
     mx_op_forward_fn forward;

@@ -599,7 +599,9 @@ bool mx_node_backward_reads_input(const mx_node *f, int j)
 
 bool mx_node_backward_reads_output(const mx_node *f, int k)
 {
-    return mx_op_backward_reads_output(f->op, k) || (k == 0 && f->fold.kind != MX_FOLD_NONE);
+    return mx_op_backward_reads_output(f->op, k) ||
+           (k == 0 && f->fold.kind != MX_FOLD_NONE &&
+            !(f->op->fold_mask_from_inputs && mx_fold_derivative_is_mask(&f->fold)));
 }
 
 /* Copies made for the backward nodes that read them are kept for the later
