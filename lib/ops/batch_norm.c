@@ -134,53 +134,77 @@ static mx_status bn_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape 
  * were 6.5% of ResNet-50's training time.) */
 #define BN_LANES 8
 
-/* Forward's statistics: sum(x), then sum((x - mean)^2). */
-typedef enum bn_reduction { BN_SUM, BN_SUMSQ_CENTERED } bn_reduction;
-
-/* lane[] over x[0, n8) (n8 a multiple of 8): x or (x - mean)^2. */
-static void lanes_portable(bn_reduction r, const float *x, int64_t n8, double mean, double *lane)
+/* Forward's statistics in one pass over x: sum(x - k) (lanes sl) and
+ * sum((x - k)^2) (lanes ql), k a value of the channel (so that a constant
+ * channel's variance is exactly 0 and the squares do not dwarf it). */
+static void lanes_sq_portable(const float *x, int64_t n8, double k, double *sl, double *ql)
 {
     for (int64_t i = 0; i < n8; i += BN_LANES)
         for (int l = 0; l < BN_LANES; l++) {
-            double d = x[i + l] - mean;
-            lane[l] += r == BN_SUM ? (double)x[i + l] : d * d;
+            double d = x[i + l] - k;
+            sl[l] += d;
+            ql[l] += d * d;
         }
 }
 
 #ifdef MX_SIMD_X86
-MX_SIMD_TARGET_AVX512 static void lanes_avx512(bn_reduction r, const float *x, int64_t n8, double mean, double *lane)
+MX_SIMD_TARGET_AVX512 static void lanes_sq_avx512(const float *x, int64_t n8, double k, double *sl, double *ql)
 {
-    __m512d acc = _mm512_loadu_pd(lane);
-    const __m512d mu = _mm512_set1_pd(mean);
-    if (r == BN_SUM)
-        for (int64_t i = 0; i < n8; i += BN_LANES) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
-    else
-        for (int64_t i = 0; i < n8; i += BN_LANES) {
-            __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mu);
-            acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
-        }
-    _mm512_storeu_pd(lane, acc);
+    __m512d s = _mm512_loadu_pd(sl), q = _mm512_loadu_pd(ql);
+    const __m512d kk = _mm512_set1_pd(k);
+    for (int64_t i = 0; i < n8; i += BN_LANES) {
+        __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), kk);
+        s = _mm512_add_pd(s, d);
+        q = _mm512_add_pd(q, _mm512_mul_pd(d, d));
+    }
+    _mm512_storeu_pd(sl, s);
+    _mm512_storeu_pd(ql, q);
 }
 
-MX_SIMD_TARGET_AVX2 static void lanes_avx2(bn_reduction r, const float *x, int64_t n8, double mean, double *lane)
+MX_SIMD_TARGET_AVX2 static void lanes_sq_avx2(const float *x, int64_t n8, double k, double *sl, double *ql)
 {
-    __m256d lo = _mm256_loadu_pd(lane), hi = _mm256_loadu_pd(lane + 4);
-    const __m256d mu = _mm256_set1_pd(mean);
+    __m256d s0 = _mm256_loadu_pd(sl), s1 = _mm256_loadu_pd(sl + 4), q0 = _mm256_loadu_pd(ql), q1 = _mm256_loadu_pd(ql + 4);
+    const __m256d kk = _mm256_set1_pd(k);
     for (int64_t i = 0; i < n8; i += BN_LANES) {
-        __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-        if (r == BN_SUMSQ_CENTERED) {
-            a = _mm256_sub_pd(a, mu);
-            b = _mm256_sub_pd(b, mu);
-            a = _mm256_mul_pd(a, a);
-            b = _mm256_mul_pd(b, b);
-        }
-        lo = _mm256_add_pd(lo, a);
-        hi = _mm256_add_pd(hi, b);
+        __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), kk);
+        __m256d b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), kk);
+        s0 = _mm256_add_pd(s0, a);
+        s1 = _mm256_add_pd(s1, b);
+        q0 = _mm256_add_pd(q0, _mm256_mul_pd(a, a));
+        q1 = _mm256_add_pd(q1, _mm256_mul_pd(b, b));
     }
-    _mm256_storeu_pd(lane, lo);
-    _mm256_storeu_pd(lane + 4, hi);
+    _mm256_storeu_pd(sl, s0);
+    _mm256_storeu_pd(sl + 4, s1);
+    _mm256_storeu_pd(ql, q0);
+    _mm256_storeu_pd(ql + 4, q1);
 }
 #endif
+
+static void reduce_sum_sq(int level, const float *x, int64_t n, double k, double *sum, double *sq)
+{
+    double sl[BN_LANES] = {0}, ql[BN_LANES] = {0};
+    const int64_t n8 = n / BN_LANES * BN_LANES;
+#ifdef MX_SIMD_X86
+    if (level >= MX_SIMD_AVX512) lanes_sq_avx512(x, n8, k, sl, ql);
+    else if (level == MX_SIMD_AVX2) lanes_sq_avx2(x, n8, k, sl, ql);
+    else lanes_sq_portable(x, n8, k, sl, ql);
+#else
+    (void)level;
+    lanes_sq_portable(x, n8, k, sl, ql);
+#endif
+    double s = 0, q = 0;
+    for (int64_t i = n8; i < n; i++) {
+        double d = x[i] - k;
+        s += d;
+        q += d * d;
+    }
+    for (int l = 0; l < BN_LANES; l++) {
+        s += sl[l];
+        q += ql[l];
+    }
+    *sum = s;
+    *sq = q;
+}
 
 /* Backward's pair in one pass over dy: sum(dy) (lanes sl) and
  * sum((x - mean) * dy) (lanes dl), lanes as reduce() runs them. */
@@ -253,27 +277,6 @@ static void reduce_sum_dot(int level, const float *x, const float *dy, int64_t n
     *dot = d;
 }
 
-static double reduce(int level, bn_reduction r, const float *x, int64_t n, double mean)
-{
-    double lane[BN_LANES] = {0};
-    const int64_t n8 = n / BN_LANES * BN_LANES;
-#ifdef MX_SIMD_X86
-    if (level >= MX_SIMD_AVX512) lanes_avx512(r, x, n8, mean, lane);
-    else if (level == MX_SIMD_AVX2) lanes_avx2(r, x, n8, mean, lane);
-    else lanes_portable(r, x, n8, mean, lane);
-#else
-    (void)level;
-    lanes_portable(r, x, n8, mean, lane);
-#endif
-    double s = 0;
-    for (int64_t i = n8; i < n; i++) {
-        double d = x[i] - mean;
-        s += r == BN_SUM ? (double)x[i] : d * d;
-    }
-    for (int l = 0; l < BN_LANES; l++) s += lane[l];
-    return s;
-}
-
 /* Channels are independent in forward (statistics, moving states and the
  * output of channel c touch only channel c), so the pool splits them; each
  * channel's sums run in the same order whatever the split. */
@@ -341,12 +344,20 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (j->train) {
-            double s = 0;
-            for (int64_t o = 0; o < outer; o++) s += reduce(level, BN_SUM, x + (o * C + c) * inner, inner, 0);
-            mean = m > 0 ? s / m : 0;
-            double ss = 0;
-            for (int64_t o = 0; o < outer; o++)
-                ss += reduce(level, BN_SUMSQ_CENTERED, x + (o * C + c) * inner, inner, mean);
+            /* One pass over x (it streams from memory): sums of x - k and
+             * its squares in double, k the channel's first value; then
+             * sum((x - mean)^2) = sum((x - k)^2) - sum(x - k)^2 / m. */
+            const double k = m > 0 ? x[c * inner] : 0;
+            double s = 0, q = 0;
+            for (int64_t o = 0; o < outer; o++) {
+                double so, qo;
+                reduce_sum_sq(level, x + (o * C + c) * inner, inner, k, &so, &qo);
+                s += so;
+                q += qo;
+            }
+            mean = m > 0 ? k + s / m : 0;
+            double ss = m > 0 ? q - s * s / m : 0;
+            if (ss < 0) ss = 0;
             double var = m > 0 ? ss / m : 0;
             invstd = ss == 0 && bp->eps == 0 ? 0 : 1 / sqrt(var + bp->eps);
             mm[c] = (float)(mm[c] * bp->momentum + mean * (1 - bp->momentum));
