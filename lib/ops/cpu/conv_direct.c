@@ -1286,13 +1286,13 @@ static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, i
         fwd_taps(g, &p.c, (int64_t *)(base + p.off_koff));
         wgrad_run(&p, x, dy, images, base);
     }
-    if (turn && !turn->wait(turn->ctx, K, K)) {
+    if (turn && !turn->wait(turn->ctx, K)) {
         free(owned);
         return MX_ERR_RUNTIME;
     }
     if (images > 0) wgrad_finish((const float *)(base + p.off_dwt), K, p.fp, F, accumulate, dw);
     else if (!accumulate) memset(dw, 0, (size_t)(F * K) * sizeof(float));
-    if (turn) turn->done(turn->ctx, K, K);
+    if (turn) turn->done(turn->ctx, K);
     free(owned);
     return MX_OK;
 }

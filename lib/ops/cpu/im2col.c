@@ -653,9 +653,8 @@ typedef struct piece_turn {
     int64_t q;
 } piece_turn;
 
-static bool piece_turn_wait(void *ctx, int64_t end, int64_t total)
+static bool piece_turn_wait(void *ctx, int64_t end)
 {
-    (void)total;
     const piece_turn *t = ctx;
     if (t->q == 0) return true;
     while (atomic_load_explicit(&t->c->dw_written[t->q - 1], memory_order_acquire) < end) {
@@ -665,9 +664,8 @@ static bool piece_turn_wait(void *ctx, int64_t end, int64_t total)
     return true;
 }
 
-static void piece_turn_done(void *ctx, int64_t end, int64_t total)
+static void piece_turn_done(void *ctx, int64_t end)
 {
-    (void)total;
     const piece_turn *t = ctx;
     atomic_store_explicit(&t->c->dw_written[t->q], end, memory_order_release);
 }

@@ -35,12 +35,12 @@ typedef struct mx_conv_geom {
  * is summed afterwards (for a write request the same additions in the same
  * order; an add request adds each piece onto dw in turn): before a
  * piece writes dw up to `end` (in the kernel's units: input channels for
- * Winograd, taps for the direct kernels; `total` is dw's end), it calls
- * wait, which returns once the piece before has written that far (false:
- * an earlier piece failed, stop); after, done. */
+ * Winograd, C * KH * KW for the direct kernels, which write it all at
+ * once), it calls wait, which returns once the piece before has written
+ * that far (false: an earlier piece failed, stop); after, done. */
 typedef struct mx_dw_turn {
-    bool (*wait)(void *ctx, int64_t end, int64_t total);
-    void (*done)(void *ctx, int64_t end, int64_t total);
+    bool (*wait)(void *ctx, int64_t end);
+    void (*done)(void *ctx, int64_t end);
     void *ctx;
 } mx_dw_turn;
 

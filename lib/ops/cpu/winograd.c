@@ -1453,9 +1453,9 @@ static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, i
 {
     if (!mx_winograd_supported(g)) return MX_ERROR(MX_ERR_INVALID, "winograd: unsupported convolution geometry");
     if (images <= 0) {
-        if (turn && !turn->wait(turn->ctx, g->in_c, g->in_c)) return MX_ERR_RUNTIME;
+        if (turn && !turn->wait(turn->ctx, g->in_c)) return MX_ERR_RUNTIME;
         if (!accumulate) memset(dw, 0, (size_t)(g->out_c * g->in_c * g->k_h * g->k_w) * sizeof(float));
-        if (turn) turn->done(turn->ctx, g->in_c, g->in_c);
+        if (turn) turn->done(turn->ctx, g->in_c);
         return MX_OK;
     }
     wgplan q;
@@ -1493,18 +1493,18 @@ static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, i
         for (int64_t c0 = 0; c0 < p->c; c0 += GEMM_ROWS) {
             int64_t nc = p->c - c0 < GEMM_ROWS ? p->c - c0 : GEMM_ROWS;
             k->wgemm(p, v, dm, tiles, c0, nc, false, du, GEMM_ROWS * p->fp);
-            if (turn && i0 == 0 && !turn->wait(turn->ctx, c0 + nc, p->c)) {
+            if (turn && i0 == 0 && !turn->wait(turn->ctx, c0 + nc)) {
                 s = MX_ERR_RUNTIME;
                 break;
             }
             k->wfinal(p, du, GEMM_ROWS * p->fp, c0, nc, accumulate || i0 > 0, dw);
-            if (turn && i0 + p->gi >= images) turn->done(turn->ctx, c0 + nc, p->c);
+            if (turn && i0 + p->gi >= images) turn->done(turn->ctx, c0 + nc);
         }
     }
     if (!q.fused && s == MX_OK) {
-        if (turn && !turn->wait(turn->ctx, p->c, p->c)) s = MX_ERR_RUNTIME;
+        if (turn && !turn->wait(turn->ctx, p->c)) s = MX_ERR_RUNTIME;
         if (s == MX_OK) k->wfinal(p, du, p->c * p->fp, 0, p->c, accumulate, dw);
-        if (s == MX_OK && turn) turn->done(turn->ctx, p->c, p->c);
+        if (s == MX_OK && turn) turn->done(turn->ctx, p->c);
     }
     free(owned);
     return s;
