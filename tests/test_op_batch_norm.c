@@ -1,6 +1,7 @@
 /* test_op_batch_norm.c - BatchNorm against a float64 reference, through the
  * batch statistics in training mode. */
 #include "support/opcheck.h"
+#include "ops/activation.h"
 
 #include <check.h>
 #include <math.h>
@@ -300,6 +301,111 @@ START_TEST(threaded_backward_matches_serial)
 }
 END_TEST
 
+/* A folded relu's or clip's gradient is taken from the input, not the
+ * output (fold_mask_from_inputs): with the output overwritten by NaN before
+ * backward, dx, dgamma and dbeta are the bits of the fold's own backward on
+ * the true output followed by an unfolded BatchNorm backward, with batch
+ * statistics and with global ones. */
+START_TEST(folded_gradient_ignores_the_output)
+{
+    const mx_op_def *op = mx_op_find("BatchNorm");
+    ck_assert(op->folds_backward && op->fold_mask_from_inputs);
+    _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
+    const char *k_fix[] = {"fix_gamma"}, *v_fix[] = {"False"};
+    ck_assert_int_eq(mx_op_parse_params(op, k_fix, v_fix, 1, params), MX_OK);
+    enum { N = 2, C = 3, S = 7 * 9 };
+    static float x[N * C * S], dy[N * C * S], y[N * C * S], poisoned[N * C * S], dz[N * C * S];
+    static float dx_ref[N * C * S], dx[N * C * S];
+    float gamma[C], beta[C], mm[C], mv[C], mean[C], invstd[C], dg_ref[C], db_ref[C], dg[C], db[C];
+    uint64_t rng = 21;
+    for (int i = 0; i < N * C * S; i++) {
+        x[i] = (float)opcheck_uniform(&rng, -2, 3);
+        dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+        poisoned[i] = NAN;
+    }
+    for (int c = 0; c < C; c++) {
+        gamma[c] = (float)opcheck_uniform(&rng, 0.5, 2);
+        beta[c] = (float)opcheck_uniform(&rng, -1, 1);
+        mm[c] = 0.1f * (float)c;
+        mv[c] = 1.0f + 0.5f * (float)c;
+    }
+    const mx_fold folds[] = {{.kind = MX_FOLD_ACTIVATION, .act_type = ACT_RELU},
+                             {.kind = MX_FOLD_CLIP, .lo = -0.5f, .hi = 0.5f}};
+    mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
+                       {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm, .shape = MX_SHAPE(C)},
+                       {.data = mv, .shape = MX_SHAPE(C)}};
+    mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+    for (size_t f = 0; f < sizeof(folds) / sizeof(folds[0]); f++)
+        for (int train = 0; train < 2; train++) {
+            mx_exec_ctx exec = {.ctx = mx_cpu()};
+            mx_op_ctx folded = {.exec = &exec, .is_train = train, .fold = folds[f]};
+            mx_op_ctx plain = {.exec = &exec, .is_train = train};
+            mx_tensor out[3] = {{.data = y, .shape = MX_SHAPE(N, C, S)}, {.data = mean, .shape = MX_SHAPE(C)},
+                                {.data = invstd, .shape = MX_SHAPE(C)}};
+            ck_assert_int_eq(op->forward(&folded, params, in, req, out, &in[3]), MX_OK);
+            /* the reference: the fold's backward from y, then BatchNorm's */
+            mx_fold_backward_rows_at(&folds[f], 0, dy, y, dz, N * C * S);
+            int zeros = 0;
+            for (int i = 0; i < N * C * S; i++) zeros += dz[i] == 0.0f;
+            ck_assert_int_gt(zeros, 0);
+            ck_assert_int_lt(zeros, N * C * S);
+            mx_tensor og_ref[1] = {{.data = dz, .shape = MX_SHAPE(N, C, S)}};
+            mx_tensor ig_ref[3] = {{.data = dx_ref, .shape = MX_SHAPE(N, C, S)}, {.data = dg_ref, .shape = MX_SHAPE(C)},
+                                   {.data = db_ref, .shape = MX_SHAPE(C)}};
+            ck_assert_int_eq(op->backward(&plain, params, og_ref, in, out, req, ig_ref, &in[3]), MX_OK);
+            /* folded, with the output gone */
+            out[0].data = poisoned;
+            mx_tensor og[1] = {{.data = dy, .shape = MX_SHAPE(N, C, S)}};
+            mx_tensor ig[3] = {{.data = dx, .shape = MX_SHAPE(N, C, S)}, {.data = dg, .shape = MX_SHAPE(C)},
+                               {.data = db, .shape = MX_SHAPE(C)}};
+            ck_assert_int_eq(op->backward(&folded, params, og, in, out, req, ig, &in[3]), MX_OK);
+            ck_assert_msg(!memcmp(dx, dx_ref, sizeof(dx)), "fold %zu, train %d: dx", f, train);
+            ck_assert_msg(!memcmp(dg, dg_ref, sizeof(dg)) && !memcmp(db, db_ref, sizeof(db)), "fold %zu, train %d", f,
+                          train);
+        }
+}
+END_TEST
+
+/* The statistics come from one pass over x (sums of x - k and its squares,
+ * k the channel's first value): data far from zero keeps its variance (a
+ * mean 10^4 times the spread), and a constant channel has variance 0. */
+START_TEST(one_pass_statistics_keep_the_variance)
+{
+    const mx_op_def *op = mx_op_find("BatchNorm");
+    _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
+    ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
+    enum { N = 3, C = 2, S = 1000 };
+    static float x[N * C * S], y[N * C * S];
+    float gamma[C] = {1, 1}, beta[C] = {0, 0}, mm[C] = {0, 0}, mv[C] = {1, 1}, mean[C], invstd[C];
+    uint64_t rng = 31;
+    for (int o = 0; o < N; o++)
+        for (int i = 0; i < S; i++) {
+            x[(o * C + 0) * S + i] = (float)(1e4 + opcheck_uniform(&rng, -1, 1));
+            x[(o * C + 1) * S + i] = -3.25f;
+        }
+    double s = 0, ss = 0;
+    for (int o = 0; o < N; o++)
+        for (int i = 0; i < S; i++) s += x[o * C * S + i];
+    const double ref_mean = s / (N * S);
+    for (int o = 0; o < N; o++)
+        for (int i = 0; i < S; i++) ss += (x[o * C * S + i] - ref_mean) * (x[o * C * S + i] - ref_mean);
+    const double eps = 1e-3, ref_invstd = 1 / sqrt(ss / (N * S) + eps); /* eps: the default */
+    mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
+                       {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm, .shape = MX_SHAPE(C)},
+                       {.data = mv, .shape = MX_SHAPE(C)}};
+    mx_tensor out[3] = {{.data = y, .shape = MX_SHAPE(N, C, S)}, {.data = mean, .shape = MX_SHAPE(C)},
+                        {.data = invstd, .shape = MX_SHAPE(C)}};
+    mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+    mx_exec_ctx exec = {.ctx = mx_cpu()};
+    mx_op_ctx ctx = {.exec = &exec, .is_train = true};
+    ck_assert_int_eq(op->forward(&ctx, params, in, req, out, &in[3]), MX_OK);
+    ck_assert_float_eq(mean[0], (float)ref_mean);
+    ck_assert_double_le(fabs(invstd[0] - ref_invstd) / ref_invstd, 1e-6);
+    ck_assert_float_eq(mean[1], -3.25f);
+    ck_assert_float_eq(invstd[1], (float)(1 / sqrt(eps)));
+}
+END_TEST
+
 START_TEST(fix_gamma_writes_zero_gamma_gradient)
 {
     const mx_op_def *op = mx_op_find("BatchNorm");
@@ -385,6 +491,8 @@ int main(void)
     tcase_add_test(tc, training_forward_updates_moving_statistics);
     tcase_add_test(tc, threaded_forward_matches_serial);
     tcase_add_test(tc, threaded_backward_matches_serial);
+    tcase_add_test(tc, folded_gradient_ignores_the_output);
+    tcase_add_test(tc, one_pass_statistics_keep_the_variance);
     tcase_add_test(tc, fix_gamma_writes_zero_gamma_gradient);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);
     tcase_add_test(tc, param_defaults_are_mxnet_style);
