@@ -16,6 +16,7 @@
  * FMA); the measured maxima are printed.
  */
 #include "blas/blas.h"
+#include "ops/activation.h"
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/vector_rate.h"
@@ -388,6 +389,51 @@ START_TEST(forward_parts)
 }
 END_TEST
 
+/* A folded Activation on the forward's output: relu in the kernels' stores
+ * (the tails of in-place bands too: MobileNet's 7x7 and 14x14 1x1 layers at
+ * batch 16), others on each chunk's rows; either way the bits of the
+ * unfolded forward followed by the Activation, in parts and whole. */
+START_TEST(folded_activation_forward)
+{
+    mx_conv_geom gs[] = {geom(16, 32, 48, 7, 7, 1, 1, 1, 1, 0, 0), geom(16, 24, 40, 14, 14, 1, 1, 1, 1, 0, 0),
+                         geom(2, 24, 40, 19, 21, 3, 3, 2, 2, 1, 1), geom(1, 3, 17, 30, 30, 7, 7, 2, 2, 3, 3)};
+    const int acts[] = {ACT_RELU, ACT_SIGMOID};
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+        for (size_t a = 0; a < sizeof(acts) / sizeof(acts[0]); a++) {
+            const mx_conv_geom *g = &gs[i];
+            const int64_t n = g->batch, in_n = n * g->in_c * g->in_h * g->in_w;
+            const int64_t out_n = n * g->out_c * g->out_h * g->out_w;
+            float *x = test_rand_floats(in_n), *w = test_rand_floats(g->out_c * g->in_c * g->k_h * g->k_w);
+            float *bias = test_rand_floats(g->out_c), *packed = malloc(mx_direct_packed_bytes(g));
+            float *want = malloc((size_t)out_n * sizeof(float)), *got = malloc((size_t)out_n * sizeof(float));
+            void *s = malloc(mx_direct_scratch_bytes(g, n));
+            ck_assert(packed && want && got && s);
+            mx_direct_pack_weights(g, w, packed);
+            const mx_fold fold = {.kind = MX_FOLD_ACTIVATION, .act_type = acts[a]};
+            ck_assert_int_eq(mx_direct_forward(g, packed, x, n, bias, false, want, s), MX_OK);
+            mx_fold_rows(&fold, want, out_n);
+            int64_t zeros = 0;
+            for (int64_t k = 0; k < out_n; k++) zeros += want[k] == 0.0f;
+            if (acts[a] == ACT_RELU) ck_assert(zeros > 0 && zeros < out_n);
+            for (int64_t parts = 1; parts <= 2; parts++) {
+                memset(got, 0xff, (size_t)out_n * sizeof(float));
+                for (int64_t part = 0; part < parts; part++)
+                    ck_assert_int_eq(
+                        mx_direct_forward_part_fold(g, packed, x, n, part, parts, bias, false, &fold, got, s), MX_OK);
+                ck_assert_msg(memcmp(want, got, (size_t)out_n * sizeof(float)) == 0, "geometry %zu, act %d, %lld parts",
+                              i, acts[a], (long long)parts);
+            }
+            free(x);
+            free(w);
+            free(bias);
+            free(packed);
+            free(want);
+            free(got);
+            free(s);
+        }
+}
+END_TEST
+
 /* Weights derived once (mx_conv_prepare) give the bits of a forward that
  * derives them per call, on each path, at batch 1 on 1 and 2 threads; a
  * preparation for another batch is ignored (and larger batches keep none). */
@@ -655,6 +701,7 @@ int main(void)
     if (__builtin_cpu_supports("avx512f") && !(isa && strcmp(isa, "none") == 0)) {
         tcase_add_test(tc, image_ranges);
         tcase_add_test(tc, forward_parts);
+        tcase_add_test(tc, folded_activation_forward);
         tcase_add_test(tc, edge_shapes);
         tcase_add_test(tc, target_layers);
         tcase_add_test(tc, random_shapes);

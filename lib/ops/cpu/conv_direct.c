@@ -28,6 +28,7 @@
  * runs; OpenBLAS SGEMM reaches about 97 on 1024^3.
  */
 #include "ops/cpu/conv_direct.h"
+#include "ops/activation.h"
 #include "ops/cpu/simd.h"
 #include "blas/blas.h"
 #include "ops/cpu/transpose16.h"
@@ -238,10 +239,15 @@ TARGET static void pack_band(const core *p, const dband *b, float *planes)
 
 /* ------------------------------------------------------ forward kernel */
 
+/* How the forward kernels store a tile: written, added to what is there,
+ * or written through a relu (a folded Activation: max(t, 0) is Activation's
+ * select(t > 0, t, 0) bit for bit, NaN and -0 included). */
+typedef enum store_mode { STORE_WRITE = 0, STORE_ADD, STORE_RELU } store_mode;
+
 /* R rows x V vectors: acc[r][v] = sum over k of w[k*R + r] * view_k(vector v),
- * then dst (+ bias) (+ what is there when accumulating). */
+ * then dst (+ bias), stored per `store`. */
 INLINE void fwd_tile(const float *w, const int64_t *koff, int64_t kn, const dvec *vs, int64_t doff, int64_t ldc,
-                     const float *bias, bool accumulate, const int R, const int V, const bool masked)
+                     const float *bias, int store, const int R, const int V, const bool masked)
 {
     __m512 acc[MAX_R][MAX_V];
     const float *s[MAX_V];
@@ -275,20 +281,21 @@ INLINE void fwd_tile(const float *w, const int64_t *koff, int64_t kn, const dvec
         for (int r = 0; r < R; r++) {
             __m512 t = acc[r][v];
             if (bias) t = _mm512_add_ps(t, _mm512_set1_ps(bias[r]));
-            if (accumulate) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m[v], d + r * ldc));
+            if (store == STORE_ADD) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m[v], d + r * ldc));
+            else if (store == STORE_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
             _mm512_mask_storeu_ps(d + r * ldc, m[v], t);
         }
     }
 }
 
 typedef void (*fwd_fn)(const float *w, const int64_t *koff, int64_t kn, const dvec *vs, int64_t doff, int64_t ldc,
-                       const float *bias, bool accumulate);
+                       const float *bias, int store);
 
 #define FWD_FN(R, V)                                                                                                   \
     TARGET static void fwd_##R##_##V(const float *w, const int64_t *koff, int64_t kn, const dvec *vs, int64_t doff,   \
-                                     int64_t ldc, const float *bias, bool accumulate)                                  \
+                                     int64_t ldc, const float *bias, int store)                                        \
     {                                                                                                                  \
-        fwd_tile(w, koff, kn, vs, doff, ldc, bias, accumulate, R, V, false);                                           \
+        fwd_tile(w, koff, kn, vs, doff, ldc, bias, store, R, V, false);                                                \
     }
 #define FWD_FN6(R) FWD_FN(R, 1) FWD_FN(R, 2) FWD_FN(R, 3) FWD_FN(R, 4) FWD_FN(R, 5) FWD_FN(R, 6)
 #define FWD_FN4(R) FWD_FN(R, 1) FWD_FN(R, 2) FWD_FN(R, 3) FWD_FN(R, 4)
@@ -311,9 +318,9 @@ static const fwd_fn fwd_fns[MAX_R][MAX_V] = {FWD_ROW6(1), FWD_ROW6(2), FWD_ROW6(
 #define PART_V 3
 #define PART_FN(R, V)                                                                                                  \
     TARGET static void part_##R##_##V(const float *w, const int64_t *koff, int64_t kn, const dvec *vs, int64_t doff,   \
-                                      int64_t ldc, const float *bias, bool accumulate)                                 \
+                                      int64_t ldc, const float *bias, int store)                                       \
     {                                                                                                                  \
-        fwd_tile(w, koff, kn, vs, doff, ldc, bias, accumulate, R, V, true);                                            \
+        fwd_tile(w, koff, kn, vs, doff, ldc, bias, store, R, V, true);                                                 \
     }
 #define PART_FN3(R) PART_FN(R, 1) PART_FN(R, 2) PART_FN(R, 3)
 PART_FN3(1) PART_FN3(2) PART_FN3(3) PART_FN3(4) PART_FN3(5) PART_FN3(6) PART_FN3(7) PART_FN3(8)
@@ -358,14 +365,14 @@ static int64_t band_vectors(int64_t np) { return ceil_div(np, LANES) + 1; }
  * k-major, the last one narrower) and groups of v vectors. koff[k]: tap
  * k's offset from a vector's src. */
 TARGET static void run_vectors_from(int64_t first_row, int64_t rows, int64_t k, int r, int v, const float *wp,
-                                    const int64_t *koff, const vlist *l, int64_t ldc, const float *bias, bool accumulate)
+                                    const int64_t *koff, const vlist *l, int64_t ldc, const float *bias, int store)
 {
     for (int64_t g0 = 0; g0 < l->full; g0 += v) {
         const int nvv = (int)min64(v, l->full - g0);
         for (int64_t r0 = first_row; r0 < rows; r0 += r) {
             const int nr = (int)min64(r, rows - r0);
             fwd_fns[nr - 1][nvv - 1](wp + r0 * k, koff, k, l->v + g0, r0 * ldc, ldc, bias ? bias + r0 : NULL,
-                                     accumulate);
+                                     store);
         }
     }
     const int pv = (int)min64(v, PART_V);
@@ -374,15 +381,15 @@ TARGET static void run_vectors_from(int64_t first_row, int64_t rows, int64_t k, 
         for (int64_t r0 = first_row; r0 < rows; r0 += r) {
             const int nr = (int)min64(r, rows - r0);
             fwd_part_fns[nr - 1][nvv - 1](wp + r0 * k, koff, k, l->v + i, r0 * ldc, ldc, bias ? bias + r0 : NULL,
-                                          accumulate);
+                                          store);
         }
     }
 }
 
 TARGET static void run_vectors(int64_t rows, int64_t k, int r, int v, const float *wp, const int64_t *koff,
-                               const vlist *l, int64_t ldc, const float *bias, bool accumulate)
+                               const vlist *l, int64_t ldc, const float *bias, int store)
 {
-    run_vectors_from(0, rows, k, r, v, wp, koff, l, ldc, bias, accumulate);
+    run_vectors_from(0, rows, k, r, v, wp, koff, l, ldc, bias, store);
 }
 
 /* Short tails of in-place bands (TAIL_MAX pixels or fewer past their last
@@ -440,7 +447,7 @@ static tail_stage tail_stage_at(const core *c, char *at)
  * their rows [first_row, end_row) copied out. Unused lanes compute zeros
  * and are not copied. */
 TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, const float *wp, const tail_stage *ts,
-                             int64_t n, int64_t ldc, const float *bias)
+                             int64_t n, int64_t ldc, const float *bias, int store)
 {
     int64_t vecs = 0, lane = LANES;
     for (int64_t i = 0; i < n; i++) {
@@ -458,7 +465,7 @@ TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, 
     }
     vlist l = {.v = ts->vl, .cap = vecs};
     for (int64_t v = 0; v < vecs; v++) vlist_add(&l, ts->x + v * LANES, ts->y + v * LANES, LANES, 0);
-    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, ts->koff, &l, width, bias, false);
+    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, ts->koff, &l, width, bias, store);
     for (int64_t i = 0; i < n; i++)
         for (int64_t r = first_row; r < end_row; r++)
             memcpy(ts->recs[i].dst + r * ldc, ts->y + r * width + ts->recs[i].at, (size_t)ts->recs[i].n * sizeof(float));
@@ -469,7 +476,7 @@ TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, 
  * in-place short tails (NULL: none; nb <= TAIL_BANDS with it). */
 TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end_row, const float *wp,
                                    const int64_t *koff, const dband *bands, int64_t nb, int64_t ldc, const float *bias,
-                                   bool accumulate, float *planes, dvec *vl, int64_t vcap, const tail_stage *ts)
+                                   int store, float *planes, dvec *vl, int64_t vcap, const tail_stage *ts)
 {
     vlist l = {.v = vl, .cap = vcap};
     int64_t tails = 0;
@@ -478,7 +485,7 @@ TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end
         const float *pl = p->inplace ? bands[b].src + base : planes + b * p->band;
         if (!p->inplace) pack_band(p, &bands[b], planes + b * p->band);
         const int64_t np = p1 - p0, whole = np / LANES * LANES;
-        if (ts && !accumulate && np > whole && np - whole <= TAIL_MAX) {
+        if (ts && store != STORE_ADD && np > whole && np - whole <= TAIL_MAX) {
             vlist_add_band(&l, pl + (p0 - base), bands[b].dst, whole); /* whole vectors only */
             ts->recs[tails++] = (tail_rec){.src = pl + (p0 - base) + whole, .dst = bands[b].dst + whole,
                                            .n = np - whole};
@@ -486,8 +493,8 @@ TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end
             vlist_add_band(&l, pl + (p0 - base), bands[b].dst, np);
         }
     }
-    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, koff, &l, ldc, bias, accumulate);
-    if (tails) run_tails(p, first_row, end_row, wp, ts, tails, ldc, bias);
+    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, koff, &l, ldc, bias, store);
+    if (tails) run_tails(p, first_row, end_row, wp, ts, tails, ldc, bias, store);
 }
 
 /* ------------------------------------------------------------ geometry */
@@ -657,6 +664,12 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
                                const float *x, int64_t images, const float *bias, bool accumulate, const mx_fold *fold,
                                float *y, char *base)
 {
+    /* A folded relu goes into the kernels' stores; other folded layers run
+     * on each chunk's rows while they are in cache. */
+    const int store = accumulate ? STORE_ADD
+                      : fold && fold->kind == MX_FOLD_ACTIVATION && fold->act_type == ACT_RELU ? STORE_RELU
+                                                                                            : STORE_WRITE;
+    if (store == STORE_RELU) fold = NULL;
     const int level = fold ? mx_simd_level() : 0;
     const core *c = &p->c;
     int64_t *koff = (int64_t *)(base + p->off_koff);
@@ -672,7 +685,7 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
         }
         tail_stage ts;
         if (p->tails) ts = tail_stage_at(c, base + p->off_tail);
-        core_chunk_rows(c, first_row, end_row, packed, koff, bl, nb, P, bias, accumulate, (float *)base, vl,
+        core_chunk_rows(c, first_row, end_row, packed, koff, bl, nb, P, bias, store, (float *)base, vl,
                         p->nvmax, p->tails ? &ts : NULL);
         /* The folded layer on the rows just written, while the chunk's
          * outputs are still in cache. */
@@ -1040,7 +1053,7 @@ TARGET static void backward_run(const mx_conv_geom *g, const bplan *p, const flo
                 /* packed_b holds phase (a, b) after every earlier one (a-major) */
                 const int64_t k = F * ta[a] * tb[b], off = C * F * (ta_before[a] * g->k_w + ta[a] * tb_before[b]);
                 bwd_taps(&c, ta[a], p->tmax, koff);
-                run_vectors(C, k, c.r, c.v, packed_b + off, koff, &l, p->ldc, NULL, false);
+                run_vectors(C, k, c.r, c.v, packed_b + off, koff, &l, p->ldc, NULL, STORE_WRITE);
             }
         }
         /* interleave the phases into dx: per row phase and channel, all the
