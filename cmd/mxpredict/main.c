@@ -316,7 +316,6 @@ static int set_channels(const char *opt, const char *text, int channels, float *
 int main(int argc, char **argv)
 {
     options o;
-    mx_malloc_map_large_blocks();
     int code = parse_args(argc, argv, &o);
     if (code >= 0) {
         free(o.inputs);

@@ -150,7 +150,6 @@ static mx_status check_same_config(mx_comm *comm, const char *path, const char *
 int main(int argc, char **argv)
 {
     const char *config_path = NULL, *metrics_log = NULL;
-    mx_malloc_map_large_blocks();
     const char **overrides = calloc((size_t)argc + 1, sizeof(char *));
     int n_overrides = 0, time_batches = 0;
     bool dry_run = false, resume = false;

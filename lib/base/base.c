@@ -7,9 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #define MX_ERROR_CAPACITY 1024
 
@@ -147,15 +144,6 @@ char *mx_strdup_at(const char *s, const char *file, int line)
 }
 
 void mx_free(void *ptr) { free(ptr); }
-
-void mx_malloc_map_large_blocks(void)
-{
-#ifdef __GLIBC__
-    if (getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") || getenv("GLIBC_TUNABLES")) return;
-    /* Fixing the threshold also stops glibc's adjusting it (and the trim threshold). */
-    mallopt(M_MMAP_THRESHOLD, 1 << 20);
-#endif
-}
 
 int mx_size_mul(size_t a, size_t b, size_t *out)
 {

@@ -88,16 +88,6 @@ char *mx_strdup_at(const char *s, const char *file, int line);
 #define mx_realloc(ptr, bytes) mx_realloc_at((ptr), (bytes), __FILE__, __LINE__)
 #define mx_strdup(s) mx_strdup_at((s), __FILE__, __LINE__)
 void mx_free(void *ptr);
-/* For the tools' mains, before anything is allocated: blocks of 1 MiB and
- * more always come from mmap, so that freeing one gives it back to the
- * system. Otherwise glibc raises its mmap threshold (up to 32 MiB) each
- * time a mapped block is freed, later blocks below it come from the heap,
- * and freed ones stay resident there: the kernels' scratch buffers grow by
- * freeing a smaller one (training's peak RSS: ResNet-18 579 -> 548 MiB,
- * ResNet-50 1,675 -> 1,639, Inception-BN 837 -> 808, the same speed).
- * Left to glibc when MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or
- * GLIBC_TUNABLES is set. */
-void mx_malloc_map_large_blocks(void);
 
 /* Where data lives and operations run. dev_type uses MXNet's codes so
  * contexts round-trip through .params files unchanged. */
