@@ -144,6 +144,25 @@ START_TEST(output_mean_var_shows_three_outputs)
 }
 END_TEST
 
+/* BatchNorm's inputs (data, gamma, beta, moving mean and variance) and
+ * outputs (y, saved mean and inverse std) over (N, C, S) arrays. */
+typedef struct bn_io {
+    mx_tensor in[5], out[3];
+} bn_io;
+
+static bn_io bn_tensors(int64_t n, int64_t c, int64_t s, float *x, float *gamma, float *beta, float *mm, float *mv,
+                        float *y, float *mean, float *invstd)
+{
+    return (bn_io){.in = {{.data = x, .shape = MX_SHAPE(n, c, s)},
+                          {.data = gamma, .shape = MX_SHAPE(c)},
+                          {.data = beta, .shape = MX_SHAPE(c)},
+                          {.data = mm, .shape = MX_SHAPE(c)},
+                          {.data = mv, .shape = MX_SHAPE(c)}},
+                   .out = {{.data = y, .shape = MX_SHAPE(n, c, s)},
+                           {.data = mean, .shape = MX_SHAPE(c)},
+                           {.data = invstd, .shape = MX_SHAPE(c)}}};
+}
+
 /* A training forward moves the aux states by the batch mean and biased
  * variance; inference and use_global_stats leave them alone. */
 START_TEST(training_forward_updates_moving_statistics)
@@ -157,11 +176,8 @@ START_TEST(training_forward_updates_moving_statistics)
     float y[N * C * S], mean[C], invstd[C];
     uint64_t rng = 5;
     for (int i = 0; i < N * C * S; i++) x[i] = (float)opcheck_uniform(&rng, -2, 3);
-    mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
-                       {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm, .shape = MX_SHAPE(C)},
-                       {.data = mv, .shape = MX_SHAPE(C)}};
-    mx_tensor out[3] = {{.data = y, .shape = MX_SHAPE(N, C, S)}, {.data = mean, .shape = MX_SHAPE(C)},
-                        {.data = invstd, .shape = MX_SHAPE(C)}};
+    bn_io t = bn_tensors(N, C, S, x, gamma, beta, mm, mv, y, mean, invstd);
+    mx_tensor *in = t.in, *out = t.out;
     mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec, .is_train = true};
@@ -390,15 +406,11 @@ START_TEST(one_pass_statistics_keep_the_variance)
     for (int o = 0; o < N; o++)
         for (int i = 0; i < S; i++) ss += (x[o * C * S + i] - ref_mean) * (x[o * C * S + i] - ref_mean);
     const double eps = 1e-3, ref_invstd = 1 / sqrt(ss / (N * S) + eps); /* eps: the default */
-    mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
-                       {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm, .shape = MX_SHAPE(C)},
-                       {.data = mv, .shape = MX_SHAPE(C)}};
-    mx_tensor out[3] = {{.data = y, .shape = MX_SHAPE(N, C, S)}, {.data = mean, .shape = MX_SHAPE(C)},
-                        {.data = invstd, .shape = MX_SHAPE(C)}};
+    bn_io t = bn_tensors(N, C, S, x, gamma, beta, mm, mv, y, mean, invstd);
     mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec, .is_train = true};
-    ck_assert_int_eq(op->forward(&ctx, params, in, req, out, &in[3]), MX_OK);
+    ck_assert_int_eq(op->forward(&ctx, params, t.in, req, t.out, &t.in[3]), MX_OK);
     ck_assert_float_eq(mean[0], (float)ref_mean);
     ck_assert_double_le(fabs(invstd[0] - ref_invstd) / ref_invstd, 1e-6);
     ck_assert_float_eq(mean[1], -3.25f);
