@@ -235,22 +235,22 @@ static double last_val_accuracy(const char *out)
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
-/* LeNet on 512 Fashion-MNIST images (256 per rank), 2 epochs, validated
- * on 512: 2 asynchronous workers reach at least dist_sync's accuracy less
- * 2 points, as the mean of three dist_async runs (sync 0.682; single
- * async runs 0.64 to 0.74 over 27 runs, mean about 0.70: one run alone
- * failed the bound once in a loaded `make test`; async makes twice the
- * updates). Without momentum, at batch 16 per
- * rank and lr 0.03: two workers pushing gradients from about the same
- * weights step about twice as far as one (kvstore.h: dist_async); at lr
- * 0.05 an unlucky interleaving ended at 0.69 (against sync's 0.72) in 2 of
- * 15 runs of 1024 images, and momentum 0.9 diverges (the README says so).
- * The progress line every 4 batches is a collective, which bounds how far
- * one rank runs ahead of the other (the staleness of its gradients).
+/* LeNet on 512 Fashion-MNIST images (256 per rank), 2 epochs, validated on
+ * 512: 2 asynchronous workers reach at least dist_sync's accuracy less 2
+ * points, as the mean of five dist_async runs (sync 0.682; single async
+ * runs 0.61 to 0.74 over about 40 runs, mean about 0.70, the spread from
+ * the order in which pushes meet: three runs' mean failed the bound about
+ * one time in fifty; async makes twice the updates). Without momentum, at
+ * batch 16 per rank and lr 0.03: two workers pushing gradients from about
+ * the same weights step about twice as far as one (kvstore.h: dist_async);
+ * at lr 0.05 an unlucky interleaving ended at 0.69 (against sync's 0.72) in
+ * 2 of 15 runs of 1024 images, and momentum 0.9 diverges (the README says
+ * so). The progress line every 4 batches is a collective, which bounds how
+ * far one rank runs ahead of the other (the staleness of its gradients).
  * The sanitizer builds look for memory errors and races, 10x slower: 256
- * images validated on 256 (sync 0.617, async 0.680 to 0.703), and the
- * claim is wider there: both well above chance (0.1), async within 5
- * points of sync. */
+ * images validated on 256 (sync 0.617, async 0.625 to 0.703), and the claim
+ * is wider there: both well above chance (0.1), async within 5 points of
+ * sync. */
 #define LENET_TRAIN (TOOL_SANITIZED ? 256 : 512)
 #define LENET_VAL (TOOL_SANITIZED ? 256 : 512)
 #define LENET_POINTS (TOOL_SANITIZED ? 0.05 : 0.02)
@@ -268,11 +268,12 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
     idx_subset(FMNIST "t10k-labels-idx1-ubyte.gz", vl, LENET_VAL);
     /* dist_sync is deterministic; dist_async's result depends on the order
      * in which the ranks' pushes meet at the server, which the machine's load
-     * decides (0.64 to 0.74 over 27 runs here): its mean over three runs is
-     * what is compared. */
-    double acc[4];
-    const char *kinds[4] = {"dist_sync", "dist_async", "dist_async", "dist_async"};
-    for (int k = 0; k < 4; k++) {
+     * decides (0.61 to 0.74 over about 40 runs here): its mean over five runs
+     * is what is compared. */
+    enum { RUNS = 6 };
+    double acc[RUNS];
+    const char *kinds[RUNS] = {"dist_sync", "dist_async", "dist_async", "dist_async", "dist_async", "dist_async"};
+    for (int k = 0; k < RUNS; k++) {
         char args[4096], *out;
         const char *asan = getenv("ASAN_OPTIONS");
         char *saved = asan ? strdup(asan) : NULL;
@@ -290,13 +291,14 @@ START_TEST(lenet_async_is_within_2_points_of_sync)
         acc[k] = last_val_accuracy(out);
         free(out);
     }
-    const double async_mean = (acc[1] + acc[2] + acc[3]) / 3;
-    printf("LeNet on %d images, 2 ranks, 2 epochs: validation accuracy dist_sync %.4f, dist_async %.4f %.4f %.4f\n",
-           LENET_TRAIN, acc[0], acc[1], acc[2], acc[3]);
+    const double async_mean = (acc[1] + acc[2] + acc[3] + acc[4] + acc[5]) / 5;
+    printf("LeNet on %d images, 2 ranks, 2 epochs: validation accuracy dist_sync %.4f, dist_async %.4f %.4f %.4f %.4f "
+           "%.4f\n",
+           LENET_TRAIN, acc[0], acc[1], acc[2], acc[3], acc[4], acc[5]);
     ck_assert_msg(async_mean >= acc[0] - LENET_POINTS,
-                  "dist_async %.4f %.4f %.4f (mean %.4f), dist_sync %.4f: more than %g points apart", acc[1], acc[2],
-                  acc[3], async_mean, acc[0], LENET_POINTS * 100);
-    for (int k = 0; k < 4; k++)
+                  "dist_async %.4f %.4f %.4f %.4f %.4f (mean %.4f), dist_sync %.4f: more than %g points apart", acc[1],
+                  acc[2], acc[3], acc[4], acc[5], async_mean, acc[0], LENET_POINTS * 100);
+    for (int k = 0; k < RUNS; k++)
         ck_assert_msg(acc[k] > LENET_LEARNED, "%s run %d did not learn: %.4f", kinds[k], k, acc[k]);
 }
 END_TEST
