@@ -498,8 +498,8 @@ static int folded_output_slot(const exec_graph *eg, const int *slot_of, const mx
 {
     if (n->kind != MX_NODE_BACKWARD) return -1;
     const mx_node *f = mx_graph_node(eg->g, n->forward_node);
-    if (f->fold.kind == MX_FOLD_NONE || !mx_node_backward_reads_output(f, 0) || mx_op_backward_reads_output(f->op, 0))
-        return -1;
+    /* The node reads output 0, and only for its fold. */
+    if (mx_op_backward_reads_output(f->op, 0) || !mx_node_backward_reads_output(f, 0)) return -1;
     return reusable_slot(eg, slot_of, refs, users, n->inputs[f->n_outputs + f->n_inputs], bytes);
 }
 

@@ -18,7 +18,6 @@
  * does not write 1 into the gamma array.
  */
 #include "ops/op.h"
-#include "ops/activation.h"
 #include "ops/batch_norm.h"
 #include "ops/cpu/simd.h"
 
@@ -324,9 +323,7 @@ static void bn_affine(const bn_params *bp, const float *gamma, const float *beta
 /* The clamp a fold is done as in the normalize pass. */
 static int bn_clamp_of(const mx_fold *f)
 {
-    return f->kind == MX_FOLD_ACTIVATION && f->act_type == ACT_RELU ? BN_CLAMP_RELU
-           : f->kind == MX_FOLD_CLIP                                 ? BN_CLAMP_CLIP
-                                                                     : BN_CLAMP_NONE;
+    return mx_fold_is_relu(f) ? BN_CLAMP_RELU : f->kind == MX_FOLD_CLIP ? BN_CLAMP_CLIP : BN_CLAMP_NONE;
 }
 
 static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)

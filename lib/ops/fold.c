@@ -52,10 +52,9 @@ void mx_fold_backward_rows_at(const mx_fold *f, int simd_level, const float *dy,
     }
 }
 
-bool mx_fold_derivative_is_mask(const mx_fold *f)
-{
-    return (f->kind == MX_FOLD_ACTIVATION && f->act_type == ACT_RELU) || f->kind == MX_FOLD_CLIP;
-}
+bool mx_fold_is_relu(const mx_fold *f) { return f->kind == MX_FOLD_ACTIVATION && f->act_type == ACT_RELU; }
+
+bool mx_fold_derivative_is_mask(const mx_fold *f) { return mx_fold_is_relu(f) || f->kind == MX_FOLD_CLIP; }
 
 mx_status mx_fold_check_req(const mx_fold *f, mx_req req, const char *op)
 {

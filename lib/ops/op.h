@@ -76,6 +76,8 @@ void mx_fold_backward(mx_threadpool *pool, const mx_fold *f, float *dy, const fl
  * producer whose backward takes the folded layer's gradient a row at a
  * time (mx_op_def.folds_backward). */
 void mx_fold_backward_rows_at(const mx_fold *f, int simd_level, const float *dy, const float *y, float *out, int64_t n);
+/* Whether f is a relu (an Activation of act_type relu). */
+bool mx_fold_is_relu(const mx_fold *f);
 /* Whether f's derivative is a mask of where its input lies (relu, clip):
  * what an op with fold_mask_from_inputs takes from its own inputs. */
 bool mx_fold_derivative_is_mask(const mx_fold *f);

@@ -28,7 +28,6 @@
  * runs; OpenBLAS SGEMM reaches about 97 on 1024^3.
  */
 #include "ops/cpu/conv_direct.h"
-#include "ops/activation.h"
 #include "ops/cpu/simd.h"
 #include "blas/blas.h"
 #include "ops/cpu/transpose16.h"
@@ -666,9 +665,7 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
 {
     /* A folded relu goes into the kernels' stores; other folded layers run
      * on each chunk's rows while they are in cache. */
-    const int store = accumulate ? STORE_ADD
-                      : fold && fold->kind == MX_FOLD_ACTIVATION && fold->act_type == ACT_RELU ? STORE_RELU
-                                                                                            : STORE_WRITE;
+    const int store = accumulate ? STORE_ADD : fold && mx_fold_is_relu(fold) ? STORE_RELU : STORE_WRITE;
     if (store == STORE_RELU) fold = NULL;
     const int level = fold ? mx_simd_level() : 0;
     const core *c = &p->c;
