@@ -9,6 +9,7 @@
  * softrelu) keep finite differences off kinks.
  */
 #include "executor/executor.h"
+#include "optimizer/optimizer.h"
 #include "support/graphs.h"
 
 #include <check.h>
@@ -789,6 +790,193 @@ START_TEST(non_loss_heads_take_head_gradients)
 }
 END_TEST
 
+/* A weight two layers share (its gradient is a sum, and the backward of
+ * the first layer still reads it after the second's), and a layer behind
+ * BlockGrad, whose gradient is zeros: updates in the backward pass. */
+static mx_graph *tied(void)
+{
+    uint32_t d, w;
+    mx_graph *g = new_graph(&d);
+    ck_assert_int_eq(mx_graph_add_variable(g, "tied_weight", NULL, 0, &w), MX_OK);
+    mx_entry x = test_entry(d);
+    mx_entry in[2] = {x, test_entry(w)};
+    x = test_entry(test_graph_op(g, "FullyConnected", "fa", "num_hidden=6;no_bias=True", in, 2));
+    x = test_entry(test_graph_op(g, "Activation", "ta", "act_type=tanh", &x, 1));
+    in[0] = x;
+    x = test_entry(test_graph_op(g, "FullyConnected", "fb", "num_hidden=6;no_bias=True", in, 2));
+    x = test_entry(test_graph_op(g, "Activation", "tb", "act_type=tanh", &x, 1));
+    mx_entry z = test_entry(d);
+    z = test_entry(test_graph_op(g, "FullyConnected", "fz", "num_hidden=6", &z, 1));
+    z = test_entry(test_graph_op(g, "BlockGrad", "stop", NULL, &z, 1));
+    mx_entry two[2] = {x, z};
+    x = test_entry(test_graph_op(g, "elemwise_add", "join", NULL, two, 2));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
+/* Wide fully-connected layers on a small batch, with folded activations
+ * (relu: idempotent; sigmoid: not): their weight gradients outweigh what
+ * their backward reads, so updates in backward defer them to the end of
+ * the pass (the first layer's copy folds itself: its original, with no
+ * data gradient to make, does not run). */
+static mx_graph *wide(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "FullyConnected", "w1", "num_hidden=96", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "r1", "act_type=relu", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "w2", "num_hidden=80", &x, 1));
+    x = test_entry(test_graph_op(g, "Activation", "s2", "act_type=sigmoid", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "w3", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
+typedef struct update_log {
+    mx_optimizer *opt;
+    mx_ndarray **seen; /* per argument: a copy of the gradient handed over */
+    int calls[64];
+} update_log;
+
+static mx_status log_and_update(void *ctx, int arg, mx_ndarray *weight, mx_ndarray *grad)
+{
+    update_log *log = ctx;
+    log->calls[arg]++;
+    MX_TRY(mx_nd_copy(log->seen[arg], grad)); /* pushed: reads the gradient before later nodes reuse it */
+    return mx_optimizer_update(log->opt, arg, weight, grad);
+}
+
+static void host_copy(mx_ndarray *a, float **out, size_t *bytes)
+{
+    *bytes = mx_ndarray_nbytes(a);
+    *out = malloc(*bytes);
+    ck_assert_int_eq(mx_ndarray_to_host(a, *out, *bytes), MX_OK);
+}
+
+/* Updates handed over inside the backward pass see the gradients a plain
+ * bind computes, bit for bit, once each; no node of the pass sees an
+ * updated weight (the data gradient, which reads the tied weight last,
+ * is the plain one); the weights end as the plain bind's after the same
+ * sgd update; and the gradients take memory in the plan, not their own. */
+START_TEST(updates_in_backward_see_the_final_gradients)
+{
+    mx_graph *(*nets[3])(void) = {tied, residual, wide};
+    mx_shape shapes[3] = {MX_SHAPE(5, 6), MX_SHAPE(4, 3, 6, 6), MX_SHAPE(2, 40)};
+    for (int k = 0; k < 3; k++) {
+        bound plain, fused;
+        bind_net(&plain, nets[k](), shapes[k], 3, false, true, 21);
+        bind_net(&fused, nets[k](), shapes[k], 3, false, true, 21);
+        const char *keys[] = {"learning_rate", "momentum", "wd"}, *values[] = {"0.1", "0.9", "0.01"};
+        mx_optimizer *plain_opt, *fused_opt;
+        ck_assert_int_eq(mx_optimizer_create_kv(plain.rt, "sgd", keys, values, 3, &plain_opt), MX_OK);
+        ck_assert_int_eq(mx_optimizer_create_kv(fused.rt, "sgd", keys, values, 3, &fused_opt), MX_OK);
+        bool in_backward[64] = {false};
+        mx_ndarray *seen[64] = {NULL}, *fused_grads[64] = {NULL};
+        update_log log = {.opt = fused_opt, .seen = seen};
+        size_t grad_bytes = 0;
+        for (int i = 0; i < fused.n_args; i++) {
+            if (i == fused.label_index || i == fused.data_index) {
+                fused_grads[i] = fused.grads[i];
+                continue;
+            }
+            in_backward[i] = true;
+            grad_bytes += mx_ndarray_nbytes(fused.grads[i]);
+            ck_assert_int_eq(mx_ndarray_create(fused.rt, *mx_ndarray_shape(fused.grads[i]), MX_FLOAT32, mx_cpu(), &seen[i]),
+                             MX_OK);
+        }
+        mx_grad_req reqs[64] = {MX_GRAD_NULL};
+        for (int i = 0; i < fused.n_args; i++) reqs[i] = i == fused.label_index ? MX_GRAD_NULL : MX_GRAD_WRITE;
+        if (k == 2) { /* no data gradient: w1's backward has nothing left to make but its weights' */
+            reqs[fused.data_index] = MX_GRAD_NULL;
+            fused_grads[fused.data_index] = NULL;
+        }
+        mx_bind_config bc = {.ctx = mx_cpu(), .args = fused.args, .arg_grads = fused_grads, .grad_reqs = reqs,
+                             .aux = fused.aux, .for_training = true, .update_in_backward = in_backward,
+                             .update = log_and_update, .update_ctx = &log};
+        mx_executor *ex;
+        ck_assert_msg(mx_executor_bind(fused.rt, fused.g, &bc, &ex) == MX_OK, "%s", mx_last_error());
+        mx_memory_plan_stats with, without;
+        mx_executor_memory(ex, &with);
+        mx_executor_memory(plain.ex, &without);
+        ck_assert_msg(with.both >= without.both && with.both < without.both + grad_bytes,
+                      "net %d: plan %zu bytes with the gradients inside, %zu without, gradients %zu", k, with.both,
+                      without.both, grad_bytes);
+        ck_assert_int_eq(with.n_deferred, k == 2 ? 2 : 0); /* w1 and w2; w3's weights are small */
+        for (int step = 0; step < 2; step++) {
+            ck_assert_int_eq(mx_executor_forward(plain.ex, true), MX_OK);
+            ck_assert_int_eq(mx_executor_backward(plain.ex, NULL), MX_OK);
+            for (int i = plain.n_args - 1; i >= 0; i--)
+                if (in_backward[i]) ck_assert_int_eq(mx_optimizer_update(plain_opt, i, plain.args[i], plain.grads[i]), MX_OK);
+            ck_assert_int_eq(mx_executor_forward(ex, true), MX_OK);
+            ck_assert_msg(mx_executor_backward(ex, NULL) == MX_OK, "%s", mx_last_error());
+            for (int i = 0; i < plain.n_args; i++) {
+                if (i == plain.label_index || (k == 2 && i == plain.data_index)) continue;
+                const char *name = mx_graph_node(plain.g, plain.ids[i])->name;
+                ck_assert_int_eq(log.calls[i], in_backward[i] ? step + 1 : 0);
+                float *want, *got;
+                size_t n1, n2;
+                host_copy(plain.grads[i], &want, &n1);
+                host_copy(in_backward[i] ? seen[i] : fused.grads[i], &got, &n2);
+                ck_assert_msg(n1 == n2 && memcmp(want, got, n1) == 0, "net %d step %d: gradient of '%s' differs", k,
+                              step, name);
+                bool zeros = true;
+                for (size_t q = 0; q < n1 / sizeof(float); q++) zeros = zeros && want[q] == 0.0f;
+                ck_assert_msg(zeros == (k == 0 && !strncmp(name, "fz_", 3)), "net %d: '%s' zero gradient: %d", k,
+                              name, zeros);
+                free(want);
+                free(got);
+                host_copy(plain.args[i], &want, &n1);
+                host_copy(fused.args[i], &got, &n2);
+                ck_assert_msg(memcmp(want, got, n1) == 0, "net %d step %d: '%s' differs after the update", k, step,
+                              name);
+                free(want);
+                free(got);
+            }
+        }
+        mx_executor_free(ex);
+        for (int i = 0; i < fused.n_args; i++) mx_ndarray_free(seen[i]);
+        mx_optimizer_free(plain_opt);
+        mx_optimizer_free(fused_opt);
+        unbind(&plain);
+        unbind(&fused);
+    }
+}
+END_TEST
+
+/* Arguments updated in backward take grad_req write and no array of
+ * their own, on a training bind with an update function. */
+START_TEST(update_in_backward_binds_are_checked)
+{
+    bound b;
+    bind_net(&b, mlp(), MX_SHAPE(5, 6), 3, false, true, 3);
+    bool in_backward[64] = {false};
+    for (int i = 0; i < b.n_args; i++) in_backward[i] = i != b.label_index && i != b.data_index;
+    mx_grad_req reqs[64];
+    for (int i = 0; i < b.n_args; i++) reqs[i] = i == b.label_index ? MX_GRAD_NULL : MX_GRAD_WRITE;
+    mx_ndarray *none[64] = {NULL};
+    update_log log = {0};
+    mx_executor *ex = NULL;
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = b.args, .arg_grads = b.grads, .grad_reqs = reqs, .aux = b.aux,
+                         .for_training = true, .update_in_backward = in_backward, .update = log_and_update,
+                         .update_ctx = &log};
+    ck_assert_int_eq(mx_executor_bind(b.rt, b.g, &bc, &ex), MX_ERR_INVALID); /* gradient arrays given */
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "no gradient array"));
+    none[b.data_index] = b.grads[b.data_index];
+    bc.arg_grads = none;
+    bc.update = NULL;
+    ck_assert_int_eq(mx_executor_bind(b.rt, b.g, &bc, &ex), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "update function"));
+    bc.update = log_and_update;
+    for (int i = 0; i < b.n_args; i++) reqs[i] = in_backward[i] ? MX_GRAD_ADD : reqs[i];
+    ck_assert_int_eq(mx_executor_bind(b.rt, b.g, &bc, &ex), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "grad_req write") != NULL, "%s", mx_last_error());
+    ck_assert_ptr_null(ex);
+    unbind(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("executor");
@@ -808,6 +996,8 @@ int main(void)
     tcase_add_test(tc, hidden_outputs_nobody_reads_get_no_memory);
     tcase_add_test(tc, bind_errors_are_clear);
     tcase_add_test(tc, non_loss_heads_take_head_gradients);
+    tcase_add_test(tc, updates_in_backward_see_the_final_gradients);
+    tcase_add_test(tc, update_in_backward_binds_are_checked);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -134,6 +134,57 @@ END_TEST
 START_TEST(resume_is_bit_identical_threaded) { check_resume("threaded"); }
 END_TEST
 
+/* Updates inside the backward pass (the default here: one CPU context)
+ * give the bits of updates after it (MXC_UPDATE_IN_BACKWARD=0), weights
+ * and optimizer state: LeNet, and a BatchNorm block whose stem feeds a
+ * shortcut (a gradient sum) under a learning-rate schedule. */
+START_TEST(updates_in_backward_give_the_same_bits)
+{
+    char conf[400];
+    snprintf(conf, sizeof(conf), "%s/block.conf", tmp);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[net]\ninputs = data\n"
+          "[layer stem]\nop = Convolution\nkernel = 3,3\npad = 1,1\nnum_filter = 8\n"
+          "[layer bn1]\nop = BatchNorm\nfix_gamma = false\n[layer relu1]\nop = Activation\nact_type = relu\n"
+          "[layer conv1]\nop = Convolution\nkernel = 3,3\npad = 1,1\nnum_filter = 8\nno_bias = true\n"
+          "[layer bn2]\nop = BatchNorm\nfix_gamma = false\n"
+          "[layer sum]\nop = ElementWiseSum\ninput = bn2, stem\n[layer relu2]\nop = Activation\nact_type = relu\n"
+          "[layer pool]\nop = Pooling\nkernel = 2,2\nstride = 2,2\npool_type = max\n"
+          "[layer fc]\nop = FullyConnected\nnum_hidden = 5\n[layer softmax]\nop = SoftmaxOutput\n"
+          "[train]\niter = synthetic\ndata_shape = 3,12,12\nnum_classes = 5\nnum_samples = 96\nbatch_size = 16\n"
+          "[optimizer]\ntype = sgd\nlr = 0.1\nmomentum = 0.9\nwd = 0.001\nlr_scheduler = multifactor\n"
+          "lr_step_epochs = 1\nlr_factor = 0.5\n[fit]\nctx = cpu\n",
+          f);
+    fclose(f);
+    const char *nets[2] = {"configs/lenet.conf train.num_parts=30 val.num_parts=20", conf};
+    for (int k = 0; k < 2; k++) {
+        char *err, args[1024];
+        for (int way = 0; way < 2; way++) {
+            if (way) setenv("MXC_UPDATE_IN_BACKWARD", "0", 1);
+            snprintf(args, sizeof(args), "%s fit.num_epoch=2 fit.model_prefix=%s/upd%d%d/net", nets[k], tmp, k, way);
+            int rc = run(args, &err);
+            unsetenv("MXC_UPDATE_IN_BACKWARD");
+            ck_assert_msg(rc == 0, "%s", err);
+            free(err);
+        }
+        const char *suffix[] = {"0002.params", "0002.states"};
+        for (int q = 0; q < 2; q++) {
+            char pa[512], pb[512];
+            snprintf(pa, sizeof(pa), "%s/upd%d0/net-%s", tmp, k, suffix[q]);
+            snprintf(pb, sizeof(pb), "%s/upd%d1/net-%s", tmp, k, suffix[q]);
+            size_t la, lb;
+            char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
+            ck_assert_msg(a && b && la == lb, "%s: %s missing or of another size", nets[k], suffix[q]);
+            ck_assert_msg(memcmp(a, b, la) == 0, "%s: %s differs with updates inside the backward pass", nets[k],
+                          suffix[q]);
+            free(a);
+            free(b);
+        }
+    }
+}
+END_TEST
+
 START_TEST(divergence_stops_with_epoch_and_batch)
 {
     char *err;
@@ -227,6 +278,19 @@ START_TEST(dry_run_and_time_report)
     ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
     ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);
     ck_assert_ptr_null(strstr(err, "gradient sums")); /* LeNet has none */
+    ck_assert_msg(strstr(err, "parameter gradients: 1.6 MiB, updated inside the backward pass (those of 0 layers at its end): "
+                              "the training plan takes "),
+                  "%s", err);
+    free(err);
+    setenv("MXC_UPDATE_IN_BACKWARD", "0", 1);
+    ck_assert_int_eq(run("configs/lenet.conf --dry-run", &err), 0);
+    unsetenv("MXC_UPDATE_IN_BACKWARD");
+    ck_assert_msg(strstr(err, "parameter gradients: 1.6 MiB, held through the step (not updated inside the backward "
+                              "pass: MXC_UPDATE_IN_BACKWARD=0)"), "%s", err);
+    free(err);
+    ck_assert_int_eq(run("configs/lenet.conf fit.grad_accum=2 --dry-run", &err), 0);
+    ck_assert_msg(strstr(err, "held through the step (not updated inside the backward pass: fit.grad_accum sums"), "%s",
+                  err);
     free(err);
     /* ResNet-20's nine block inputs each feed a shortcut and a convolution:
      * their gradient sums are adds unless MXNET_EXEC_ENABLE_ADDTO=0. */
@@ -257,6 +321,7 @@ int main(void)
     tcase_add_test(tc, lenet_learns_on_a_subset);
     tcase_add_test(tc, resume_is_bit_identical_synchronous);
     tcase_add_test(tc, resume_is_bit_identical_threaded);
+    tcase_add_test(tc, updates_in_backward_give_the_same_bits);
     tcase_add_test(tc, divergence_stops_with_epoch_and_batch);
     tcase_add_test(tc, bad_setups_are_reported_before_training);
     tcase_add_test(tc, progress_bar_only_on_a_terminal);

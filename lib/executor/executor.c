@@ -33,7 +33,7 @@ typedef struct node_info {
     mx_fold fold;
     char name[128];          /* "conv1", or "bn1+relu1" with a folded Activation */
     char op_name[64];        /* "Convolution", or "BatchNorm+Activation" */
-    char label[208];         /* for the timeline: "conv1 (Convolution) fwd" */
+    char label[224];         /* for the timeline: "conv1 (Convolution) fwd" */
     /* Whether forward draws random numbers in training / inference passes;
      * when it may, the rng's variable is the last write, left out of the
      * passes that draw nothing (Dropout at inference). */
@@ -58,9 +58,16 @@ struct mx_executor {
     char **output_names;
     int n_outputs;
     mx_grad_req *grad_reqs;      /* per argument */
-    mx_ndarray **arg_grads;      /* per argument (borrowed + retained) */
+    mx_ndarray **arg_grads;      /* per argument (borrowed; the executor's own zeros at UPDATE_AT_END) */
     mx_rng *rng;
     bool *fixed_args;            /* per argument (NULL: none): mx_bind_config.fixed_args */
+    /* Updates inside the backward pass (mx_bind_config.update_in_backward):
+     * per argument, the node after which its update is handed over; -1:
+     * none; UPDATE_AT_END: at the end of the pass (a gradient of zeros:
+     * the outputs do not depend on the argument). */
+    int32_t *update_after;
+    mx_status (*update)(void *update_ctx, int arg, mx_ndarray *weight, mx_ndarray *grad);
+    void *update_ctx;
     bool for_training;
     bool check_numerics;         /* run node by node, stop at the first NaN/Inf */
     uint32_t *finite_pass;       /* per entry: the check pass that found it finite */
@@ -68,6 +75,8 @@ struct mx_executor {
 };
 
 static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
+
+#define UPDATE_AT_END INT32_MAX
 
 /* Gradient sums become adds (plan.h's enable_addto) on CPU binds: every
  * CPU backward kernel honours MX_REQ_ADD (opcheck tests it for each op). */
@@ -126,6 +135,8 @@ static void executor_destroy(mx_executor *ex)
             free(ni->reads);
             free(ni->writes);
         }
+    for (int i = 0; ex->update_after && i < ex->eg.n_args; i++) /* the zero gradients it made */
+        if (ex->update_after[i] == UPDATE_AT_END) mx_ndarray_free(ex->arg_grads[i]);
     mx_ndarray_free(ex->workspace);
     free(ex->buffers);
     free(ex->entry_arrays);
@@ -136,6 +147,7 @@ static void executor_destroy(mx_executor *ex)
     free(ex->grad_reqs);
     free(ex->arg_grads);
     free(ex->fixed_args);
+    free(ex->update_after);
     free(ex->finite_pass);
     memory_plan_free(&ex->plan);
     exec_graph_free(&ex->eg);
@@ -181,6 +193,7 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->n_buffers = both->n_buffers;
     st->workspace = both->workspace;
     st->n_mirror = eg->n_mirror;
+    for (int i = 0; eg->deferred_from && i < eg->n_nodes; i++) st->n_deferred += eg->needed[i] && eg->deferred_from[i] >= 0;
     for (int i = eg->n_forward; i < eg->n_nodes; i++) {
         if (!eg->needed[i] || !exec_node_is_grad_sum(eg, (uint32_t)i)) continue;
         st->n_sums++;
@@ -190,14 +203,16 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
 }
 
 static mx_status plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
-                             bool for_training, bool mirror, mx_memory_plan_stats *out)
+                             bool for_training, bool mirror, const bool *in_backward, mx_memory_plan_stats *out)
 {
     exec_graph eg;
     MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, mirror, NULL, names, shapes, n, mx_executor_folds(mx_cpu()),
-                              &eg));
+                              in_backward, &eg));
     memory_plan both;
     mx_status s = memory_plan_build(&eg, true, true, plans_addto(mx_cpu()), &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
+    for (int a = 0; s == MX_OK && eg.update_after && a < eg.n_args; a++)
+        if (eg.update_after[a] >= 0) out->grads_in_plan += exec_entry_bytes(&eg, exec_entry_id(&eg, eg.grads[a]));
     memory_plan_free(&both);
     exec_graph_free(&eg);
     return s;
@@ -206,13 +221,19 @@ static mx_status plan_memory(const mx_graph *g, const char *const *names, const 
 mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                   bool for_training, mx_memory_plan_stats *out)
 {
-    return plan_memory(g, names, shapes, n, for_training, false, out);
+    return plan_memory(g, names, shapes, n, for_training, false, NULL, out);
 }
 
 mx_status mx_executor_plan_memory_mirror(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                          mx_memory_plan_stats *out)
 {
-    return plan_memory(g, names, shapes, n, true, true, out);
+    return plan_memory(g, names, shapes, n, true, true, NULL, out);
+}
+
+mx_status mx_executor_plan_memory_updating(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
+                                           const bool *in_backward, mx_memory_plan_stats *out)
+{
+    return plan_memory(g, names, shapes, n, true, false, in_backward, out);
 }
 
 void mx_executor_memory(const mx_executor *ex, mx_memory_plan_stats *out) { *out = ex->stats; }
@@ -265,6 +286,11 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
                       ni->backward ? "backward" : "forward");
     if (ks != MX_OK) return mx_error_prefix(ks, "bind: layer '%s'", f->name);
     ni->fold = f->fold;
+    /* A deferred copy of a backward node (plan.h) reads the output
+     * gradient its original turned in place, if that ran and an op does
+     * not fold inside its kernel. */
+    int32_t original = eg->deferred_from ? eg->deferred_from[id] : -1;
+    if (original >= 0 && eg->needed[original] && !f->op->folds_backward) ni->fold = (mx_fold){MX_FOLD_NONE, 0, 0, 0};
     const char *layer = ni->mirror ? mx_graph_node(eg->g, n->forward_node)->name : f->name;
     if (f->fold.kind != MX_FOLD_NONE)
         snprintf(ni->name, sizeof(ni->name), "%s+%s", layer, mx_graph_node(eg->g, f->folded_node)->name);
@@ -275,7 +301,7 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     else
         snprintf(ni->op_name, sizeof(ni->op_name), "%s", f->op->name);
     snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", ni->name, ni->op_name,
-             ni->backward ? "bwd" : ni->mirror ? "mirror" : "fwd");
+             original >= 0 ? "bwd, deferred weights" : ni->backward ? "bwd" : ni->mirror ? "mirror" : "fwd");
     ni->n_in = f->n_inputs;
     ni->n_out = f->n_outputs;
     ni->n_aux = mx_node_num_aux(f);
@@ -405,9 +431,32 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
             else memcpy(ex->fixed_args, cfg->fixed_args, (size_t)n_args * sizeof(bool));
         }
     }
+    bool *updated = NULL; /* per argument: updated inside the backward pass */
+    if (s == MX_OK && cfg->update_in_backward) {
+        updated = mx_calloc((size_t)n_args + 1, sizeof(bool));
+        ex->update_after = mx_malloc(sizeof(int32_t) * ((size_t)n_args + 1));
+        if (!updated || !ex->update_after) s = MX_ERR_NOMEM;
+        else if (!cfg->for_training || !cfg->update || cfg->ctx.dev_type != MX_DEV_CPU)
+            s = MX_ERROR(MX_ERR_INVALID, "bind: updates inside the backward pass need a training bind on the CPU "
+                                         "and an update function");
+        ex->update = cfg->update;
+        ex->update_ctx = cfg->update_ctx;
+    }
     for (int i = 0; i < n_args && s == MX_OK && cfg->for_training; i++) {
         mx_ndarray *gr = cfg->arg_grads ? cfg->arg_grads[i] : NULL;
-        mx_grad_req req = cfg->grad_reqs ? cfg->grad_reqs[i] : (gr ? MX_GRAD_WRITE : MX_GRAD_NULL);
+        bool in_backward = cfg->update_in_backward && cfg->update_in_backward[i];
+        mx_grad_req req = cfg->grad_reqs ? cfg->grad_reqs[i] : (gr || in_backward ? MX_GRAD_WRITE : MX_GRAD_NULL);
+        if (in_backward && req != MX_GRAD_NULL) {
+            if (req != MX_GRAD_WRITE || gr) {
+                s = MX_ERROR(MX_ERR_INVALID, "bind: argument '%s' is updated inside the backward pass: it takes "
+                                             "grad_req write and no gradient array", names[i]);
+                break;
+            }
+            updated[i] = true;
+            ex->grad_reqs[i] = req;
+            grad_needed[i] = true;
+            continue;
+        }
         if (req != MX_GRAD_NULL && !gr) {
             s = MX_ERROR(MX_ERR_INVALID, "bind: argument '%s' asks for a gradient but has no gradient array", names[i]);
             break;
@@ -427,16 +476,29 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     bool mirror = mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) != 0;
     if (s == MX_OK)
         s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, mirror, grad_needed, names, shapes,
-                               n_args + n_aux_list, !cfg->no_folding && mx_executor_folds(cfg->ctx), &ex->eg);
+                               n_args + n_aux_list, !cfg->no_folding && mx_executor_folds(cfg->ctx), updated, &ex->eg);
+    /* Their gradients join the plan; one the outputs do not depend on is
+     * zeros, in an array of the executor's own, handed over at the end. */
+    if (s == MX_OK && updated) memcpy(ex->update_after, ex->eg.update_after, sizeof(int32_t) * (size_t)n_args);
+    for (int i = 0; i < n_args && s == MX_OK && updated; i++) {
+        if (!updated[i] || ex->update_after[i] >= 0) continue;
+        ex->update_after[i] = UPDATE_AT_END;
+        s = mx_ndarray_create(rt, shapes[i], MX_FLOAT32, cfg->ctx, &ex->arg_grads[i]);
+        if (s == MX_OK) s = mx_nd_fill(ex->arg_grads[i], 0.0);
+    }
     free(ids);
     free(names);
     free(shapes);
     free(grad_needed);
+    free(updated);
     if (s != MX_OK) {
         if (ex) exec_graph_free(&ex->eg);
+        for (int i = 0; ex && ex->arg_grads && ex->update_after && i < n_args; i++)
+            if (ex->update_after[i] == UPDATE_AT_END) mx_ndarray_free(ex->arg_grads[i]);
         free(ex ? ex->grad_reqs : NULL);
         free(ex ? ex->arg_grads : NULL);
         free(ex ? ex->fixed_args : NULL);
+        free(ex ? ex->update_after : NULL);
         free(ex);
         return s;
     }
@@ -445,6 +507,9 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     bool inplace = env_flag("MXNET_EXEC_ENABLE_INPLACE"), coshare = env_flag("MXNET_EXEC_ENABLE_COSHARE");
     s = memory_plan_build(eg, inplace, coshare, plans_addto(cfg->ctx), &ex->plan);
     if (s == MX_OK) s = plan_stats(eg, &ex->plan, &ex->stats);
+    for (int a = 0; s == MX_OK && ex->update_after && a < eg->n_args; a++)
+        if (ex->update_after[a] >= 0 && ex->update_after[a] != UPDATE_AT_END)
+            ex->stats.grads_in_plan += exec_entry_bytes(eg, exec_entry_id(eg, eg->grads[a]));
     int n_entries = eg->shapes.n_entries;
     if (s == MX_OK) {
         ex->n_buffers = ex->plan.n_buffers;
@@ -587,6 +652,21 @@ static mx_status push_node(mx_executor *ex, node_info *ni, bool is_train)
 
 static mx_status run_checked(mx_executor *ex, int begin, int end, bool is_train);
 
+/* The updates due after node `after` of the backward pass
+ * (mx_bind_config.update_in_backward). */
+static mx_status hand_over_updates(mx_executor *ex, int32_t after)
+{
+    const exec_graph *eg = &ex->eg;
+    for (int a = 0; ex->update_after && a < eg->n_args; a++) {
+        if (ex->update_after[a] != after) continue;
+        mx_ndarray *weight = ex->entry_arrays[eg->shapes.entry_offset[eg->args[a]]];
+        mx_ndarray *grad = after == UPDATE_AT_END ? ex->arg_grads[a] : ex->entry_arrays[exec_entry_id(eg, eg->grads[a])];
+        mx_status s = ex->update(ex->update_ctx, a, weight, grad);
+        if (s != MX_OK) return mx_error_prefix(s, "backward: the update of '%s'", mx_graph_node(eg->g, eg->args[a])->name);
+    }
+    return MX_OK;
+}
+
 mx_status mx_executor_forward(mx_executor *ex, bool is_train)
 {
     for (int i = 0; i < ex->eg.n_forward && is_train && !ex->rng; i++) {
@@ -625,9 +705,11 @@ mx_status mx_executor_backward(mx_executor *ex, mx_ndarray *const *head_grads)
         if (ex->grad_reqs[i] == MX_GRAD_WRITE && eg->grads[i].node == MX_NO_NODE)
             MX_TRY(mx_nd_fill(ex->arg_grads[i], 0.0));
     if (ex->check_numerics) return run_checked(ex, eg->n_forward, eg->n_nodes, true);
-    for (int i = eg->n_forward; i < eg->n_nodes; i++)
+    for (int i = eg->n_forward; i < eg->n_nodes; i++) {
         if (ex->nodes[i].op) MX_TRY(push_node(ex, &ex->nodes[i], true));
-    return MX_OK;
+        MX_TRY(hand_over_updates(ex, i));
+    }
+    return hand_over_updates(ex, UPDATE_AT_END);
 }
 
 int mx_executor_num_outputs(const mx_executor *ex) { return ex->n_outputs; }
@@ -912,9 +994,11 @@ static mx_status run_checked(mx_executor *ex, int begin, int end, bool is_train)
         memset(ex->finite_pass, 0, sizeof(uint32_t) * (size_t)ex->eg.shapes.n_entries);
         ex->check_pass = 1;
     }
-    for (int i = begin; i < end; i++)
+    for (int i = begin; i < end; i++) {
         if (ex->nodes[i].op) MX_TRY(run_node_checked(ex, &ex->nodes[i], is_train));
-    return MX_OK;
+        if (i >= ex->eg.n_forward) MX_TRY(hand_over_updates(ex, i));
+    }
+    return end > ex->eg.n_forward ? hand_over_updates(ex, UPDATE_AT_END) : MX_OK;
 }
 
 mx_status mx_executor_set_check_numerics(mx_executor *ex, bool on)

@@ -81,6 +81,22 @@ typedef struct mx_bind_config {
      * redoing it every pass, at the memory that costs. A write to such an
      * argument after bind goes unseen: rebind instead. */
     const bool *fixed_args;
+    /* NULL, or per argument: the caller updates this argument from its
+     * gradient inside the backward pass (an optimizer's update pushed as
+     * soon as the gradient is final), so the gradient needs no array of
+     * its own: it lives in the executor's planned memory, beside tensors
+     * alive at other times, instead of through the whole step. Such an
+     * argument takes grad_req WRITE (or NULL: no gradient, no update) and
+     * no arg_grads entry. CPU binds only. */
+    const bool *update_in_backward;
+    /* Called by mx_executor_backward, on its thread, once per such
+     * argument and pass, after the last node that writes the gradient or
+     * reads the argument was pushed (so the pass never sees the new
+     * weight). It must push engine work that reads `grad` (its variable:
+     * later nodes reuse the memory after that work, in push order) and
+     * may write `weight`. An error stops the pass and is returned. */
+    mx_status (*update)(void *update_ctx, int arg, mx_ndarray *weight, mx_ndarray *grad);
+    void *update_ctx;
 } mx_bind_config;
 
 typedef struct mx_executor mx_executor;
@@ -158,6 +174,8 @@ typedef struct mx_memory_plan_stats {
     int n_buffers;      /* buffers with both strategies */
     int n_mirror;       /* recomputation copies in the backward pass (mirroring) */
     int n_sums, n_sums_added; /* gradient sums, and those done by adds (MXNET_EXEC_ENABLE_ADDTO) */
+    size_t grads_in_plan; /* gradients of the arguments updated in backward, planned inside */
+    int n_deferred;       /* backward nodes whose updated gradients run at the end of the pass */
 } mx_memory_plan_stats;
 
 /* Whether binds on ctx fold activations into the layers before them
@@ -173,6 +191,11 @@ mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, c
  * MXNET_BACKWARD_DO_MIRROR=1 makes it. */
 mx_status mx_executor_plan_memory_mirror(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                          mx_memory_plan_stats *out);
+/* The training plan when the arguments marked in in_backward (per
+ * mx_graph_list_arguments entry) are updated inside the backward pass
+ * (mx_bind_config.update_in_backward): their gradients in the plan. */
+mx_status mx_executor_plan_memory_updating(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
+                                           const bool *in_backward, mx_memory_plan_stats *out);
 /* The plan of a bound executor. */
 void mx_executor_memory(const mx_executor *ex, mx_memory_plan_stats *out);
 

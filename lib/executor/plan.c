@@ -30,6 +30,9 @@ void exec_graph_free(exec_graph *eg)
     free(eg->aux);
     free(eg->grads);
     free(eg->color);
+    free(eg->held_until);
+    free(eg->update_after);
+    free(eg->deferred_from);
     memset(eg, 0, sizeof(*eg));
 }
 
@@ -139,6 +142,13 @@ static mx_status color_nodes(exec_graph *eg, int n_colors)
     }
     for (int i = n - 1; i >= eg->n_forward; i--)
         if (best[i] >= 0) eg->color[i] = eg->color[best[i]];
+    /* A deferred weight-gradient copy (plan.h) takes colour 0, the longest
+     * chain, which ends the pass: by then its arena has freed the most,
+     * and the arena's variable holds the copy back until the nodes pushed
+     * before it have run. On a colour of its own it would run early and
+     * find no freed memory, and deferring would cost memory. */
+    for (int i = 0; eg->deferred_from && i < n; i++)
+        if (eg->deferred_from[i] >= 0) eg->color[i] = 0;
     free(best);
     free(prev);
     return MX_OK;
@@ -193,9 +203,13 @@ static mx_status mirror_marks(const mx_graph *g, bool do_mirror, bool **out)
     return MX_OK;
 }
 
+static mx_status defer_weight_gradients(exec_graph *eg, const bool *updated, const char *const *names,
+                                        const mx_shape *shapes, int n_shapes);
+static mx_status hold_updated_gradients(exec_graph *eg, const bool *updated);
+
 mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
                              bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
-                             int n_shapes, bool fold, exec_graph *eg)
+                             int n_shapes, bool fold, const bool *updated, exec_graph *eg)
 {
     memset(eg, 0, sizeof(*eg));
     for (int i = 0; i < mx_graph_num_nodes(src); i++)
@@ -252,6 +266,7 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
         eg->n_nodes = mx_graph_num_nodes(g);
         s = mx_graph_infer_shapes(g, names, shapes, n_shapes, &eg->shapes);
     }
+    if (s == MX_OK && for_training && updated) s = defer_weight_gradients(eg, updated, names, shapes, n_shapes);
     if (s != MX_OK) {
         exec_graph_free(eg);
         return s;
@@ -336,6 +351,13 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
         }
     }
     free(readers);
+    if (for_training && updated) {
+        mx_status hs = hold_updated_gradients(eg, updated);
+        if (hs != MX_OK) {
+            exec_graph_free(eg);
+            return hs;
+        }
+    }
     /* Backward mirroring trades time for memory, so by default its plans
      * share memory across what could run in parallel too (one colour,
      * one arena): the short-lived recomputed tensors pack better, and
@@ -344,6 +366,95 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
     mx_status cs = color_nodes(eg, colors < 1 ? 1 : (colors > 64 ? 64 : (int)colors));
     if (cs != MX_OK) exec_graph_free(eg);
     return cs;
+}
+
+/* Bytes of entry e. */
+static size_t entry_bytes_of(const mx_graph_shapes *sh, mx_entry e)
+{
+    return (size_t)mx_shape_size(mx_graph_entry_shape(sh, e)) * sizeof(float);
+}
+
+/* exec_graph_prepare's deferral: a backward node whose gradients of
+ * updated arguments weigh more than DEFER_RATIO times the tensors it
+ * reads (which deferral keeps alive to the end) gets a copy at the end of
+ * the pass that computes those gradients; the original keeps the rest
+ * (and does not run when nothing is left). Runs on the shapes of the
+ * graph as built and infers them again with the copies. */
+#define DEFER_RATIO 4
+
+static mx_status defer_weight_gradients(exec_graph *eg, const bool *updated, const char *const *names,
+                                        const mx_shape *shapes, int n_shapes)
+{
+    mx_graph *g = eg->g;
+    const int n = eg->n_nodes;
+    size_t *moved = mx_calloc((size_t)n + 1, sizeof(size_t));
+    if (!moved) return MX_ERR_NOMEM;
+    for (int a = 0; a < eg->n_args; a++) {
+        const mx_entry ge = eg->grads[a];
+        if (!updated[a] || ge.node == MX_NO_NODE || mx_graph_node(g, ge.node)->kind != MX_NODE_BACKWARD) continue;
+        moved[ge.node] += entry_bytes_of(&eg->shapes, ge);
+    }
+    int n_copies = 0;
+    mx_status s = MX_OK;
+    for (int b = 0; b < n && s == MX_OK; b++) {
+        if (!moved[b]) continue;
+        const mx_node *bn = mx_graph_node(g, (uint32_t)b);
+        size_t kept = 0;
+        for (int j = 0; j < bn->n_inputs; j++) {
+            const mx_entry in = bn->inputs[j];
+            if (in.node != MX_NO_NODE && mx_graph_node(g, in.node)->kind != MX_NODE_VARIABLE)
+                kept += entry_bytes_of(&eg->shapes, in);
+        }
+        if (moved[b] <= DEFER_RATIO * kept) continue;
+        uint32_t copy;
+        s = mx_graph_append_backward_copy(g, (uint32_t)b, &copy);
+        for (int a = 0; a < eg->n_args && s == MX_OK; a++)
+            if (updated[a] && eg->grads[a].node == (uint32_t)b) eg->grads[a].node = copy;
+        moved[n_copies++] = (size_t)b; /* reused: the copied nodes in order */
+    }
+    if (s == MX_OK && n_copies > 0) {
+        eg->n_nodes = mx_graph_num_nodes(g);
+        eg->deferred_from = mx_malloc(sizeof(int32_t) * ((size_t)eg->n_nodes + 1));
+        if (!eg->deferred_from) s = MX_ERR_NOMEM;
+        for (int i = 0; i < eg->n_nodes && s == MX_OK; i++) eg->deferred_from[i] = i < n ? -1 : (int32_t)moved[i - n];
+    }
+    free(moved);
+    if (s != MX_OK || n_copies == 0) return s;
+    mx_graph_shapes_free(&eg->shapes);
+    return mx_graph_infer_shapes(g, names, shapes, n_shapes, &eg->shapes);
+}
+
+static mx_status hold_updated_gradients(exec_graph *eg, const bool *updated)
+{
+    const int n_entries = eg->shapes.n_entries;
+    eg->update_after = mx_malloc(sizeof(int32_t) * ((size_t)eg->n_args + 1));
+    eg->held_until = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
+    if (!eg->update_after || !eg->held_until) return MX_ERR_NOMEM;
+    int32_t *after = eg->update_after;
+    for (int e = 0; e < n_entries; e++) eg->held_until[e] = -1;
+    for (int a = 0; a < eg->n_args; a++)
+        after[a] = updated[a] && eg->grads[a].node != MX_NO_NODE ? (int32_t)eg->grads[a].node : -1;
+    /* The gradient pass appends sums of gradients after every backward
+     * node and a layer's mirror copies before its backward, so the
+     * gradient's writer is the argument's last reader today; the scan
+     * keeps that true whatever the order. */
+    mx_entry reads[3 * MX_OP_MAX_IO];
+    for (int i = 0; i < eg->n_nodes; i++) {
+        if (!eg->needed[i]) continue;
+        int k = exec_node_reads(eg, (uint32_t)i, reads);
+        for (int j = 0; j < k; j++) {
+            uint32_t e = exec_entry_id(eg, reads[j]);
+            int32_t a = eg->kind[e] == ENTRY_ARG ? eg->arg_index[e] : -1;
+            if (a >= 0 && after[a] >= 0 && after[a] < i) after[a] = i;
+        }
+    }
+    for (int a = 0; a < eg->n_args; a++) {
+        if (after[a] < 0) continue;
+        uint32_t e = exec_entry_id(eg, eg->grads[a]);
+        eg->kind[e] = ENTRY_INTERNAL;
+        eg->held_until[e] = after[a];
+    }
+    return MX_OK;
 }
 
 /* ---------------------------------------------------------------- planner */
@@ -572,6 +683,15 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
         int k = exec_node_reads(eg, (uint32_t)i, reads);
         for (int j = 0; j < k; j++) refs[exec_entry_id(eg, reads[j])]++;
     }
+    /* Entries read outside the graph until a node (plan.h's held_until). */
+    uint32_t *held = mx_malloc(sizeof(uint32_t) * ((size_t)n_entries + 1));
+    int n_held = 0;
+    if (!held) st = MX_ERR_NOMEM;
+    for (int e = 0; e < n_entries && st == MX_OK && eg->held_until; e++)
+        if (eg->held_until[e] >= 0) {
+            held[n_held++] = (uint32_t)e;
+            refs[e]++;
+        }
     if (st == MX_OK && enable_addto) plan_addto(eg, refs, join, p);
 
     for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
@@ -636,12 +756,21 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
                 refs[e] = -1; /* released once */
             }
         }
+        for (int h = 0; h < n_held && st == MX_OK; h++) {
+            uint32_t e = held[h];
+            if (eg->held_until[e] != i || --refs[e] != 0 || slot_of[e] < 0) continue;
+            int sid = slot_of[e];
+            if (--users[sid] == 0 && enable_coshare)
+                st = arena_give(&arenas[slot_color[sid]], slot_off[sid], slot_bytes[sid]);
+            refs[e] = -1;
+        }
     }
     for (int c = 0; c < n_colors && st == MX_OK; c++)
         if (arenas[c].buffer >= 0) p->buffer_bytes[arenas[c].buffer] = arenas[c].end;
     for (int c = 0; arenas && c < n_colors; c++) free(arenas[c].free);
     free(arenas);
     free(refs);
+    free(held);
     free(join);
     free(slot_of);
     free(users);

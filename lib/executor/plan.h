@@ -30,6 +30,16 @@ typedef struct exec_graph {
     mx_entry *grads;         /* per argument: its gradient entry (node MX_NO_NODE: none) */
     int *color;              /* per node */
     int n_mirror;            /* mirror copies that run (backward mirroring) */
+    /* Updates inside the backward pass (exec_graph_prepare's updated):
+     * per entry, the node after which a reader outside the graph lets go
+     * of it (the gradient of an updated argument), -1: none; per argument,
+     * that node, -1: not updated or no gradient node (NULL: nothing is
+     * updated in backward); per node, for a deferred copy of a backward
+     * node (computing only such gradients, at the end of the pass), the
+     * node it copies, else -1 (NULL: no copies). */
+    int32_t *held_until;
+    int32_t *update_after;
+    int32_t *deferred_from;
 } exec_graph;
 
 /* A recomputation copy of a forward node, run in the backward pass. */
@@ -51,10 +61,18 @@ static inline bool exec_node_is_grad_sum(const exec_graph *eg, uint32_t id)
  * arguments whose grad_needed is set; NULL: all), marks what runs, infers
  * shapes and classifies entries. mirror: backward mirroring of the cheap
  * nodes (MXNET_BACKWARD_DO_MIRROR; nodes with __force_mirroring__ are
- * mirrored either way). */
+ * mirrored either way). updated (NULL: none): per argument, updated
+ * inside the backward pass (mx_bind_config.update_in_backward): its
+ * gradient becomes an internal entry the planner places like any other,
+ * held until the node after which the update runs (update_after: the last
+ * that writes the gradient or reads the argument, so nothing after it
+ * sees the updated weight); and a layer whose updated gradients outweigh
+ * what its backward reads (FullyConnected's weights: VGG-16's fc6 411 MB
+ * against 1 MB) computes them in a copy of its backward node at the end
+ * of the pass, when the activations are gone, instead of at the peak. */
 mx_status exec_graph_prepare(const mx_graph *g, const char *const *outputs, int n_outputs, bool for_training,
                              bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
-                             int n_shapes, bool fold, exec_graph *out);
+                             int n_shapes, bool fold, const bool *updated, exec_graph *out);
 void exec_graph_free(exec_graph *eg);
 
 /* Entries a node reads (per backward deps for backward nodes), or -1-less

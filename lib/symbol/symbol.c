@@ -648,6 +648,19 @@ static mx_status push_derived(mx_graph *g, const char *prefix, uint32_t id, mx_n
     memcpy(m->params, f->params, f->op->params_size);
     return MX_OK;
 }
+mx_status mx_graph_append_backward_copy(mx_graph *g, uint32_t bid, uint32_t *out)
+{
+    if (bid >= (uint32_t)g->n_nodes || g->nodes[bid].kind != MX_NODE_BACKWARD)
+        return MX_ERROR(MX_ERR_INVALID, "backward copy: node %u is not a backward node", bid);
+    const uint32_t fid = g->nodes[bid].forward_node;
+    mx_node *m;
+    MX_TRY(push_derived(g, "_backward_weights_", fid, MX_NODE_BACKWARD, g->nodes[bid].n_inputs,
+                        g->nodes[bid].n_outputs, &m));
+    memcpy(m->inputs, g->nodes[bid].inputs, sizeof(mx_entry) * (size_t)m->n_inputs);
+    *out = (uint32_t)(g->n_nodes - 1);
+    return MX_OK;
+}
+
 /* The recomputation copy of forward node `root` (made first for the
  * mirrored nodes it reads, so that a chain recomputes from the nearest
  * kept tensor), appended now so that it runs just before the backward node

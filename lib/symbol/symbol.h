@@ -162,6 +162,11 @@ bool mx_node_backward_reads_output(const mx_node *f, int k);
  * before it), so it is computed late and freed early; it is made only
  * when read. mirror NULL: none (mx_graph_gradient). */
 mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, mx_entry *grads);
+/* Appends a copy of backward node `bid` (same forward node, inputs and
+ * outputs), named _backward_weights_NAME: the executor computes some of a
+ * layer's gradients there, at the end of the pass, and the rest in the
+ * original (exec_graph_prepare's deferred weight gradients). */
+mx_status mx_graph_append_backward_copy(mx_graph *g, uint32_t bid, uint32_t *out);
 
 /* ---------------------------------------------------------------- folding */
 

@@ -82,7 +82,8 @@ static mx_status bind_device(const train_group_config *c, train_group *g, int k,
         const char *name = mx_graph_node(c->g, arg_ids[i])->name;
         s = mx_ndarray_create(c->rt, *shape, MX_FLOAT32, d->ctx, &d->args[i]);
         if (s != MX_OK) mx_error_prefix(s, "input '%s'", name);
-        if (s == MX_OK && c->reqs && c->reqs[i] != MX_GRAD_NULL) {
+        bool in_backward = c->update_in_backward && c->update_in_backward[i];
+        if (s == MX_OK && c->reqs && c->reqs[i] != MX_GRAD_NULL && !in_backward) {
             s = mx_ndarray_create(c->rt, *shape, MX_FLOAT32, d->ctx, &d->grads[i]);
             if (s != MX_OK) mx_error_prefix(s, "the gradient of '%s'", name);
         }
@@ -95,7 +96,9 @@ static mx_status bind_device(const train_group_config *c, train_group *g, int k,
     mx_graph_shapes_free(&sh);
     MX_TRY(s);
     mx_bind_config bc = {.ctx = d->ctx, .args = d->args, .arg_grads = d->grads, .grad_reqs = c->reqs,
-                         .aux = d->aux, .for_training = true, .rng = c->rng, .no_folding = c->no_folding};
+                         .aux = d->aux, .for_training = true, .rng = c->rng, .no_folding = c->no_folding,
+                         .update_in_backward = c->update_in_backward, .update = c->update,
+                         .update_ctx = c->update_ctx};
     return mx_executor_bind(c->rt, c->g, &bc, &d->ex);
 }
 

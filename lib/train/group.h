@@ -16,7 +16,7 @@ typedef struct train_device {
     mx_context ctx;
     int64_t offset, rows;     /* its slice of the batch */
     mx_ndarray **args;        /* per argument (graph list order), on ctx */
-    mx_ndarray **grads;       /* per argument; NULL where no gradient */
+    mx_ndarray **grads;       /* per argument; NULL where no gradient or updated in backward */
     mx_ndarray **aux;         /* per auxiliary state */
     mx_executor *ex;
 } train_device;
@@ -38,6 +38,11 @@ typedef struct train_group_config {
     const mx_grad_req *reqs;    /* per argument; NULL_REQ arguments get no gradient array */
     mx_rng *rng;
     bool no_folding;            /* mx_bind_config's (numerics tracing) */
+    /* mx_bind_config's (one context): arguments updated inside the
+     * backward pass get no gradient array. */
+    const bool *update_in_backward;
+    mx_status (*update)(void *update_ctx, int arg, mx_ndarray *weight, mx_ndarray *grad);
+    void *update_ctx;
 } train_group_config;
 
 /* MXNet's _split_input_slice: rows of each context for a batch, by

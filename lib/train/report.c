@@ -53,6 +53,8 @@ static mx_status input_shape(const mx_train_settings *s, const char **name, mx_s
     return MX_OK;
 }
 
+static bool *label_mask(const mx_train_settings *s);
+
 mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
 {
     memset(out, 0, sizeof(*out));
@@ -60,10 +62,28 @@ mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
     mx_shape shape;
     MX_TRY(input_shape(s, &name, &shape));
     out->batch_size = shape.dims[0];
-    MX_TRY(mx_executor_plan_memory(s->cfg->graph, &name, &shape, 1, true, &out->train));
-    MX_TRY(mx_executor_plan_memory_mirror(s->cfg->graph, &name, &shape, 1, &out->train_mirror));
-    MX_TRY(mx_executor_plan_memory(s->cfg->graph, &name, &shape, 1, false, &out->predict));
-    return MX_OK;
+    const mx_graph *g = s->cfg->graph;
+    MX_TRY(mx_executor_plan_memory(g, &name, &shape, 1, true, &out->train));
+    MX_TRY(mx_executor_plan_memory_mirror(g, &name, &shape, 1, &out->train_mirror));
+    MX_TRY(mx_executor_plan_memory(g, &name, &shape, 1, false, &out->predict));
+    /* The learnable parameters: arguments that are neither inputs nor
+     * labels nor frozen, as the trainer's. */
+    uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
+    bool *learnable = mx_calloc((size_t)mx_graph_num_nodes(g) + 1, sizeof(bool));
+    bool *is_label = label_mask(s);
+    mx_status st = ids && learnable && is_label ? MX_OK : mx_last_status();
+    int n = st == MX_OK ? mx_graph_list_arguments(g, ids) : 0;
+    for (int i = 0; i < n; i++) {
+        const char *arg = mx_graph_node(g, ids[i])->name;
+        bool input = is_label[ids[i]];
+        for (int k = 0; k < s->cfg->n_inputs; k++) input = input || !strcmp(arg, s->cfg->inputs[k]);
+        learnable[i] = !input && !mx_train_settings_fixed(s, arg);
+    }
+    if (st == MX_OK) st = mx_executor_plan_memory_updating(g, &name, &shape, 1, learnable, &out->train_updating);
+    free(ids);
+    free(learnable);
+    free(is_label);
+    return st;
 }
 
 /* "a, b, c" of up to `max` names into buf, with "... (N more)". */
@@ -340,6 +360,19 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     }
     logf_(opt, "  training (mirror): MXNET_BACKWARD_DO_MIRROR=1 (%s in this run) recomputes %d layer outputs in backward",
           mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) ? "on" : "off", r.train_mirror.n_mirror);
+    {
+        const mx_memory_plan_stats *u = &r.train_updating;
+        const char *why_not;
+        char a[32], b[32];
+        human_bytes((double)u->grads_in_plan, a, sizeof(a));
+        if (mx_train_settings_update_in_backward(s, &why_not))
+            logf_(opt, "  parameter gradients: %s, updated inside the backward pass (those of %d layers at its end): "
+                       "the training plan takes %s more instead (MXC_UPDATE_IN_BACKWARD=0: held through the step)",
+                  a, u->n_deferred, human_bytes((double)(u->both > r.train.both ? u->both - r.train.both : 0), b, sizeof(b)));
+        else
+            logf_(opt, "  parameter gradients: %s, held through the step (not updated inside the backward pass: %s)", a,
+                  why_not);
+    }
     if (r.train.n_sums)
         logf_(opt, "  gradient sums: %d of %d done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO %s)",
               r.train.n_sums_added, r.train.n_sums, mx_env_long("MXNET_EXEC_ENABLE_ADDTO", 1) ? "on" : "off");

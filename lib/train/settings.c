@@ -255,3 +255,15 @@ const mx_data_iter_spec *mx_train_settings_shape_source(const mx_train_settings 
 {
     return s->train ? s->train : s->val;
 }
+
+bool mx_train_settings_update_in_backward(const mx_train_settings *s, const char **why_not)
+{
+    const char *reason = NULL;
+    if (mx_env_long("MXC_UPDATE_IN_BACKWARD", 1) == 0) reason = "MXC_UPDATE_IN_BACKWARD=0";
+    else if (s->n_ctx != 1) reason = "several contexts sum their gradients first";
+    else if (s->ctx[0].dev_type != MX_DEV_CPU) reason = "CPU contexts only so far";
+    else if (mx_kvstore_type_is_dist(s->fit.kvstore)) reason = "a dist store sums the workers' gradients first";
+    else if (s->fit.grad_accum > 1) reason = "fit.grad_accum sums several batches' gradients";
+    if (why_not) *why_not = reason;
+    return reason == NULL;
+}

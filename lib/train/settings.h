@@ -88,6 +88,14 @@ void mx_train_settings_free(mx_train_settings *s);
 /* Whether a parameter name is frozen by fit.fixed_params. */
 bool mx_train_settings_fixed(const mx_train_settings *s, const char *name);
 
+/* Whether training updates each parameter inside the backward pass, as
+ * soon as its gradient is final, with the gradient in the executor's plan
+ * instead of an array held through the step (mx_bind_config's
+ * update_in_backward): one CPU context, no dist store (the weights are
+ * updated in place), one batch per update (grad_accum 1) and
+ * MXC_UPDATE_IN_BACKWARD not 0. Otherwise *why_not (if given) says why. */
+bool mx_train_settings_update_in_backward(const mx_train_settings *s, const char **why_not);
+
 /* The iterator to take input shapes from: [train], else [val], or NULL. */
 const mx_data_iter_spec *mx_train_settings_shape_source(const mx_train_settings *s);
 

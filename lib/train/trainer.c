@@ -69,6 +69,9 @@ typedef struct trainer {
      * gradients never travel to the host. Otherwise the store sums the
      * contexts' gradients and holds the weights. */
     bool update_in_place;
+    /* Per argument: updated inside the backward pass (update_in_backward);
+     * NULL: none. */
+    bool *in_backward;
     mx_metric **metrics;
     int n_metrics;
     double *values;          /* per metric, for the log lines */
@@ -139,6 +142,7 @@ static mx_status fit_error(const trainer *t, const char *key, mx_status code)
 /* ---------------------------------------------------------------- set-up */
 
 static mx_status profile_setup(trainer *t);
+static mx_status update_from_backward(void *ctx, int arg, mx_ndarray *weight, mx_ndarray *grad);
 
 static mx_status make_iter(trainer *t, const char *section, const mx_data_iter_spec *spec, mx_data_iter_spec **mine,
                            mx_data_iter **out)
@@ -498,6 +502,18 @@ static mx_status setup(trainer *t)
         t->key[i] = n_keys++;
         t->reqs[i] = t->grad_accum > 1 ? MX_GRAD_ADD : MX_GRAD_WRITE;
     }
+    /* Updates in place on the CPU, one batch per update: each parameter's
+     * update runs inside the backward pass as soon as its gradient is
+     * final, and the gradient lives in the executor's plan, sharing memory
+     * with tensors dead by then, instead of in an array of its own for the
+     * whole step (ResNet-50: 98 MiB). Same arithmetic, so the same bits.
+     * MXC_UPDATE_IN_BACKWARD=0 keeps the gradients and updates after the
+     * pass. */
+    if (s == MX_OK && mx_train_settings_update_in_backward(st, NULL)) {
+        t->in_backward = mx_calloc((size_t)t->n_args + 1, sizeof(bool));
+        if (!t->in_backward) s = mx_last_status();
+        for (int i = 0; i < t->n_args && s == MX_OK; i++) t->in_backward[i] = t->role[i] == ARG_PARAM;
+    }
     for (int i = 0; i < t->n_aux && s == MX_OK; i++) t->aux_names[i] = mx_graph_node(g, t->aux_ids[i])->name;
     MX_TRY(s);
     if (t->data_arg < 0 || t->label_arg < 0)
@@ -511,7 +527,8 @@ static mx_status setup(trainer *t)
                              .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
                              .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng,
                              /* checked runs see every layer's output */
-                             .no_folding = t->tracing || st->fit.check_numerics};
+                             .no_folding = t->tracing || st->fit.check_numerics,
+                             .update_in_backward = t->in_backward, .update = update_from_backward, .update_ctx = t};
     s = train_group_bind(&gc, &t->group);
     if (s != MX_OK) return st->n_ctx > 1 ? fit_error(t, "ctx", s) : s;
     t->args = t->group.dev[0].args;
@@ -686,6 +703,7 @@ static void teardown(trainer *t)
     free(t->role);
     free(t->key);
     free(t->reqs);
+    free(t->in_backward);
     free(t->val_args);
     free(t->push_list);
     free(t->pull_list);
@@ -1092,6 +1110,14 @@ static mx_status run_validation(trainer *t, int epoch)
     return MX_OK;
 }
 
+/* mx_bind_config.update: the optimizer's update of one parameter, pushed
+ * from inside the backward pass (update_in_backward). */
+static mx_status update_from_backward(void *ctx, int arg, mx_ndarray *weight, mx_ndarray *grad)
+{
+    trainer *t = ctx;
+    return mx_optimizer_update(t->optimizer, t->key[arg], weight, grad);
+}
+
 /* apply_update with one context and no store: the optimizer updates the
  * weights where they are, every parameter in one call (on a GPU one engine
  * operation), later layers first as the store would see them. */
@@ -1104,7 +1130,7 @@ static mx_status update_in_place(trainer *t, int64_t batches)
     mx_status s = index && weights && grads ? MX_OK : MX_ERR_NOMEM;
     int n = 0;
     for (int i = t->n_args - 1; i >= 0 && s == MX_OK; i--) {
-        if (t->key[i] < 0) continue;
+        if (t->key[i] < 0 || (t->in_backward && t->in_backward[i])) continue; /* done in the backward pass */
         if (batches != t->grad_accum)
             s = mx_nd_binary_scalar(MX_OP_MUL, d->grads[i], d->grads[i], (double)t->grad_accum / (double)batches,
                                     false);
