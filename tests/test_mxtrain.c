@@ -92,6 +92,24 @@ START_TEST(lenet_learns_on_a_subset)
 }
 END_TEST
 
+/* The checkpoints PREFIX_A-EPOCH and PREFIX_B-EPOCH (.params and
+ * .states) are the same bytes. */
+static void assert_same_checkpoint(const char *prefix_a, const char *prefix_b, int epoch, const char *what)
+{
+    const char *suffix[] = {"params", "states"};
+    for (int k = 0; k < 2; k++) {
+        char pa[600], pb[600];
+        snprintf(pa, sizeof(pa), "%s-%04d.%s", prefix_a, epoch, suffix[k]);
+        snprintf(pb, sizeof(pb), "%s-%04d.%s", prefix_b, epoch, suffix[k]);
+        size_t la, lb;
+        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
+        ck_assert_msg(a && b && la == lb, "%s: %s or %s missing, or of another size", what, pa, pb);
+        ck_assert_msg(memcmp(a, b, la) == 0, "%s: %s and %s differ", what, pa, pb);
+        free(a);
+        free(b);
+    }
+}
+
 /* Interrupted after epoch 1 and resumed: the same weights and optimizer
  * state as one uninterrupted run (synchronous engine, fixed seed). */
 static void check_resume(const char *engine)
@@ -109,18 +127,11 @@ static void check_resume(const char *engine)
     ck_assert_ptr_nonnull(strstr(err, "Resumed from epoch 1"));
     ck_assert_ptr_null(strstr(err, "Epoch[0]"));
     free(err);
-    const char *suffix[] = {"0003.params", "0003.states"};
-    for (int k = 0; k < 2; k++) {
-        char pa[512], pb[512];
-        snprintf(pa, sizeof(pa), "%s/%s-a/mlp-%s", tmp, engine, suffix[k]);
-        snprintf(pb, sizeof(pb), "%s/%s-b/mlp-%s", tmp, engine, suffix[k]);
-        size_t la, lb;
-        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
-        ck_assert_uint_eq(la, lb);
-        ck_assert_msg(memcmp(a, b, la) == 0, "%s differs after resume (%s engine)", suffix[k], engine);
-        free(a);
-        free(b);
-    }
+    char pa[512], pb[512], what[64];
+    snprintf(pa, sizeof(pa), "%s/%s-a/mlp", tmp, engine);
+    snprintf(pb, sizeof(pb), "%s/%s-b/mlp", tmp, engine);
+    snprintf(what, sizeof(what), "after resume (%s engine)", engine);
+    assert_same_checkpoint(pa, pb, 3, what);
 }
 
 START_TEST(resume_is_bit_identical_synchronous)
@@ -168,19 +179,11 @@ START_TEST(updates_in_backward_give_the_same_bits)
             ck_assert_msg(rc == 0, "%s", err);
             free(err);
         }
-        const char *suffix[] = {"0002.params", "0002.states"};
-        for (int q = 0; q < 2; q++) {
-            char pa[512], pb[512];
-            snprintf(pa, sizeof(pa), "%s/upd%d0/net-%s", tmp, k, suffix[q]);
-            snprintf(pb, sizeof(pb), "%s/upd%d1/net-%s", tmp, k, suffix[q]);
-            size_t la, lb;
-            char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
-            ck_assert_msg(a && b && la == lb, "%s: %s missing or of another size", nets[k], suffix[q]);
-            ck_assert_msg(memcmp(a, b, la) == 0, "%s: %s differs with updates inside the backward pass", nets[k],
-                          suffix[q]);
-            free(a);
-            free(b);
-        }
+        char pa[512], pb[512], what[600];
+        snprintf(pa, sizeof(pa), "%s/upd%d0/net", tmp, k);
+        snprintf(pb, sizeof(pb), "%s/upd%d1/net", tmp, k);
+        snprintf(what, sizeof(what), "%s, updates inside the backward pass and after it", nets[k]);
+        assert_same_checkpoint(pa, pb, 2, what);
     }
 }
 END_TEST
