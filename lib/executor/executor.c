@@ -78,11 +78,15 @@ static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
 
 #define UPDATE_AT_END INT32_MAX
 
-/* Gradient sums become adds (plan.h's enable_addto) on CPU binds: every
- * CPU backward kernel honours MX_REQ_ADD (opcheck tests it for each op). */
-static bool plans_addto(mx_context ctx)
+/* Gradient sums become adds (plan.h's plan_addto_mode) on CPU binds only:
+ * every CPU backward kernel honours MX_REQ_ADD (opcheck tests it for each
+ * op). MXNET_EXEC_ENABLE_ADDTO=1: wherever they can, =0: never; unset:
+ * where they shrink the plan. */
+static plan_addto_mode plans_addto(mx_context ctx)
 {
-    return ctx.dev_type == MX_DEV_CPU && env_flag("MXNET_EXEC_ENABLE_ADDTO");
+    if (ctx.dev_type != MX_DEV_CPU) return ADDTO_NEVER;
+    long v = mx_env_long("MXNET_EXEC_ENABLE_ADDTO", -1);
+    return v < 0 ? ADDTO_AUTO : v ? ADDTO_ALWAYS : ADDTO_NEVER;
 }
 
 bool mx_executor_folds(mx_context ctx)

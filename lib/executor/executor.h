@@ -40,9 +40,10 @@
  * MXNET_EXEC_ENABLE_COSHARE=0 turns co-sharing off (each internal tensor
  * gets its own buffer), MXNET_EXEC_NUM_MATCH_COLOR (default 4) sets the
  * number of colours, MXNET_EXEC_ENABLE_ADDTO=0 keeps gradient sums as sum
- * nodes (by default, on CPU binds, a sum whose terms come from distinct
- * backward nodes and are read by it alone is done by adds into one
- * buffer: plan.h's enable_addto).
+ * nodes, =1 does every sum it can by adds into one buffer (on CPU binds, a
+ * sum whose terms come from distinct backward nodes and are read by it
+ * alone), unset: only where that shrinks the plan (plan.h's
+ * plan_addto_mode).
  */
 #ifndef MX_EXECUTOR_H
 #define MX_EXECUTOR_H

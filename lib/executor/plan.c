@@ -782,8 +782,9 @@ static mx_status plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     return st;
 }
 
-mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, bool enable_addto,
-                            memory_plan *p)
+/* The smallest plan of the strategies allowed, with or without adds. */
+static mx_status smallest_plan(const exec_graph *eg, bool enable_inplace, bool enable_coshare, bool enable_addto,
+                               memory_plan *p)
 {
     MX_TRY(plan_build(eg, enable_inplace, enable_coshare, enable_addto, p));
     if (!enable_coshare) return MX_OK;
@@ -806,6 +807,26 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
         } else {
             memory_plan_free(&other);
         }
+    }
+    return MX_OK;
+}
+
+mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enable_coshare, plan_addto_mode addto,
+                            memory_plan *p)
+{
+    MX_TRY(smallest_plan(eg, enable_inplace, enable_coshare, addto != ADDTO_NEVER, p));
+    if (addto != ADDTO_AUTO) return MX_OK;
+    bool any_add = false;
+    for (int i = 0; i < eg->n_nodes && !any_add; i++) any_add = p->sum_done[i];
+    if (!any_add) return MX_OK;
+    memory_plan sums;
+    MX_TRY(smallest_plan(eg, enable_inplace, enable_coshare, false, &sums));
+    size_t with = memory_plan_total(p), without = memory_plan_total(&sums);
+    if (without <= with + with / 100) {
+        memory_plan_free(p);
+        *p = sums;
+    } else {
+        memory_plan_free(&sums);
     }
     return MX_OK;
 }
