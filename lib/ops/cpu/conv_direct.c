@@ -443,8 +443,9 @@ static tail_stage tail_stage_at(const core *c, char *at)
 
 /* The tails recorded in ts->recs[0, n): gathered into vectors of 16 (each
  * tail whole in one), run as whole vectors on their own tap offsets, and
- * their rows [first_row, end_row) copied out. Unused lanes compute zeros
- * and are not copied. */
+ * their rows [first_row, end_row) copied out, or added for STORE_ADD (the
+ * staged t is added to what is there, as the kernel's store adds: the same
+ * bits). Unused lanes compute zeros and are not copied. */
 TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, const float *wp, const tail_stage *ts,
                              int64_t n, int64_t ldc, const float *bias, int store)
 {
@@ -464,10 +465,17 @@ TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, 
     }
     vlist l = {.v = ts->vl, .cap = vecs};
     for (int64_t v = 0; v < vecs; v++) vlist_add(&l, ts->x + v * LANES, ts->y + v * LANES, LANES, 0);
-    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, ts->koff, &l, width, bias, store);
+    run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, ts->koff, &l, width, bias,
+                     store == STORE_ADD ? STORE_WRITE : store);
     for (int64_t i = 0; i < n; i++)
-        for (int64_t r = first_row; r < end_row; r++)
-            memcpy(ts->recs[i].dst + r * ldc, ts->y + r * width + ts->recs[i].at, (size_t)ts->recs[i].n * sizeof(float));
+        for (int64_t r = first_row; r < end_row; r++) {
+            float *d = ts->recs[i].dst + r * ldc;
+            const float *t = ts->y + r * width + ts->recs[i].at;
+            if (store == STORE_ADD)
+                for (int64_t j = 0; j < ts->recs[i].n; j++) d[j] += t[j];
+            else
+                memcpy(d, t, (size_t)ts->recs[i].n * sizeof(float));
+        }
 }
 
 /* Packs bands[0, nb) into planes and runs the core over all their pixels
@@ -484,7 +492,7 @@ TARGET static void core_chunk_rows(const core *p, int64_t first_row, int64_t end
         const float *pl = p->inplace ? bands[b].src + base : planes + b * p->band;
         if (!p->inplace) pack_band(p, &bands[b], planes + b * p->band);
         const int64_t np = p1 - p0, whole = np / LANES * LANES;
-        if (ts && store != STORE_ADD && np > whole && np - whole <= TAIL_MAX) {
+        if (ts && np > whole && np - whole <= TAIL_MAX) {
             vlist_add_band(&l, pl + (p0 - base), bands[b].dst, whole); /* whole vectors only */
             ts->recs[tails++] = (tail_rec){.src = pl + (p0 - base) + whole, .dst = bands[b].dst + whole,
                                            .n = np - whole};
