@@ -167,27 +167,32 @@ static void gemm_call(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                     (const float *)b, (int)j->ldb, (float)beta, c_out, (int)ldc_out);
 }
 
+/* Pieces [lo, hi), one cblas call each, also when one call gets several
+ * (a busy pool runs the whole range on its caller): OpenBLAS may sum a
+ * wider block in another order, and results must not depend on how the
+ * pieces were handed out. */
 static void gemm_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
     const gemm_job *j = arg;
     size_t es = j->dbl ? sizeof(double) : sizeof(float);
     char *c = j->c;
-    int64_t a0 = lo * j->unit, a1 = hi * j->unit;
-    switch (j->split) {
-    case SPLIT_ROWS:
-        if (a1 > j->m) a1 = j->m;
-        gemm_call(j, a0, a1, 0, j->n, 0, j->k, j->beta, c + (size_t)(a0 * j->ldc) * es, j->ldc);
-        break;
-    case SPLIT_COLS:
-        if (a1 > j->n) a1 = j->n;
-        gemm_call(j, 0, j->m, a0, a1, 0, j->k, j->beta, c + (size_t)a0 * es, j->ldc);
-        break;
-    case SPLIT_INNER: {
-        if (a1 > j->k) a1 = j->k;
-        gemm_call(j, 0, j->m, 0, j->n, a0, a1, 0.0, j->partials + (size_t)lo * (size_t)(j->m * j->n), j->n);
-        break;
-    }
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t a0 = t * j->unit, a1 = a0 + j->unit;
+        switch (j->split) {
+        case SPLIT_ROWS:
+            if (a1 > j->m) a1 = j->m;
+            gemm_call(j, a0, a1, 0, j->n, 0, j->k, j->beta, c + (size_t)(a0 * j->ldc) * es, j->ldc);
+            break;
+        case SPLIT_COLS:
+            if (a1 > j->n) a1 = j->n;
+            gemm_call(j, 0, j->m, a0, a1, 0, j->k, j->beta, c + (size_t)a0 * es, j->ldc);
+            break;
+        case SPLIT_INNER: /* each piece its own partial sum */
+            if (a1 > j->k) a1 = j->k;
+            gemm_call(j, 0, j->m, 0, j->n, a0, a1, 0.0, j->partials + (size_t)t * (size_t)(j->m * j->n), j->n);
+            break;
+        }
     }
 }
 
