@@ -1,7 +1,12 @@
 /* opcheck.c - forward vs float64 reference, backward vs finite differences. */
 #include "opcheck.h"
 
+#include "parallel/parallel.h"
+
 #include <check.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
@@ -108,9 +113,34 @@ static double fd_value(fd_values *fd, const opcheck_case *c, const void *params,
     return value;
 }
 
+/* What a run wrote: forward outputs and written gradients, to compare a
+ * run on a busy pool with one on the same pool free (`have`: compare). */
+typedef struct run_bits {
+    bool have;
+    float *out[MX_OP_MAX_IO], *grad[MX_OP_MAX_IO];
+} run_bits;
+
+/* Records a (n floats) into *slot, or with bits->have compares them. */
+static void same_bits(const opcheck_case *c, const run_bits *bits, float **slot, const float *a, int64_t n,
+                      const char *what, int index)
+{
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    if (!bits->have) {
+        *slot = malloc(bytes);
+        ck_assert_ptr_nonnull(*slot);
+        if (n > 0) memcpy(*slot, a, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&(*slot)[i], &a[i], sizeof(float)) == 0,
+                      "%s %s %d [%lld]: %.9g on a busy pool, %.9g with the pool free (a kernel's result may depend "
+                      "only on the pool's size)",
+                      c->op, what, index, (long long)i, a[i], (*slot)[i]);
+}
+
 /* One full check with kernels splitting their work on `pool` (NULL: on
- * the calling thread). */
-static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values *fdv)
+ * the calling thread); bits (NULL: none) records or compares what it wrote. */
+static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values *fdv, run_bits *bits)
 {
     const mx_op_def *op;
     ck_assert_msg(mx_op_lookup(c->op, &op) == MX_OK, "%s", mx_last_error());
@@ -161,6 +191,8 @@ static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values
         ref_out[k] = calloc((size_t)(n ? n : 1), sizeof(double));
         head[k] = to_double(&out_grad[k]);
     }
+    for (int k = 0; k < n_out && bits; k++)
+        same_bits(c, bits, &bits->out[k], out[k].data, mx_shape_size(&out_shapes[k]), "forward output", k);
     double frtol = c->fwd_rtol ? c->fwd_rtol : 1e-4, fatol = c->fwd_atol ? c->fwd_atol : 1e-5;
     c->ref(params, (const double *const *)din, in_shapes, ref_out, out_shapes);
     for (int k = 0; k < n_vis; k++) {
@@ -176,6 +208,9 @@ static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values
     for (int i = 0; i < n_in; i++) req[i] = (i >= n_in - n_aux) ? MX_REQ_NULL : MX_REQ_WRITE;
     ck_assert_msg(op->backward(&ctx, params, out_grad, in, out, req, in_grad, aux) == MX_OK, "%s backward: %s",
                   c->op, mx_last_error());
+    for (int i = 0; i < n_in && bits; i++)
+        if (req[i] == MX_REQ_WRITE) same_bits(c, bits, &bits->grad[i], in_grad[i].data, mx_shape_size(&in_shapes[i]),
+                                              "gradient of input", i);
     double eps = c->eps ? c->eps : 1e-6;
     double grtol = c->grad_rtol ? c->grad_rtol : 1e-4, gatol = c->grad_atol ? c->grad_atol : 1e-5;
     int max_points = c->max_points ? c->max_points : 256;
@@ -233,17 +268,59 @@ static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values
     free(params);
 }
 
+/* Holds a pool taken: a region on another thread that waits to be let go,
+ * so every region on the pool meanwhile runs whole on its caller, as when
+ * another engine worker's layer has the pool. */
+typedef struct pool_holder {
+    mx_threadpool *pool;
+    atomic_int inside, release;
+    pthread_t thread;
+} pool_holder;
+
+static void hold_piece(void *arg, int64_t lo, int64_t hi, int worker)
+{
+    (void)lo, (void)hi, (void)worker;
+    pool_holder *h = arg;
+    atomic_store(&h->inside, 1);
+    while (!atomic_load(&h->release)) sched_yield();
+}
+
+static void *holder_main(void *arg)
+{
+    pool_holder *h = arg;
+    mx_parallel_for(h->pool, 2, 1, hold_piece, h);
+    return NULL;
+}
+
 void opcheck_run(const opcheck_case *c)
 {
     fd_values fd = {0};
-    opcheck_run_on(c, NULL, &fd);
+    opcheck_run_on(c, NULL, &fd, NULL);
     /* Three threads: batches split into uneven pieces, and products and
      * lowering shared across threads, take their parallel paths. */
     fd.filled = true;
     mx_threadpool *pool;
     ck_assert_msg(mx_threadpool_create(3, &pool) == MX_OK, "%s", mx_last_error());
-    opcheck_run_on(c, pool, &fd);
-    mx_threadpool_free(pool);
+    run_bits bits = {0};
+    opcheck_run_on(c, pool, &fd, &bits);
     ck_assert_msg(fd.pos == fd.n, "%s: the second run takes fewer finite differences than the first", c->op);
+    /* The same pool busy with another region: every piece on the caller,
+     * the same bits (results may depend on the pool's size, never on how
+     * its pieces were handed out). */
+    pool_holder h = {.pool = pool};
+    atomic_init(&h.inside, 0);
+    atomic_init(&h.release, 0);
+    ck_assert_int_eq(pthread_create(&h.thread, NULL, holder_main, &h), 0);
+    while (!atomic_load(&h.inside)) sched_yield();
+    fd.pos = 0;
+    bits.have = true;
+    opcheck_run_on(c, pool, &fd, &bits);
+    atomic_store(&h.release, 1);
+    pthread_join(h.thread, NULL);
+    for (int k = 0; k < MX_OP_MAX_IO; k++) {
+        free(bits.out[k]);
+        free(bits.grad[k]);
+    }
+    mx_threadpool_free(pool);
     free(fd.v);
 }

@@ -7,6 +7,9 @@
  *      the gradient of L = sum(out_k * head_k) over visible outputs, or of
  *      the case's own loss for loss layers;
  *   4. backward again with req = add onto a non-zero buffer.
+ * All of it on the calling thread, on a 3-thread pool, and on that pool
+ * while another region holds it (every piece on the caller): the last
+ * must give the bits of the second, outputs and gradients.
  * Failures go through Check's ck_assert with the op, input and index.
  */
 #ifndef MX_TEST_OPCHECK_H
@@ -40,8 +43,9 @@ typedef struct opcheck_case {
     uint64_t seed;
 } opcheck_case;
 
-/* Runs the whole check twice, kernels on the calling thread and then on a
- * 3-thread pool; fails the current Check test on any mismatch. */
+/* Runs the whole check three times, kernels on the calling thread, on a
+ * 3-thread pool, and on that pool held busy by another region (the same
+ * bits as the free pool's); fails the current Check test on any mismatch. */
 void opcheck_run(const opcheck_case *c);
 
 /* The same parse + infer, for tests of error paths: returns the status. */
