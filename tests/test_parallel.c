@@ -6,11 +6,11 @@
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/winograd.h"
 #include "parallel/parallel.h"
+#include "support/poolhold.h"
 
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -331,44 +331,6 @@ static void ref_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double a
         }
 }
 
-/* Holds a pool taken (a region on another thread that waits to be let
- * go), so that products on it run whole on their callers. */
-typedef struct pool_holder {
-    mx_threadpool *pool;
-    atomic_int inside, release;
-    pthread_t thread;
-} pool_holder;
-
-static void hold_piece(void *arg, int64_t lo, int64_t hi, int worker)
-{
-    (void)lo, (void)hi, (void)worker;
-    pool_holder *h = arg;
-    atomic_store(&h->inside, 1);
-    while (!atomic_load(&h->release)) sched_yield();
-}
-
-static void *holder_main(void *arg)
-{
-    pool_holder *h = arg;
-    mx_parallel_for(h->pool, 2, 1, hold_piece, h);
-    return NULL;
-}
-
-static void hold_pool(pool_holder *h, mx_threadpool *pool)
-{
-    h->pool = pool;
-    atomic_init(&h->inside, 0);
-    atomic_init(&h->release, 0);
-    ck_assert_int_eq(pthread_create(&h->thread, NULL, holder_main, h), 0);
-    while (!atomic_load(&h->inside)) sched_yield();
-}
-
-static void let_pool_go(pool_holder *h)
-{
-    atomic_store(&h->release, 1);
-    pthread_join(h->thread, NULL);
-}
-
 static void check_gemm(mx_threadpool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                        float beta)
 {
@@ -401,10 +363,10 @@ static void check_gemm(mx_threadpool *pool, bool ta, bool tb, int64_t m, int64_t
     mx_sgemm(pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, again, ldc);
     ck_assert(memcmp(again, c, sizeof(float) * (size_t)(m * ldc)) == 0);
     pool_holder h;
-    hold_pool(&h, pool);
+    pool_hold(&h, pool);
     memcpy(again, c0, sizeof(float) * (size_t)(m * ldc));
     mx_sgemm(pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, again, ldc);
-    let_pool_go(&h);
+    pool_release(&h);
     ck_assert_msg(memcmp(again, c, sizeof(float) * (size_t)(m * ldc)) == 0,
                   "%lldx%lldx%lld ta %d tb %d pool %d: other bits while the pool was busy", (long long)m, (long long)n,
                   (long long)k, ta, tb, mx_threadpool_size(pool));

@@ -1,12 +1,9 @@
 /* opcheck.c - forward vs float64 reference, backward vs finite differences. */
 #include "opcheck.h"
 
-#include "parallel/parallel.h"
+#include "support/poolhold.h"
 
 #include <check.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
@@ -268,30 +265,6 @@ static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values
     free(params);
 }
 
-/* Holds a pool taken: a region on another thread that waits to be let go,
- * so every region on the pool meanwhile runs whole on its caller, as when
- * another engine worker's layer has the pool. */
-typedef struct pool_holder {
-    mx_threadpool *pool;
-    atomic_int inside, release;
-    pthread_t thread;
-} pool_holder;
-
-static void hold_piece(void *arg, int64_t lo, int64_t hi, int worker)
-{
-    (void)lo, (void)hi, (void)worker;
-    pool_holder *h = arg;
-    atomic_store(&h->inside, 1);
-    while (!atomic_load(&h->release)) sched_yield();
-}
-
-static void *holder_main(void *arg)
-{
-    pool_holder *h = arg;
-    mx_parallel_for(h->pool, 2, 1, hold_piece, h);
-    return NULL;
-}
-
 void opcheck_run(const opcheck_case *c)
 {
     fd_values fd = {0};
@@ -307,16 +280,12 @@ void opcheck_run(const opcheck_case *c)
     /* The same pool busy with another region: every piece on the caller,
      * the same bits (results may depend on the pool's size, never on how
      * its pieces were handed out). */
-    pool_holder h = {.pool = pool};
-    atomic_init(&h.inside, 0);
-    atomic_init(&h.release, 0);
-    ck_assert_int_eq(pthread_create(&h.thread, NULL, holder_main, &h), 0);
-    while (!atomic_load(&h.inside)) sched_yield();
+    pool_holder h;
+    pool_hold(&h, pool);
     fd.pos = 0;
     bits.have = true;
     opcheck_run_on(c, pool, &fd, &bits);
-    atomic_store(&h.release, 1);
-    pthread_join(h.thread, NULL);
+    pool_release(&h);
     for (int k = 0; k < MX_OP_MAX_IO; k++) {
         free(bits.out[k]);
         free(bits.grad[k]);
