@@ -198,6 +198,8 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->workspace = both->workspace;
     st->n_mirror = eg->n_mirror;
     for (int i = 0; eg->deferred_from && i < eg->n_nodes; i++) st->n_deferred += eg->needed[i] && eg->deferred_from[i] >= 0;
+    for (int a = 0; eg->update_after && a < eg->n_args; a++)
+        if (eg->update_after[a] >= 0) st->grads_in_plan += exec_entry_bytes(eg, exec_entry_id(eg, eg->grads[a]));
     for (int i = eg->n_forward; i < eg->n_nodes; i++) {
         if (!eg->needed[i] || !exec_node_is_grad_sum(eg, (uint32_t)i)) continue;
         st->n_sums++;
@@ -215,8 +217,6 @@ static mx_status plan_memory(const mx_graph *g, const char *const *names, const 
     memory_plan both;
     mx_status s = memory_plan_build(&eg, true, true, plans_addto(mx_cpu()), &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
-    for (int a = 0; s == MX_OK && eg.update_after && a < eg.n_args; a++)
-        if (eg.update_after[a] >= 0) out->grads_in_plan += exec_entry_bytes(&eg, exec_entry_id(&eg, eg.grads[a]));
     memory_plan_free(&both);
     exec_graph_free(&eg);
     return s;
@@ -511,9 +511,6 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     bool inplace = env_flag("MXNET_EXEC_ENABLE_INPLACE"), coshare = env_flag("MXNET_EXEC_ENABLE_COSHARE");
     s = memory_plan_build(eg, inplace, coshare, plans_addto(cfg->ctx), &ex->plan);
     if (s == MX_OK) s = plan_stats(eg, &ex->plan, &ex->stats);
-    for (int a = 0; s == MX_OK && ex->update_after && a < eg->n_args; a++)
-        if (ex->update_after[a] >= 0 && ex->update_after[a] != UPDATE_AT_END)
-            ex->stats.grads_in_plan += exec_entry_bytes(eg, exec_entry_id(eg, eg->grads[a]));
     int n_entries = eg->shapes.n_entries;
     if (s == MX_OK) {
         ex->n_buffers = ex->plan.n_buffers;

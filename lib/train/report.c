@@ -54,6 +54,7 @@ static mx_status input_shape(const mx_train_settings *s, const char **name, mx_s
 }
 
 static bool *label_mask(const mx_train_settings *s);
+static bool is_data_input(const mx_train_settings *s, const bool *is_label, uint32_t id);
 
 mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
 {
@@ -73,12 +74,8 @@ mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
     bool *is_label = label_mask(s);
     mx_status st = ids && learnable && is_label ? MX_OK : mx_last_status();
     int n = st == MX_OK ? mx_graph_list_arguments(g, ids) : 0;
-    for (int i = 0; i < n; i++) {
-        const char *arg = mx_graph_node(g, ids[i])->name;
-        bool input = is_label[ids[i]];
-        for (int k = 0; k < s->cfg->n_inputs; k++) input = input || !strcmp(arg, s->cfg->inputs[k]);
-        learnable[i] = !input && !mx_train_settings_fixed(s, arg);
-    }
+    for (int i = 0; i < n; i++)
+        learnable[i] = !is_data_input(s, is_label, ids[i]) && !mx_train_settings_fixed(s, mx_graph_node(g, ids[i])->name);
     if (st == MX_OK) st = mx_executor_plan_memory_updating(g, &name, &shape, 1, learnable, &out->train_updating);
     free(ids);
     free(learnable);
@@ -114,6 +111,16 @@ static bool *label_mask(const mx_train_settings *s)
     return is_label;
 }
 
+/* Whether argument node id is fed by the data: a [net] input or a loss
+ * layer's label (is_label from label_mask), not a learnable parameter. */
+static bool is_data_input(const mx_train_settings *s, const bool *is_label, uint32_t id)
+{
+    const char *name = mx_graph_node(s->cfg->graph, id)->name;
+    bool input = is_label[id];
+    for (int k = 0; k < s->cfg->n_inputs && !input; k++) input = !strcmp(name, s->cfg->inputs[k]);
+    return input;
+}
+
 static const char *list_name_of(const void *l, uint32_t i) { return ((const mx_ndarray_list *)l)->names[i]; }
 
 /* What fit.finetune_from loads and fit.fixed_params freezes. */
@@ -131,9 +138,7 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
         int n = mx_graph_list_arguments(g, ids);
         for (int i = 0; i < n; i++) {
             const mx_node *node = mx_graph_node(g, ids[i]);
-            bool is_input = is_label[ids[i]];
-            for (int k = 0; k < s->cfg->n_inputs; k++) is_input = is_input || !strcmp(node->name, s->cfg->inputs[k]);
-            if (is_input) continue;
+            if (is_data_input(s, is_label, ids[i])) continue;
             params[n_params++] = node->name;
             if (mx_train_settings_fixed(s, node->name)) frozen[n_frozen++] = node->name;
         }
@@ -203,9 +208,7 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     size_t fusion = mx_kvstore_bucket_limit((size_t)s->fit.fusion_bytes);
     for (int i = n - 1; i >= 0; i--) {
         const mx_node *node = mx_graph_node(g, ids[i]);
-        bool skip = mx_train_settings_fixed(s, node->name);
-        for (int k = 0; k < s->cfg->n_inputs; k++) skip = skip || !strcmp(node->name, s->cfg->inputs[k]);
-        if (skip || is_label[ids[i]]) continue;
+        if (mx_train_settings_fixed(s, node->name) || is_data_input(s, is_label, ids[i])) continue;
         size_t bytes = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
         if (mx_kvstore_bucket_full(open_bytes, bytes, fusion)) buckets++, open_bytes = 0;
         open_bytes += bytes;
