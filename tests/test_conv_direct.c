@@ -363,6 +363,40 @@ START_TEST(image_ranges)
 }
 END_TEST
 
+/* A direct forward's inputs: random x, weights and bias, the weights
+ * packed, two output buffers of the whole batch and its scratch. */
+typedef struct direct_fixture {
+    int64_t n, out_n;
+    float *x, *w, *bias, *packed, *y1, *y2;
+    void *scratch;
+} direct_fixture;
+
+static void direct_fixture_make(direct_fixture *f, const mx_conv_geom *g)
+{
+    f->n = g->batch;
+    f->out_n = f->n * g->out_c * g->out_h * g->out_w;
+    f->x = test_rand_floats(f->n * g->in_c * g->in_h * g->in_w);
+    f->w = test_rand_floats(g->out_c * g->in_c * g->k_h * g->k_w);
+    f->bias = test_rand_floats(g->out_c);
+    f->packed = malloc(mx_direct_packed_bytes(g));
+    f->y1 = malloc((size_t)f->out_n * sizeof(float));
+    f->y2 = malloc((size_t)f->out_n * sizeof(float));
+    f->scratch = malloc(mx_direct_scratch_bytes(g, f->n));
+    ck_assert(f->packed && f->y1 && f->y2 && f->scratch);
+    mx_direct_pack_weights(g, f->w, f->packed);
+}
+
+static void direct_fixture_free(direct_fixture *f)
+{
+    free(f->x);
+    free(f->w);
+    free(f->bias);
+    free(f->packed);
+    free(f->y1);
+    free(f->y2);
+    free(f->scratch);
+}
+
 /* The forward in output-channel parts (batch 1 shared by threads) writes
  * the bytes of one call, whatever the number of parts (more than panels
  * too: some parts get none). */
@@ -372,31 +406,23 @@ START_TEST(forward_parts)
                          geom(1, 3, 17, 30, 30, 7, 7, 2, 2, 3, 3)};
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
         const mx_conv_geom *g = &gs[i];
-        const int64_t n = g->batch, in_n = n * g->in_c * g->in_h * g->in_w, out_n = n * g->out_c * g->out_h * g->out_w;
-        float *x = test_rand_floats(in_n), *w = test_rand_floats(g->out_c * g->in_c * g->k_h * g->k_w);
-        float *bias = test_rand_floats(g->out_c), *packed = malloc(mx_direct_packed_bytes(g));
-        float *whole = malloc((size_t)out_n * sizeof(float)), *parts = malloc((size_t)out_n * sizeof(float));
-        void *s = malloc(mx_direct_scratch_bytes(g, n));
-        ck_assert(packed && whole && parts && s);
-        mx_direct_pack_weights(g, w, packed);
-        ck_assert_int_eq(mx_direct_forward(g, packed, x, n, bias, false, whole, s), MX_OK);
+        direct_fixture f;
+        direct_fixture_make(&f, g);
+        float *whole = f.y1, *parts = f.y2;
+        ck_assert_int_eq(mx_direct_forward(g, f.packed, f.x, f.n, f.bias, false, whole, f.scratch), MX_OK);
         const int64_t panels = mx_direct_forward_panels(g);
         ck_assert_int_ge(panels, 2);
         const int64_t counts[] = {1, 2, 3, panels, panels + 3};
         for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
-            memset(parts, 0xff, (size_t)out_n * sizeof(float));
+            memset(parts, 0xff, (size_t)f.out_n * sizeof(float));
             for (int64_t part = 0; part < counts[k]; part++)
-                ck_assert_int_eq(mx_direct_forward_part(g, packed, x, n, part, counts[k], bias, false, parts, s), MX_OK);
-            ck_assert_msg(memcmp(whole, parts, (size_t)out_n * sizeof(float)) == 0, "geometry %zu, %lld parts", i,
+                ck_assert_int_eq(
+                    mx_direct_forward_part(g, f.packed, f.x, f.n, part, counts[k], f.bias, false, parts, f.scratch),
+                    MX_OK);
+            ck_assert_msg(memcmp(whole, parts, (size_t)f.out_n * sizeof(float)) == 0, "geometry %zu, %lld parts", i,
                           (long long)counts[k]);
         }
-        free(x);
-        free(w);
-        free(bias);
-        free(packed);
-        free(whole);
-        free(parts);
-        free(s);
+        direct_fixture_free(&f);
     }
 }
 END_TEST
@@ -413,35 +439,25 @@ START_TEST(folded_activation_forward)
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
         for (size_t a = 0; a < sizeof(acts) / sizeof(acts[0]); a++) {
             const mx_conv_geom *g = &gs[i];
-            const int64_t n = g->batch, in_n = n * g->in_c * g->in_h * g->in_w;
-            const int64_t out_n = n * g->out_c * g->out_h * g->out_w;
-            float *x = test_rand_floats(in_n), *w = test_rand_floats(g->out_c * g->in_c * g->k_h * g->k_w);
-            float *bias = test_rand_floats(g->out_c), *packed = malloc(mx_direct_packed_bytes(g));
-            float *want = malloc((size_t)out_n * sizeof(float)), *got = malloc((size_t)out_n * sizeof(float));
-            void *s = malloc(mx_direct_scratch_bytes(g, n));
-            ck_assert(packed && want && got && s);
-            mx_direct_pack_weights(g, w, packed);
+            direct_fixture f;
+            direct_fixture_make(&f, g);
+            float *want = f.y1, *got = f.y2;
             const mx_fold fold = {.kind = MX_FOLD_ACTIVATION, .act_type = acts[a]};
-            ck_assert_int_eq(mx_direct_forward(g, packed, x, n, bias, false, want, s), MX_OK);
-            mx_fold_rows(&fold, want, out_n);
+            ck_assert_int_eq(mx_direct_forward(g, f.packed, f.x, f.n, f.bias, false, want, f.scratch), MX_OK);
+            mx_fold_rows(&fold, want, f.out_n);
             int64_t zeros = 0;
-            for (int64_t k = 0; k < out_n; k++) zeros += want[k] == 0.0f;
-            if (acts[a] == ACT_RELU) ck_assert(zeros > 0 && zeros < out_n);
+            for (int64_t k = 0; k < f.out_n; k++) zeros += want[k] == 0.0f;
+            if (acts[a] == ACT_RELU) ck_assert(zeros > 0 && zeros < f.out_n);
             for (int64_t parts = 1; parts <= 2; parts++) {
-                memset(got, 0xff, (size_t)out_n * sizeof(float));
+                memset(got, 0xff, (size_t)f.out_n * sizeof(float));
                 for (int64_t part = 0; part < parts; part++)
-                    ck_assert_int_eq(
-                        mx_direct_forward_part_fold(g, packed, x, n, part, parts, bias, false, &fold, got, s), MX_OK);
-                ck_assert_msg(memcmp(want, got, (size_t)out_n * sizeof(float)) == 0, "geometry %zu, act %d, %lld parts",
+                    ck_assert_int_eq(mx_direct_forward_part_fold(g, f.packed, f.x, f.n, part, parts, f.bias, false,
+                                                                 &fold, got, f.scratch),
+                                     MX_OK);
+                ck_assert_msg(memcmp(want, got, (size_t)f.out_n * sizeof(float)) == 0, "geometry %zu, act %d, %lld parts",
                               i, acts[a], (long long)parts);
             }
-            free(x);
-            free(w);
-            free(bias);
-            free(packed);
-            free(want);
-            free(got);
-            free(s);
+            direct_fixture_free(&f);
         }
 }
 END_TEST
