@@ -3,9 +3,11 @@
  * products split across the pool (lib/parallel, lib/blas).
  */
 #include "blas/blas.h"
+#include "ops/cpu/conv_direct.h"
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/winograd.h"
 #include "parallel/parallel.h"
+#include "support/conv_ref.h"
 #include "support/poolhold.h"
 
 #include <check.h>
@@ -373,6 +375,56 @@ static void check_gemm(mx_threadpool *pool, bool ta, bool tb, int64_t m, int64_t
     free(a), free(b), free(c), free(c0), free(again), free(want);
 }
 
+/* A lowered convolution whose batch is split in two pieces adds the second
+ * piece's weight gradient into dw after the first's, while the first
+ * makes its dx, and holds no per-piece gradient: the pool holds the same
+ * after an add request as after a write (with parts, an add held two, a
+ * write one). dx and dw match float64 on both requests. */
+START_TEST(lowered_pieces_take_turns)
+{
+    mx_conv_geom g = {.batch = 4, .in_c = 512, .in_h = 10, .in_w = 10, .out_c = 1, .out_h = 10, .out_w = 10,
+                      .k_h = 3, .k_w = 3, .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .pad_h = 1,
+                      .pad_w = 1, .groups = 1};
+    ck_assert(!mx_winograd_profitable(&g) && !mx_direct_profitable(&g));
+    const int64_t nx = 4 * 512 * 100, ny = 4 * 100, nw = 512 * 9;
+    float *x = malloc(nx * sizeof(float)), *w = malloc(nw * sizeof(float)), *dy = malloc(ny * sizeof(float));
+    float *dx0 = malloc(nx * sizeof(float)), *dw0 = malloc(nw * sizeof(float)), *dx = malloc(nx * sizeof(float));
+    float *dw = malloc(nw * sizeof(float));
+    double *ref_dx = malloc(nx * sizeof(double)), *abs_dx = malloc(nx * sizeof(double));
+    double *ref_dw = malloc(nw * sizeof(double)), *abs_dw = malloc(nw * sizeof(double));
+    ck_assert(x && w && dy && dx0 && dw0 && dx && dw && ref_dx && abs_dx && ref_dw && abs_dw);
+    for (int64_t i = 0; i < nx; i++) x[i] = urand(), dx0[i] = urand();
+    for (int64_t i = 0; i < nw; i++) w[i] = urand(), dw0[i] = urand();
+    for (int64_t i = 0; i < ny; i++) dy[i] = urand();
+    conv_ref_backward(&g, dy, w, ref_dx, abs_dx);
+    conv_ref_weight(&g, x, dy, ref_dw, abs_dw);
+    size_t held[2];
+    for (int add = 0; add < 2; add++) {
+        mx_threadpool *pool;
+        ck_assert(mx_threadpool_create(2, &pool) == MX_OK);
+        const mx_req req = add ? MX_REQ_ADD : MX_REQ_WRITE;
+        memcpy(dx, dx0, nx * sizeof(float));
+        memcpy(dw, dw0, nw * sizeof(float));
+        ck_assert_int_eq(mx_conv_backward(pool, &g, x, w, dy, dx, req, dw, req, NULL, 0), MX_OK);
+        held[add] = mx_scratch_held_bytes(pool);
+        mx_threadpool_free(pool);
+        for (int64_t i = 0; i < nx; i++) {
+            const double want = ref_dx[i] + (add ? dx0[i] : 0.0);
+            ck_assert_msg(fabs(dx[i] - want) <= 1e-5 * (abs_dx[i] + 1.0), "dx[%lld] = %g, want %g (add %d)",
+                          (long long)i, dx[i], want, add);
+        }
+        for (int64_t i = 0; i < nw; i++) {
+            const double want = ref_dw[i] + (add ? dw0[i] : 0.0);
+            ck_assert_msg(fabs(dw[i] - want) <= 1e-5 * (abs_dw[i] + 1.0), "dw[%lld] = %g, want %g (add %d)",
+                          (long long)i, dw[i], want, add);
+        }
+    }
+    ck_assert_uint_eq(held[0], held[1]);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(dx), free(dw);
+    free(ref_dx), free(abs_dx), free(ref_dw), free(abs_dw);
+}
+END_TEST
+
 START_TEST(sgemm_matches_reference)
 {
     static const int sizes[] = {1, 2, 3};
@@ -425,6 +477,7 @@ static Suite *parallel_suite(void)
     tcase_add_test(tc, scratch_per_thread_and_slot);
     tcase_add_test(tc, scratch_leases_are_shared_by_callers);
     tcase_add_test(tc, conv_scratch_is_held_once_per_pool);
+    tcase_add_test(tc, lowered_pieces_take_turns);
     tcase_add_test(tc, sgemm_matches_reference);
     tcase_add_test(tc, dgemm_matches_reference);
     suite_add_tcase(s, tc);

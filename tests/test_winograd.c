@@ -18,6 +18,7 @@
  */
 #include "ops/cpu/im2col.h"
 #include "ops/cpu/winograd.h"
+#include "parallel/parallel.h"
 #include "support/conv_ref.h"
 #include "support/testrand.h"
 
@@ -516,6 +517,125 @@ START_TEST(filter_parts_and_alignment)
 }
 END_TEST
 
+/* A slice of output channels at a time (its own filter transform, the
+ * whole layer's y and bias) writes each output's bits of the whole
+ * forward, for the forward and the backward-data convolution, with and
+ * without bias and accumulation; an empty or outside slice is refused. */
+START_TEST(output_slices)
+{
+    for (int kind = 0; kind < KINDS; kind++) {
+        const int m = kinds[kind].m, r = kinds[kind].r;
+        set_tile(m);
+        /* 150 channels out: V and M channel-major whole, tile-major in slices */
+        mx_conv_geom g = geom_r(3, 40, 150, 9 + r - 3, 8 + r - 3, 1, 1, r), gb;
+        mx_winograd_backward_geom(&g, &gb);
+        float *wt = test_rand_floats(150 * 40 * r * r), *bias = test_rand_floats(150);
+        for (int back = 0; back < 2; back++) {
+            const mx_conv_geom *gw = back ? &gb : &g;
+            const int64_t in_n = 3 * gw->in_c * gw->in_h * gw->in_w, out_n = 3 * gw->out_c * gw->out_h * gw->out_w;
+            const int64_t cuts[] = {0, 16, 32, gw->out_c - 5, gw->out_c};
+            float *x = test_rand_floats(in_n), *u = malloc(mx_winograd_filter_bytes(gw));
+            float *us = malloc(mx_winograd_filter_bytes(gw)), *y1 = malloc((size_t)out_n * sizeof(float));
+            float *y2 = malloc((size_t)out_n * sizeof(float));
+            ck_assert(x && u && us && y1 && y2);
+            if (back) mx_winograd_transform_filter_backward(&g, wt, u);
+            else mx_winograd_transform_filter(&g, wt, u);
+            for (int variant = 0; variant < 3; variant++) {
+                const bool accumulate = variant == 2;
+                const float *b = variant == 1 || back ? NULL : bias;
+                for (int64_t i = 0; i < out_n; i++) y1[i] = y2[i] = (float)(i % 5) - 2.0f;
+                ck_assert_int_eq(mx_winograd_forward(gw, u, x, 3, b, accumulate, y1, NULL), MX_OK);
+                for (int k = 0; k + 1 < 5; k++) {
+                    mx_conv_geom gs;
+                    mx_winograd_slice_geom(gw, cuts[k], cuts[k + 1], &gs);
+                    void *scratch = malloc(mx_winograd_scratch_bytes(&gs, 3));
+                    ck_assert_ptr_nonnull(scratch);
+                    memset(us, 0xff, mx_winograd_filter_bytes(&gs));
+                    for (int part = 0; part < 2; part++)
+                        mx_winograd_transform_filter_slice_part(&g, wt, back, cuts[k], cuts[k + 1], us, part, 2);
+                    ck_assert_int_eq(mx_winograd_forward_slice(gw, cuts[k], cuts[k + 1], us, x, 3, b, accumulate, y2,
+                                                               scratch),
+                                     MX_OK);
+                    free(scratch);
+                }
+                ck_assert_msg(memcmp(y1, y2, (size_t)out_n * sizeof(float)) == 0, "F(%d, %d) %s, variant %d", m, r,
+                              back ? "backward" : "forward", variant);
+            }
+            ck_assert_int_eq(mx_winograd_forward_slice(gw, 10, 10, us, x, 3, NULL, false, y2, NULL), MX_ERR_INVALID);
+            ck_assert_int_eq(mx_winograd_forward_slice(gw, 0, gw->out_c + 1, us, x, 3, NULL, false, y2, NULL),
+                             MX_ERR_INVALID);
+            free(x);
+            free(u);
+            free(us);
+            free(y1);
+            free(y2);
+        }
+        free(wt);
+        free(bias);
+    }
+    unsetenv("MX_WINOGRAD_TILE");
+}
+END_TEST
+
+/* A layer whose transformed filters would take 14.7 MB runs on a pool in
+ * slices: what the pool keeps for the call stays under them, and the
+ * forward and backward-data outputs are the whole kernels' bits (the
+ * weight gradient within its bound of them), for write and add requests. */
+START_TEST(large_layers_run_in_slices)
+{
+    mx_threadpool *pool;
+    ck_assert_int_eq(mx_threadpool_create(2, &pool), MX_OK);
+    mx_conv_geom g = geom(4, 320, 320, 7, 7, 1, 1), gb;
+    mx_winograd_backward_geom(&g, &gb);
+    const size_t whole = mx_winograd_filter_bytes(&g);
+    ck_assert_uint_gt(whole, (size_t)14 << 20);
+    const int64_t nx = 4 * 320 * 49, nw = 320 * 320 * 9;
+    float *x = test_rand_floats(nx), *wt = test_rand_floats(nw), *bias = test_rand_floats(320);
+    float *dy = test_rand_floats(nx), *u = malloc(whole), *ub = malloc(mx_winograd_filter_bytes(&gb));
+    float *y1 = malloc(nx * sizeof(float)), *y2 = malloc(nx * sizeof(float));
+    float *dw1 = malloc(nw * sizeof(float)), *dw2 = malloc(nw * sizeof(float));
+    ck_assert(u && ub && y1 && y2 && dw1 && dw2);
+    mx_winograd_transform_filter(&g, wt, u);
+    mx_winograd_transform_filter_backward(&g, wt, ub);
+    ck_assert_int_eq(mx_winograd_backward_weight(&g, x, dy, 4, false, dw1, NULL), MX_OK);
+    double scale = 0;
+    for (int64_t i = 0; i < nw; i++)
+        if (fabs((double)dw1[i]) > scale) scale = fabs((double)dw1[i]);
+    for (int add = 0; add < 2; add++) {
+        const mx_req req = add ? MX_REQ_ADD : MX_REQ_WRITE;
+        for (int64_t i = 0; i < nx; i++) y1[i] = y2[i] = (float)(i % 3);
+        ck_assert_int_eq(mx_winograd_forward(&g, u, x, 4, bias, add, y1, NULL), MX_OK);
+        ck_assert_int_eq(mx_conv_forward(pool, &g, x, wt, bias, y2, req, NULL, 0), MX_OK);
+        ck_assert_msg(memcmp(y1, y2, nx * sizeof(float)) == 0, "forward, %s", add ? "add" : "write");
+        for (int64_t i = 0; i < nx; i++) y1[i] = y2[i] = (float)(i % 3);
+        ck_assert_int_eq(mx_winograd_forward(&gb, ub, dy, 4, NULL, add, y1, NULL), MX_OK);
+        ck_assert_int_eq(mx_conv_backward(pool, &g, x, wt, dy, y2, req, dw2, MX_REQ_WRITE, NULL, 0), MX_OK);
+        ck_assert_msg(memcmp(y1, y2, nx * sizeof(float)) == 0, "backward-data, %s", add ? "add" : "write");
+        double diff = 0;
+        for (int64_t i = 0; i < nw; i++)
+            if (!(fabs((double)dw1[i] - dw2[i]) <= diff)) diff = fabs((double)dw1[i] - dw2[i]);
+        ck_assert_msg(diff <= 1e-5 * scale, "weight gradient: %g (scale %g)", diff, scale);
+        /* backward-data alone */
+        ck_assert_int_eq(mx_conv_backward(pool, &g, x, wt, dy, y2, MX_REQ_WRITE, NULL, MX_REQ_NULL, NULL, 0), MX_OK);
+        ck_assert_int_eq(mx_winograd_forward(&gb, ub, dy, 4, NULL, false, y1, NULL), MX_OK);
+        ck_assert_int_eq(memcmp(y1, y2, nx * sizeof(float)), 0);
+    }
+    size_t held = mx_scratch_held_bytes(pool);
+    ck_assert_msg(held < whole, "%zu bytes held by the pool for a layer whose filters transform to %zu", held, whole);
+    mx_threadpool_free(pool);
+    free(x);
+    free(wt);
+    free(bias);
+    free(dy);
+    free(u);
+    free(ub);
+    free(y1);
+    free(y2);
+    free(dw1);
+    free(dw2);
+}
+END_TEST
+
 /* The weight gradient's scratch does not grow with the image: VGG-16's
  * 224x224 layers at 64 channels needed 84 MiB on every thread (V and DM
  * for the image's 3136 tiles); pieces of tiles keep it to the padded image,
@@ -610,6 +730,8 @@ int main(void)
     tcase_add_test(tc, image_ranges);
     tcase_add_test(tc, shared_blocks);
     tcase_add_test(tc, filter_parts_and_alignment);
+    tcase_add_test(tc, output_slices);
+    tcase_add_test(tc, large_layers_run_in_slices);
     tcase_add_test(tc, edge_shapes);
     tcase_add_test(tc, random_shapes);
     tcase_add_test(tc, shapes_5x5);

@@ -405,6 +405,8 @@ typedef struct conv_call {
     bool need_dx, need_dw;
     bool lower_dx, lower_dw; /* backward: what im2col + SGEMM computes (the rest: Winograd) */
     const float *u;      /* Winograd: transformed filters (forward), or of gb (backward-data); NULL: none */
+    int64_t o0, o1;      /* Winograd: the output channels (of gb for backward-data) u holds (a slice:
+                            winograd_sliced) */
     mx_conv_geom gb;     /* Winograd backward-data: the convolution of dy that gives dx */
     bool wino_dw;        /* Winograd weight gradient */
     const float *packed; /* direct kernels: packed weights (forward), or packed for backward-data; NULL: none */
@@ -493,11 +495,13 @@ static void forward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, i
 }
 
 /* Backward of images [n0, n0 + b): dw (F, C/G*KH*KW) = beta_dw * dw + this
- * chunk's part, and dx of these images per c->req. */
+ * chunk's part (with_dw), and dx of these images per c->req (with_dx), of
+ * what the call lowers. */
 static void backward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, int64_t b, float *col, float *dw,
-                           float beta_dw)
+                           float beta_dw, bool with_dw, bool with_dx)
 {
     const mx_conv_geom *g = c->g;
+    const bool lower_dw = c->lower_dw && with_dw, lower_dx = c->lower_dx && with_dx;
     const int64_t p = g->out_h * g->out_w, grp = g->groups, fg = g->out_c / grp, cg = g->in_c / grp;
     const int64_t kg = cg * g->k_h * g->k_w, cols = b * p;
     const float *xn = c->x ? c->x + n0 * in_image(g) : NULL, *dyn = c->dy + n0 * out_image(g);
@@ -506,10 +510,10 @@ static void backward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, 
         const float beta_dx = c->req == MX_REQ_ADD ? 1.0f : 0.0f;
         for (int64_t k = 0; k < grp; k++) {
             const float *dyk = dyn + k * fg * p;
-            if (c->lower_dw)
+            if (lower_dw)
                 mx_sgemm(pool, false, true, fg, cg, p, 1.0f, dyk, p, xn + k * cg * p, p, beta_dw, dw + k * fg * cg,
                          cg);
-            if (c->lower_dx)
+            if (lower_dx)
                 mx_sgemm(pool, true, false, cg, p, fg, 1.0f, c->w + k * fg * cg, cg, dyk, p, beta_dx,
                          dxn + k * cg * p, p);
         }
@@ -521,13 +525,13 @@ static void backward_chunk(const conv_call *c, mx_threadpool *pool, int64_t n0, 
         gather_chunk(pool, g, dyn, b, stage);
         dyc = stage;
     }
-    if (c->lower_dw) {
+    if (lower_dw) {
         lower_chunk(pool, g, xn, b, col);
         for (int64_t k = 0; k < grp; k++)
             mx_sgemm(pool, false, true, fg, kg, cols, 1.0f, dyc + k * fg * cols, cols, col + k * kg * cols, cols,
                      beta_dw, dw + k * fg * kg, kg);
     }
-    if (c->lower_dx) {
+    if (lower_dx) {
         for (int64_t k = 0; k < grp; k++)
             mx_sgemm(pool, true, false, kg, cols, fg, 1.0f, c->w + k * fg * kg, kg, dyc + k * fg * cols, cols, 0.0f,
                      col + k * kg * cols, cols);
@@ -593,13 +597,15 @@ static void forward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     conv_call *c = arg;
     if (c->u) {
         const mx_conv_geom *g = c->g;
-        void *scratch = piece_scratch_or_fail(c, worker, mx_winograd_scratch_bytes(g, c->piece));
+        mx_conv_geom gs;
+        mx_winograd_slice_geom(g, c->o0, c->o1, &gs);
+        void *scratch = piece_scratch_or_fail(c, worker, mx_winograd_scratch_bytes(&gs, c->piece));
         if (!scratch) return;
         for (int64_t p0 = lo; p0 < hi; p0 += c->piece) {
             int64_t b = hi - p0 < c->piece ? hi - p0 : c->piece;
-            mx_winograd_forward(g, c->u, c->x + p0 * in_image(g), b, c->bias, c->req == MX_REQ_ADD,
-                                c->y + p0 * out_image(g), scratch);
-            fold_images(c, NULL, p0, b);
+            mx_winograd_forward_slice(g, c->o0, c->o1, c->u, c->x + p0 * in_image(g), b, c->bias,
+                                      c->req == MX_REQ_ADD, c->y + p0 * out_image(g), scratch);
+            if (c->o1 == g->out_c) fold_images(c, NULL, p0, b); /* the last slice: every channel written */
         }
         return;
     }
@@ -688,6 +694,30 @@ static bool weight_gradient_in_turn(conv_call *c, int64_t q, int64_t p0, int64_t
     return s == MX_OK;
 }
 
+/* Lowered piece q's dx and its weight gradient added into dw in its turn:
+ * piece 0 writes dw first (adds, on an add request), then makes its dx;
+ * the next makes its dx meanwhile, then adds its dw. False, with the call
+ * marked failed, when an earlier piece failed. */
+static bool lowered_in_turn(conv_call *c, int64_t q, int64_t p0, int64_t p1, float *col)
+{
+    piece_turn t = {c, q};
+    for (int pass = 0; pass < 2; pass++) {
+        const bool dw_pass = (pass == 0) == (q == 0);
+        if (dw_pass && !piece_turn_wait(&t, 1)) {
+            atomic_store(&c->failed, 1);
+            return false;
+        }
+        float beta_dw = q > 0 || c->dw_add ? 1.0f : 0.0f;
+        for (int64_t n0 = p0; n0 < p1; n0 += c->chunk) {
+            backward_chunk(c, NULL, n0, p1 - n0 < c->chunk ? p1 - n0 : c->chunk, col, c->dw_turns, beta_dw, dw_pass,
+                           !dw_pass);
+            beta_dw = 1.0f;
+        }
+        if (dw_pass) piece_turn_done(&t, 1);
+    }
+    return true;
+}
+
 static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
 {
     conv_call *c = arg;
@@ -695,7 +725,9 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     bool lowering = c->lower_dx || c->lower_dw;
     float *col = lowering ? piece_scratch(c, worker, 0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
     size_t wino_bytes = 0; /* Winograd's or the direct kernels' scratch */
-    if (c->u) wino_bytes = mx_winograd_scratch_bytes(&c->gb, c->piece);
+    mx_conv_geom gs; /* the slice of gb's output channels c->u holds */
+    if (c->u) mx_winograd_slice_geom(&c->gb, c->o0, c->o1, &gs);
+    if (c->u) wino_bytes = mx_winograd_scratch_bytes(&gs, c->piece);
     if (c->wino_dw && mx_winograd_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
         wino_bytes = mx_winograd_wgrad_scratch_bytes(g, c->piece);
     if (c->packed) wino_bytes = mx_direct_scratch_bytes(g, c->piece);
@@ -719,8 +751,8 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
                     : c->dw_first ? (q == 0 ? c->dw_first : c->dw_parts + (q - 1) * dw_size)
                                   : c->dw_parts + q * dw_size;
         if (c->u)
-            mx_winograd_forward(&c->gb, c->u, c->dy + p0 * out_image(g), p1 - p0, NULL, c->req == MX_REQ_ADD,
-                                c->dx + p0 * in_image(g), wino);
+            mx_winograd_forward_slice(&c->gb, c->o0, c->o1, c->u, c->dy + p0 * out_image(g), p1 - p0, NULL,
+                                      c->req == MX_REQ_ADD, c->dx + p0 * in_image(g), wino);
         if (c->wino_dw && !c->dw_turns)
             mx_winograd_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
                                         wino);
@@ -730,11 +762,15 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
         if (c->direct_dw && !c->dw_turns)
             mx_direct_backward_weight(g, c->x + p0 * in_image(g), c->dy + p0 * out_image(g), p1 - p0, false, dw,
                                       wino);
-        if (c->dw_turns && !weight_gradient_in_turn(c, q, p0, p1, wino)) return;
+        if (c->dw_turns && !lowering && !weight_gradient_in_turn(c, q, p0, p1, wino)) return;
         if (!lowering) continue;
+        if (c->dw_turns) {
+            if (!lowered_in_turn(c, q, p0, p1, col)) return;
+            continue;
+        }
         float beta_dw = 0.0f;
         for (int64_t n0 = p0; n0 < p1; n0 += c->chunk) {
-            backward_chunk(c, NULL, n0, p1 - n0 < c->chunk ? p1 - n0 : c->chunk, col, dw, beta_dw);
+            backward_chunk(c, NULL, n0, p1 - n0 < c->chunk ? p1 - n0 : c->chunk, col, dw, beta_dw, true, true);
             beta_dw = 1.0f;
         }
     }
@@ -784,6 +820,7 @@ typedef struct filter_job {
     const float *w;
     float *u;
     bool backward;
+    int64_t o0, o1; /* the slice of output channels (of gb when backward) */
     int64_t parts;
 } filter_job;
 
@@ -791,28 +828,54 @@ static void filter_units(void *arg, int64_t lo, int64_t hi, int worker)
 {
     (void)worker;
     const filter_job *j = arg;
-    for (int64_t part = lo; part < hi; part++) {
-        if (j->backward) mx_winograd_transform_filter_backward_part(j->g, j->w, j->u, part, j->parts);
-        else mx_winograd_transform_filter_part(j->g, j->w, j->u, part, j->parts);
-    }
+    for (int64_t part = lo; part < hi; part++)
+        mx_winograd_transform_filter_slice_part(j->g, j->w, j->backward, j->o0, j->o1, j->u, part, j->parts);
 }
 
-static void transform_filters_into(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward, float *u)
+/* Output channels [o0, o1) of g's filters w transformed (backward: of gb's). */
+static void transform_filters_into(mx_threadpool *pool, const mx_conv_geom *g, const float *w, bool backward,
+                                   int64_t o0, int64_t o1, float *u)
 {
-    filter_job j = {.g = g, .w = w, .u = u, .backward = backward, .parts = 4 * (int64_t)mx_threadpool_size(pool)};
+    filter_job j = {.g = g, .w = w, .u = u, .backward = backward, .o0 = o0, .o1 = o1,
+                    .parts = 4 * (int64_t)mx_threadpool_size(pool)};
     mx_parallel_for(pool, j.parts, 1, filter_units, &j);
 }
 
-/* The transformed filters in the caller's lease, slot 2 (64-byte aligned,
- * which lets big transforms stream), or NULL when out of memory. */
+/* The transformed filters, output channels [o0, o1), in the caller's
+ * lease, slot 2 (64-byte aligned, which lets big transforms stream), or
+ * NULL when out of memory. */
 static float *transform_filters(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g, const float *w,
-                                bool backward)
+                                bool backward, int64_t o0, int64_t o1)
 {
-    mx_conv_geom gb;
+    mx_conv_geom gb, gs;
     mx_winograd_backward_geom(g, &gb);
-    float *u = mx_scratch_buffer(pool, lease, 2, mx_winograd_filter_bytes(backward ? &gb : g));
-    if (u) transform_filters_into(pool, g, w, backward, u);
+    mx_winograd_slice_geom(backward ? &gb : g, o0, o1, &gs);
+    float *u = mx_scratch_buffer(pool, lease, 2, mx_winograd_filter_bytes(&gs));
+    if (u) transform_filters_into(pool, g, w, backward, o0, o1, u);
     return u;
+}
+
+/* Transformed filters larger than this are made and used a slice of
+ * output channels at a time (winograd_sliced): only one slice's are held.
+ * ResNet-50's and VGG-16's 512 -> 512 layers (36 MiB whole) run in 4
+ * slices. The input transform is then made once a slice, yet the forward
+ * is faster, a slice's filters staying in cache (batch 16, 2 threads:
+ * 512 -> 512 on 28x28 54.6 -> 49.3 ms, on 14x14 18.9 -> 16.8, on 7x7
+ * 6.6 -> 6.4). */
+#define WINOGRAD_SLICE_BYTES (12u << 20)
+
+/* Output channels per slice of g's transformed filters (PANEL-wide
+ * multiples, the slices even), or g->out_c when they are held whole. */
+static int64_t winograd_slice_width(const mx_conv_geom *g)
+{
+    if (mx_winograd_filter_bytes(g) <= WINOGRAD_SLICE_BYTES) return g->out_c;
+    const int64_t panel = 32;
+    mx_conv_geom one;
+    mx_winograd_slice_geom(g, 0, panel, &one);
+    int64_t width = (int64_t)(WINOGRAD_SLICE_BYTES / mx_winograd_filter_bytes(&one)) * panel;
+    if (width < panel) width = panel;
+    const int64_t slices = ceil_div(g->out_c, width);
+    return ceil_div(ceil_div(g->out_c, slices), panel) * panel;
 }
 
 /* The direct kernels' weight packing, split like the filter transforms. */
@@ -895,7 +958,7 @@ mx_status mx_conv_prepare(mx_threadpool *pool, const mx_conv_geom *g, const floa
             return MX_ERR_NOMEM;
         }
         p->weights = (float *)(((uintptr_t)p->raw + 63) & ~(uintptr_t)63);
-        if (p->path == PATH_WINOGRAD) transform_filters_into(pool, g, w, false, p->weights);
+        if (p->path == PATH_WINOGRAD) transform_filters_into(pool, g, w, false, 0, g->out_c, p->weights);
         else pack_direct_into(pool, g, w, false, p->weights);
     }
     *out = p;
@@ -927,6 +990,26 @@ mx_status mx_conv_forward(mx_threadpool *pool, const mx_conv_geom *g, const floa
     return mx_conv_forward_act(pool, g, x, w, bias, NULL, y, req, ws, ws_bytes);
 }
 
+/* c's Winograd forward (g = c->g: a layer, or the gb of a layer's
+ * backward-data pass) a slice of `width` output channels at a time, each
+ * slice's filters transformed from the layer's w and then used by every
+ * piece of images; the activation is folded in with the last slice. */
+static mx_status winograd_sliced(conv_call *c, const mx_conv_geom *layer, const float *w, bool backward, int64_t width,
+                                 bool run_last)
+{
+    const mx_conv_geom *g = c->g;
+    for (int64_t o0 = 0; o0 < g->out_c; o0 += width) {
+        c->o0 = o0;
+        c->o1 = g->out_c - o0 < width ? g->out_c : o0 + width;
+        c->u = transform_filters(c->pool, c->lease, layer, w, backward, c->o0, c->o1);
+        if (!c->u) return MX_ERR_NOMEM;
+        if (c->o1 == g->out_c && !run_last) break;
+        mx_parallel_for(c->pool, g->batch, c->piece, forward_piece, c);
+        if (atomic_load(&c->failed)) return scratch_failed();
+    }
+    return MX_OK;
+}
+
 static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, const mx_conv_geom *g,
                                   const mx_conv_prepared *prep, const float *x, const float *w, const float *bias,
                                   const mx_fold *fold, float *y, mx_req req, void *ws, size_t ws_bytes)
@@ -950,8 +1033,11 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
          * on the caller (still faster than lowering on every thread). */
         const int64_t blocks = c.piece == 0 && threads > 1 ? mx_winograd_shared_blocks(g, g->batch) : 0;
         if (c.piece == 0) c.piece = g->batch;
+        c.o1 = g->out_c;
         c.u = prepared_weights(prep, g, path);
-        if (!c.u) c.u = transform_filters(pool, lease, g, w, false);
+        const int64_t width = c.u || blocks > 1 ? g->out_c : winograd_slice_width(g);
+        if (width < g->out_c) return winograd_sliced(&c, g, w, false, width, true);
+        if (!c.u) c.u = transform_filters(pool, lease, g, w, false, 0, g->out_c);
         if (!c.u) return MX_ERR_NOMEM;
         if (blocks > 1) {
             /* The caller's lease, slot 1 (slot 0 is its blocks' scratch). */
@@ -1025,8 +1111,12 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
         (size_t)(n_pieces * dw_size) * sizeof(float) > MAX_DW_PARTS_BYTES)
         c.piece = 0;
     /* Where the whole kernels write the weight gradient, the pieces add
-     * theirs into dw in turn (mx_dw_turn). */
-    if (need_dw && n_pieces > 1 && (wino || direct)) {
+     * theirs into dw in turn (mx_dw_turn); lowered, two pieces with a dx to
+     * make do too, the second making its dx while the first makes its dw
+     * (lowered_in_turn: no part to hold, 8 MiB for ResNet-50's res5a 1x1/2,
+     * and no slower; without a dx, or with more pieces, their dw would wait
+     * in a chain). */
+    if (need_dw && n_pieces > 1 && (wino || direct || (n_pieces == 2 && c.piece > 0 && need_dx))) {
         c.dw_turns = dw;
         c.dw_add = req_dw == MX_REQ_ADD;
     }
@@ -1045,8 +1135,24 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     }
     if (wino && need_dx) {
         mx_winograd_backward_geom(g, &c.gb);
-        c.u = transform_filters(pool, lease, g, w, true);
-        if (!c.u) return MX_ERR_NOMEM;
+        const int64_t width = winograd_slice_width(&c.gb);
+        c.o0 = 0;
+        c.o1 = c.gb.out_c;
+        if (width < c.gb.out_c) {
+            /* dx slice by slice, as the forward of gb, but for the last
+             * slice, which the pieces below make beside dw. The split
+             * costs ResNet-50's res5 3x3 layers about 1.2 ms of their
+             * backward's 10.5 (batch 16, 2 threads), for 27 MiB less. */
+            conv_call d = {.g = &c.gb, .x = dy, .y = dx, .req = req_dx, .piece = c.piece, .pool = pool,
+                           .lease = lease};
+            atomic_init(&d.failed, 0);
+            MX_TRY(winograd_sliced(&d, g, w, true, width, false));
+            c.u = d.u;
+            c.o0 = d.o0;
+        } else {
+            c.u = transform_filters(pool, lease, g, w, true, 0, g->in_c);
+            if (!c.u) return MX_ERR_NOMEM;
+        }
     }
     if (direct && need_dx) {
         c.packed = pack_direct(pool, lease, g, w, true);
@@ -1075,7 +1181,8 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     MX_TRY(take_workspace(ws, ws_bytes, mx_conv_workspace_bytes(g, c.chunk), &col, &owned));
     float beta_dw = req_dw == MX_REQ_ADD ? 1.0f : 0.0f; /* 1 after the first product */
     for (int64_t n0 = 0; n0 < g->batch; n0 += c.chunk) {
-        backward_chunk(&c, pool, n0, g->batch - n0 < c.chunk ? g->batch - n0 : c.chunk, col, dw, beta_dw);
+        backward_chunk(&c, pool, n0, g->batch - n0 < c.chunk ? g->batch - n0 : c.chunk, col, dw, beta_dw, true,
+                       true);
         beta_dw = 1.0f;
     }
     free(owned);

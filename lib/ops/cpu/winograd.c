@@ -72,6 +72,7 @@ typedef struct wplan {
      * position-major (T, nbmax, Cp) otherwise (the products' rows are
      * closer together). */
     int64_t vj, vt, mj, mt;
+    int64_t y_img;                 /* floats between images of y: F*OH*OW, or the whole layer's for a slice */
     /* scratch parts, in floats from the aligned base */
     int64_t off_v, off_m, off_y, off_b, total;
 } wplan;
@@ -146,6 +147,7 @@ static void plan_init(wplan *p, const mx_conv_geom *g, int64_t images)
     p->ow = g->out_w;
     p->ph = g->pad_h;
     p->pw = g->pad_w;
+    p->y_img = p->f * p->oh * p->ow;
     p->th = ceil_div(p->oh, p->m);
     p->tw = ceil_div(p->ow, p->m);
     p->tpi = p->th * p->tw;
@@ -218,12 +220,35 @@ size_t mx_winograd_filter_bytes(const mx_conv_geom *g)
     return (size_t)(a * a * g->in_c * round_up(g->out_c, LANES)) * sizeof(float);
 }
 
-void mx_winograd_transform_filter_part(const mx_conv_geom *g, const float *w, float *u, int64_t part, int64_t parts)
+void mx_winograd_slice_geom(const mx_conv_geom *g, int64_t o0, int64_t o1, mx_conv_geom *gs)
+{
+    *gs = *g;
+    gs->out_c = o1 - o0;
+}
+
+void mx_winograd_transform_filter_slice_part(const mx_conv_geom *g, const float *w, bool backward, int64_t o0,
+                                             int64_t o1, float *u, int64_t part, int64_t parts)
 {
     const int64_t taps = g->k_h * g->k_w;
-    filter_job j = {.w = w, .cin = g->in_c, .cout = g->out_c, .so = g->in_c * taps, .si = taps, .u = u};
-    part_range(g->in_c, part, parts, &j.i0, &j.i1);
-    transform_filter(mx_winograd_tile(g), (int)g->k_h, &j);
+    if (!backward) {
+        filter_job j = {.w = w + o0 * g->in_c * taps, .cin = g->in_c, .cout = o1 - o0, .so = g->in_c * taps,
+                        .si = taps, .u = u};
+        part_range(g->in_c, part, parts, &j.i0, &j.i1);
+        transform_filter(mx_winograd_tile(g), (int)g->k_h, &j);
+        return;
+    }
+    mx_conv_geom gb;
+    mx_winograd_backward_geom(g, &gb);
+    /* gb's filter (C, F, r, r): output channel c, input channel f is w[f, c] rotated. */
+    filter_job j = {.w = w + o0 * taps, .cin = g->out_c, .cout = o1 - o0, .so = taps, .si = g->in_c * taps,
+                    .rot = true, .u = u};
+    part_range(g->out_c, part, parts, &j.i0, &j.i1);
+    transform_filter(mx_winograd_tile(&gb), (int)g->k_h, &j);
+}
+
+void mx_winograd_transform_filter_part(const mx_conv_geom *g, const float *w, float *u, int64_t part, int64_t parts)
+{
+    mx_winograd_transform_filter_slice_part(g, w, false, 0, g->out_c, u, part, parts);
 }
 
 void mx_winograd_transform_filter(const mx_conv_geom *g, const float *w, float *u)
@@ -236,14 +261,7 @@ void mx_winograd_backward_geom(const mx_conv_geom *g, mx_conv_geom *gb) { mx_con
 void mx_winograd_transform_filter_backward_part(const mx_conv_geom *g, const float *w, float *u_b, int64_t part,
                                                 int64_t parts)
 {
-    mx_conv_geom gb;
-    mx_winograd_backward_geom(g, &gb);
-    /* gb's filter (C, F, r, r): output channel c, input channel f is w[f, c] rotated. */
-    const int64_t taps = g->k_h * g->k_w;
-    filter_job j = {.w = w, .cin = g->out_c, .cout = g->in_c, .so = taps, .si = g->in_c * taps, .rot = true,
-                    .u = u_b};
-    part_range(g->out_c, part, parts, &j.i0, &j.i1);
-    transform_filter(mx_winograd_tile(&gb), (int)g->k_h, &j);
+    mx_winograd_transform_filter_slice_part(g, w, true, 0, g->in_c, u_b, part, parts);
 }
 
 void mx_winograd_transform_filter_backward(const mx_conv_geom *g, const float *w, float *u_b)
@@ -738,7 +756,7 @@ INLINE void unpack_body(const wplan *p, const float *yt, int64_t n, bool accumul
     const int64_t f = p->f, fp = p->fp, ow = p->ow, ohw = p->oh * ow, owt = p->owt;
     for (int64_t img = 0; img < n; img++) {
         const float *yti = yt + img * p->oht * owt * fp;
-        float *yi = y + img * f * ohw;
+        float *yi = y + img * p->y_img;
         for (int64_t f0 = 0; f0 < fp; f0 += LANES) {
             const int64_t nf = f - f0 < LANES ? f - f0 : LANES;
             float *dst = yi + f0 * ohw;
@@ -1259,16 +1277,23 @@ static void pad_bias(const wplan *p, const float *bias, float *bp)
     for (int64_t f = p->f; f < p->fp; f++) bp[f] = 0.0f;
 }
 
-mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float *x, int64_t images, const float *bias,
-                              bool accumulate, float *y, void *scratch)
+mx_status mx_winograd_forward_slice(const mx_conv_geom *g, int64_t o0, int64_t o1, const float *u, const float *x,
+                                    int64_t images, const float *bias, bool accumulate, float *y, void *scratch)
 {
     if (!mx_winograd_supported(g)) return MX_ERROR(MX_ERR_INVALID, "winograd: unsupported convolution geometry");
+    if (o0 < 0 || o1 <= o0 || o1 > g->out_c)
+        return MX_ERROR(MX_ERR_INVALID, "winograd: output channels [%lld, %lld) not in [0, %lld)", (long long)o0,
+                        (long long)o1, (long long)g->out_c);
     if (images <= 0) return MX_OK;
+    mx_conv_geom gs;
+    mx_winograd_slice_geom(g, o0, o1, &gs);
     wplan p;
-    plan_init(&p, g, images);
+    plan_init(&p, &gs, images);
+    p.y_img = g->out_c * p.oh * p.ow;
+    y += o0 * p.oh * p.ow;
     void *owned = NULL;
     if (!scratch) {
-        owned = mx_malloc(mx_winograd_scratch_bytes(g, images));
+        owned = mx_malloc(mx_winograd_scratch_bytes(&gs, images));
         if (!owned) return MX_ERR_NOMEM;
         scratch = owned;
     }
@@ -1276,10 +1301,10 @@ mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float
     float *xp = base, *v = base + p.off_v, *mm = base + p.off_m, *yt = base + p.off_y, *bp = NULL;
     if (bias) {
         bp = base + p.off_b;
-        pad_bias(&p, bias, bp);
+        pad_bias(&p, bias + o0, bp);
     }
     const wkernels *k = pick_kernels();
-    const int64_t in_img = p.c * p.h * p.w, out_img = p.f * p.oh * p.ow;
+    const int64_t in_img = p.c * p.h * p.w;
     for (int64_t i0 = 0; i0 < images; i0 += p.gi) {
         int64_t ni = images - i0 < p.gi ? images - i0 : p.gi;
         k->pack(&p, x + i0 * in_img, ni, xp);
@@ -1290,10 +1315,16 @@ mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float
             k->gemm(&p, v, u, nt, mm);
             k->output(&p, mm, t0, nt, bp, yt);
         }
-        k->unpack(&p, yt, ni, accumulate, y + i0 * out_img);
+        k->unpack(&p, yt, ni, accumulate, y + i0 * p.y_img);
     }
     free(owned);
     return MX_OK;
+}
+
+mx_status mx_winograd_forward(const mx_conv_geom *g, const float *u, const float *x, int64_t images, const float *bias,
+                              bool accumulate, float *y, void *scratch)
+{
+    return mx_winograd_forward_slice(g, 0, g->out_c, u, x, images, bias, accumulate, y, scratch);
 }
 
 /* A group of images shared by threads: xp, the output tiles and the bias
@@ -1380,6 +1411,14 @@ void mx_winograd_shared_end(const mx_conv_geom *g, int64_t images, bool accumula
  * and packed images: ResNet-18's peak RSS 606 -> 594 MB. */
 #define WGRAD_TILES 64
 #define WGRAD_FUSED_TILES 32 /* groups of at most this many tiles never hold a whole dU */
+/* A larger dU (T, C, Fp) is made in two halves of the input channels, the
+ * images packed and transformed again for the second: each extra pass
+ * costs about a tenth of the weight gradient's time (batch 16, 2 threads:
+ * ResNet-50's 256 -> 256 layers on 14x14, 9.4 MB of dU, 4.3 -> 4.8 ms, and
+ * every thread holds 4.7 MB less; 512 -> 512 on 28x28 in 7 blocks of 6 MiB
+ * took 50 -> 84 ms, hence two at most). */
+#define WGRAD_DU_BYTES ((int64_t)6 << 20)
+#define WGRAD_DU_BLOCKS 2
 /* V and DM hold at most this many tiles: a 224x224 image has 3136, whose
  * V and DM at 64 channels took 58 MiB of every thread's scratch (VGG-16's
  * first layers); longer runs gain nothing (tests/bench_winograd.c). */
@@ -1397,6 +1436,10 @@ typedef struct wgplan {
      * being written out and read back (on large layers that round trip
      * through memory costs more than the products, and it saves memory). */
     bool fused;
+    /* Not fused: dU is made for this many input channels at a time (all
+     * of them, or fewer when a whole dU would pass WGRAD_DU_BYTES), each
+     * block over every group of images, then turned into its rows of dw. */
+    int64_t cb;
 } wgplan;
 
 static void wgplan_init(wgplan *q, const mx_conv_geom *g, int64_t images)
@@ -1435,7 +1478,10 @@ static void wgplan_init(wgplan *q, const mx_conv_geom *g, int64_t images)
     q->off_dm = q->off_v + round_up(p->nbmax * p->t * p->cp, ALIGN_FLOATS);
     q->off_du = q->off_dm + round_up(p->nbmax * p->t * p->fp, ALIGN_FLOATS);
     q->fused = p->nbmax <= WGRAD_FUSED_TILES;
-    q->total = q->off_du + round_up(p->t * (q->fused ? GEMM_ROWS : p->c) * p->fp, ALIGN_FLOATS);
+    int64_t du_blocks = ceil_div(p->t * p->c * p->fp * (int64_t)sizeof(float), WGRAD_DU_BYTES);
+    if (du_blocks > WGRAD_DU_BLOCKS) du_blocks = WGRAD_DU_BLOCKS;
+    q->cb = ceil_div(p->c, du_blocks);
+    q->total = q->off_du + round_up(p->t * (q->fused ? GEMM_ROWS : q->cb) * p->fp, ALIGN_FLOATS);
 }
 
 size_t mx_winograd_wgrad_scratch_bytes(const mx_conv_geom *g, int64_t images)
@@ -1472,21 +1518,34 @@ static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, i
     const wkernels *k = pick_kernels();
     const int64_t in_img = p->c * p->h * p->w, out_img = p->f * p->oh * p->ow;
     mx_status s = MX_OK;
-    for (int64_t i0 = 0; i0 < images && s == MX_OK; i0 += p->gi) {
+    if (!q.fused) {
+        for (int64_t c0 = 0; c0 < p->c; c0 += q.cb) {
+            const int64_t nc = p->c - c0 < q.cb ? p->c - c0 : q.cb;
+            for (int64_t i0 = 0; i0 < images; i0 += p->gi) {
+                int64_t ni = images - i0 < p->gi ? images - i0 : p->gi, tiles = ni * p->tpi;
+                k->pack(p, x + i0 * in_img, ni, xp);
+                k->pack(&q.pd, dy + i0 * out_img, ni, dyp);
+                /* The AVX2 and AVX-512 kernels add tile after tile onto dU:
+                 * runs of nbmax tiles give the bits of one run over the group. */
+                for (int64_t t0 = 0; t0 < tiles; t0 += p->nbmax) {
+                    int64_t nt = tiles - t0 < p->nbmax ? tiles - t0 : p->nbmax;
+                    k->input(p, xp, t0, nt, v);
+                    k->dm(p, dyp, t0, nt, dm);
+                    k->wgemm(p, v, dm, nt, c0, nc, i0 > 0 || t0 > 0, du, nc * p->fp);
+                }
+            }
+            if (turn && !turn->wait(turn->ctx, c0 + nc)) {
+                s = MX_ERR_RUNTIME;
+                break;
+            }
+            k->wfinal(p, du, nc * p->fp, c0, nc, accumulate, dw);
+            if (turn) turn->done(turn->ctx, c0 + nc);
+        }
+    }
+    for (int64_t i0 = 0; q.fused && i0 < images && s == MX_OK; i0 += p->gi) {
         int64_t ni = images - i0 < p->gi ? images - i0 : p->gi, tiles = ni * p->tpi;
         k->pack(p, x + i0 * in_img, ni, xp);
         k->pack(&q.pd, dy + i0 * out_img, ni, dyp);
-        if (!q.fused) {
-            /* The AVX2 and AVX-512 kernels add tile after tile onto dU:
-             * runs of nbmax tiles give the bits of one run over the group. */
-            for (int64_t t0 = 0; t0 < tiles; t0 += p->nbmax) {
-                int64_t nt = tiles - t0 < p->nbmax ? tiles - t0 : p->nbmax;
-                k->input(p, xp, t0, nt, v);
-                k->dm(p, dyp, t0, nt, dm);
-                k->wgemm(p, v, dm, nt, 0, p->c, i0 > 0 || t0 > 0, du, p->c * p->fp);
-            }
-            continue;
-        }
         /* fused: nbmax <= WGRAD_FUSED_TILES, the group's tiles are one run */
         k->input(p, xp, 0, tiles, v);
         k->dm(p, dyp, 0, tiles, dm);
@@ -1500,11 +1559,6 @@ static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, i
             k->wfinal(p, du, GEMM_ROWS * p->fp, c0, nc, accumulate || i0 > 0, dw);
             if (turn && i0 + p->gi >= images) turn->done(turn->ctx, c0 + nc);
         }
-    }
-    if (!q.fused && s == MX_OK) {
-        if (turn && !turn->wait(turn->ctx, p->c)) s = MX_ERR_RUNTIME;
-        if (s == MX_OK) k->wfinal(p, du, p->c * p->fp, 0, p->c, accumulate, dw);
-        if (s == MX_OK && turn) turn->done(turn->ctx, p->c);
     }
     free(owned);
     return s;

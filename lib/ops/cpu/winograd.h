@@ -81,6 +81,23 @@ void mx_winograd_transform_filter(const mx_conv_geom *g, const float *w, float *
  * share the transform (it is bound by memory bandwidth on large layers). */
 void mx_winograd_transform_filter_part(const mx_conv_geom *g, const float *w, float *u, int64_t part, int64_t parts);
 
+/* Output-channel slices. A layer's transformed filters can be made and
+ * used a slice of output channels at a time, so that only one slice's are
+ * held (ResNet-50's 512 -> 512 layers: 36 MiB whole). gs = g with output
+ * channels [o0, o1) only: mx_winograd_filter_bytes(gs) and
+ * mx_winograd_scratch_bytes(gs, images) size a slice's filters and
+ * scratch. The slice transform writes u for gs from the whole layer's w
+ * (backward: u_b for gb's output channels [o0, o1), i.e. input channels of
+ * g; parts of g's input channels, or of F when backward, as the _part
+ * functions). The slice forward writes (or adds to) channels [o0, o1) of
+ * the whole layer's y, with bias the whole layer's (NULL none); each
+ * output has the bits the whole forward gives it. */
+void mx_winograd_slice_geom(const mx_conv_geom *g, int64_t o0, int64_t o1, mx_conv_geom *gs);
+void mx_winograd_transform_filter_slice_part(const mx_conv_geom *g, const float *w, bool backward, int64_t o0,
+                                             int64_t o1, float *u, int64_t part, int64_t parts);
+mx_status mx_winograd_forward_slice(const mx_conv_geom *g, int64_t o0, int64_t o1, const float *u, const float *x,
+                                    int64_t images, const float *bias, bool accumulate, float *y, void *scratch);
+
 /* Scratch bytes one thread needs to process up to `images` images per
  * call (any alignment: 64 bytes of slack are included). */
 size_t mx_winograd_scratch_bytes(const mx_conv_geom *g, int64_t images);
