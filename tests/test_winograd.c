@@ -636,6 +636,48 @@ START_TEST(large_layers_run_in_slices)
 }
 END_TEST
 
+/* A weight gradient whose whole dU (36 x C x Fp) would pass 6 MiB makes
+ * it in two blocks of input channels (the second block ending in the
+ * channel padding here): its scratch holds half a dU, and dw, written and
+ * accumulated, stays within the bounds against float64 on every vector
+ * path. */
+START_TEST(wgrad_du_in_blocks)
+{
+    set_tile(4);
+    const int64_t n = 4, c = 280, f = 264, nx = n * c * 196, ny = n * f * 196, nw = f * c * 9;
+    mx_conv_geom g = geom(n, c, f, 14, 14, 1, 1);
+    const size_t whole_du = (size_t)36 * c * 272 * sizeof(float);
+    ck_assert_uint_gt(whole_du, (size_t)6 << 20);
+    ck_assert_msg(mx_winograd_wgrad_scratch_bytes(&g, n) < whole_du + ((size_t)13 << 19),
+                  "%zu bytes of scratch (a whole dU: %zu)", mx_winograd_wgrad_scratch_bytes(&g, n), whole_du);
+    float *x = test_rand_floats(nx), *dy = test_rand_floats(ny), *dw0 = test_rand_floats(nw);
+    float *dw = malloc((size_t)nw * sizeof(float));
+    double *ref = malloc((size_t)nw * sizeof(double)), *abs_sum = malloc((size_t)nw * sizeof(double));
+    ck_assert(dw && ref && abs_sum);
+    conv_ref_weight(&g, x, dy, ref, abs_sum);
+    for (int k = 0; k < 3; k++) {
+        setenv("MX_WINOGRAD_ISA", isas[k], 1);
+        for (int64_t i = 0; i < nw; i++) dw[i] = NAN;
+        ck_assert_int_eq(mx_winograd_backward_weight(&g, x, dy, n, false, dw, NULL), MX_OK);
+        errs e = measure(dw, NULL, ref, abs_sum, nw);
+        ck_assert_msg(e.rel_terms <= wgrad_bound(4, 3) && e.rel_max <= wgrad_bound_max(4, 3), "%s: %g / %g", isas[k],
+                      e.rel_terms, e.rel_max);
+        memcpy(dw, dw0, (size_t)nw * sizeof(float));
+        ck_assert_int_eq(mx_winograd_backward_weight(&g, x, dy, n, true, dw, NULL), MX_OK);
+        e = measure(dw, dw0, ref, abs_sum, nw);
+        ck_assert_msg(e.rel_terms <= wgrad_bound(4, 3), "%s, accumulate: %g", isas[k], e.rel_terms);
+    }
+    unsetenv("MX_WINOGRAD_ISA");
+    unsetenv("MX_WINOGRAD_TILE");
+    free(x);
+    free(dy);
+    free(dw0);
+    free(dw);
+    free(ref);
+    free(abs_sum);
+}
+END_TEST
+
 /* The weight gradient's scratch does not grow with the image: VGG-16's
  * 224x224 layers at 64 channels needed 84 MiB on every thread (V and DM
  * for the image's 3136 tiles); pieces of tiles keep it to the padded image,
@@ -732,6 +774,7 @@ int main(void)
     tcase_add_test(tc, filter_parts_and_alignment);
     tcase_add_test(tc, output_slices);
     tcase_add_test(tc, large_layers_run_in_slices);
+    tcase_add_test(tc, wgrad_du_in_blocks);
     tcase_add_test(tc, edge_shapes);
     tcase_add_test(tc, random_shapes);
     tcase_add_test(tc, shapes_5x5);

@@ -73,6 +73,8 @@ typedef struct wplan {
      * closer together). */
     int64_t vj, vt, mj, mt;
     int64_t y_img;                 /* floats between images of y: F*OH*OW, or the whole layer's for a slice */
+    int64_t c_lo, c_hi;            /* the input channels pack and the input transform make: [0, Cp), or a
+                                      LANES-aligned block of them (the weight gradient's dU blocks) */
     /* scratch parts, in floats from the aligned base */
     int64_t off_v, off_m, off_y, off_b, total;
 } wplan;
@@ -148,6 +150,8 @@ static void plan_init(wplan *p, const mx_conv_geom *g, int64_t images)
     p->ph = g->pad_h;
     p->pw = g->pad_w;
     p->y_img = p->f * p->oh * p->ow;
+    p->c_lo = 0;
+    p->c_hi = p->cp;
     p->th = ceil_div(p->oh, p->m);
     p->tw = ceil_div(p->ow, p->m);
     p->tpi = p->th * p->tw;
@@ -634,7 +638,7 @@ INLINE void pack_body(const wplan *p, const float *x, int64_t n, float *xp, cons
             memset(row + (p->pw + w) * cp, 0, (size_t)((wp - p->pw - w) * cp) * sizeof(float));
         }
         float *origin = xpi + (p->ph * wp + p->pw) * cp; /* position (0, 0) */
-        for (int64_t c0 = 0; c0 < cp; c0 += LANES) {
+        for (int64_t c0 = p->c_lo; c0 < p->c_hi; c0 += LANES) {
             const int64_t nc = c - c0 < LANES ? c - c0 : LANES;
             const float *src = xi + c0 * hw;
             int64_t p0 = 0, iy = 0, ix = 0; /* (iy, ix): position p0 */
@@ -697,7 +701,7 @@ INLINE void input_body(const wplan *p, const float *xp, int64_t tile0, int64_t n
         int64_t tile = tile0 + j, img = tile / p->tpi, r = tile % p->tpi, ty = r / p->tw, tx = r % p->tw;
         const float *src = xp + img * img_size + (ty * m * p->wp + tx * m) * cp;
         float *dst = v + j * p->vj;
-        for (int64_t c0 = 0; c0 < cp; c0 += LANES) {
+        for (int64_t c0 = p->c_lo; c0 < p->c_hi; c0 += LANES) {
             v16f tmp[8][8], col[8], out[8];
 #pragma GCC unroll 8
             for (int s = 0; s < a; s++) {
@@ -1411,12 +1415,12 @@ void mx_winograd_shared_end(const mx_conv_geom *g, int64_t images, bool accumula
  * and packed images: ResNet-18's peak RSS 606 -> 594 MB. */
 #define WGRAD_TILES 64
 #define WGRAD_FUSED_TILES 32 /* groups of at most this many tiles never hold a whole dU */
-/* A larger dU (T, C, Fp) is made in two halves of the input channels, the
- * images packed and transformed again for the second: each extra pass
- * costs about a tenth of the weight gradient's time (batch 16, 2 threads:
- * ResNet-50's 256 -> 256 layers on 14x14, 9.4 MB of dU, 4.3 -> 4.8 ms, and
- * every thread holds 4.7 MB less; 512 -> 512 on 28x28 in 7 blocks of 6 MiB
- * took 50 -> 84 ms, hence two at most). */
+/* A larger dU (T, C, Fp) is made in two blocks of input channels, each
+ * packing and transforming its own channels of x, and all of dy again
+ * (batch 16, 2 threads: ResNet-50's 256 -> 256 layers on 14x14, 9.4 MB of
+ * dU, every thread holds 4.7 MB less, their weight gradient 5.5 -> 4.9 ms;
+ * VGG's 512 -> 512 on 28x28 51 -> 57 ms; in 7 blocks of 6 MiB, each packing
+ * and transforming all of x, they took 84 ms, hence two at most). */
 #define WGRAD_DU_BYTES ((int64_t)6 << 20)
 #define WGRAD_DU_BLOCKS 2
 /* V and DM hold at most this many tiles: a 224x224 image has 3136, whose
@@ -1468,6 +1472,8 @@ static void wgplan_init(wgplan *q, const mx_conv_geom *g, int64_t images)
     q->pd = *p;
     q->pd.c = p->f;
     q->pd.cp = p->fp;
+    q->pd.c_lo = 0;
+    q->pd.c_hi = p->fp;
     q->pd.h = p->oh;
     q->pd.w = p->ow;
     q->pd.ph = q->pd.pw = 0;
@@ -1480,7 +1486,7 @@ static void wgplan_init(wgplan *q, const mx_conv_geom *g, int64_t images)
     q->fused = p->nbmax <= WGRAD_FUSED_TILES;
     int64_t du_blocks = ceil_div(p->t * p->c * p->fp * (int64_t)sizeof(float), WGRAD_DU_BYTES);
     if (du_blocks > WGRAD_DU_BLOCKS) du_blocks = WGRAD_DU_BLOCKS;
-    q->cb = ceil_div(p->c, du_blocks);
+    q->cb = round_up(ceil_div(p->c, du_blocks), LANES);
     q->total = q->off_du + round_up(p->t * (q->fused ? GEMM_ROWS : q->cb) * p->fp, ALIGN_FLOATS);
 }
 
@@ -1521,15 +1527,19 @@ static mx_status wgrad(const mx_conv_geom *g, const float *x, const float *dy, i
     if (!q.fused) {
         for (int64_t c0 = 0; c0 < p->c; c0 += q.cb) {
             const int64_t nc = p->c - c0 < q.cb ? p->c - c0 : q.cb;
+            /* x: only this block's channels, packed and transformed */
+            wplan pc = *p;
+            pc.c_lo = c0;
+            pc.c_hi = c0 + q.cb < p->cp ? c0 + q.cb : p->cp;
             for (int64_t i0 = 0; i0 < images; i0 += p->gi) {
                 int64_t ni = images - i0 < p->gi ? images - i0 : p->gi, tiles = ni * p->tpi;
-                k->pack(p, x + i0 * in_img, ni, xp);
+                k->pack(&pc, x + i0 * in_img, ni, xp);
                 k->pack(&q.pd, dy + i0 * out_img, ni, dyp);
                 /* The AVX2 and AVX-512 kernels add tile after tile onto dU:
                  * runs of nbmax tiles give the bits of one run over the group. */
                 for (int64_t t0 = 0; t0 < tiles; t0 += p->nbmax) {
                     int64_t nt = tiles - t0 < p->nbmax ? tiles - t0 : p->nbmax;
-                    k->input(p, xp, t0, nt, v);
+                    k->input(&pc, xp, t0, nt, v);
                     k->dm(p, dyp, t0, nt, dm);
                     k->wgemm(p, v, dm, nt, c0, nc, i0 > 0 || t0 > 0, du, nc * p->fp);
                 }
