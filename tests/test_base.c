@@ -113,6 +113,58 @@ START_TEST(environment_and_contexts)
 }
 END_TEST
 
+/* Every variable the library reads as a number or a word is checked at
+ * once: a value it cannot take names the variable, its value and what it
+ * takes; good values, unset ones and OpenMP's count lists pass. */
+typedef struct env_case {
+    const char *name, *value;
+    bool ok;
+    const char *says; /* in the message when refused */
+} env_case;
+
+START_TEST(environment_is_checked)
+{
+    static const env_case cases[] = {
+        {"MXNET_EXEC_ENABLE_FOLDING", "0", true, NULL},
+        {"MXNET_EXEC_ENABLE_FOLDING", "yes", false, "expected an integer (0: off)"},
+        {"MXNET_BACKWARD_DO_MIRROR", "1 ", false, "MXNET_BACKWARD_DO_MIRROR='1 '"},
+        {"MXNET_CPU_WORKER_NTHREADS", "zero", false, "at least 1"},
+        {"MXNET_CPU_WORKER_NTHREADS", "0", false, "at least 1"},
+        {"MXNET_CPU_WORKER_NTHREADS", "3", true, NULL},
+        {"OMP_NUM_THREADS", "4,2", true, NULL},
+        {"OMP_NUM_THREADS", "4,", false, "OpenMP's comma-separated counts"},
+        {"OMP_NUM_THREADS", "", true, NULL},
+        {"MXNET_ENGINE_TYPE", "ThreadedEngine", true, NULL},
+        {"MXNET_ENGINE_TYPE", "Naive", false, "expected one of NaiveEngine, ThreadedEngine, ThreadedEnginePerDevice"},
+        {"MX_WINOGRAD_TILE", "3", false, "expected one of 2, 4, 6"},
+        {"MX_WINOGRAD_ISA", "avx2", true, NULL},
+        {"MX_SIMD", "avx1024", false, "MX_SIMD='avx1024'"},
+        {"MXNET_CUDNN_AUTOTUNE_DEFAULT", "3", false, "expected one of 0, 1, 2"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const env_case *c = &cases[i];
+        const char *saved = getenv(c->name);
+        char *keep = saved ? strdup(saved) : NULL;
+        setenv(c->name, c->value, 1);
+        mx_status s = mx_env_check();
+        if (keep) setenv(c->name, keep, 1);
+        else unsetenv(c->name);
+        free(keep);
+        if (c->ok) {
+            ck_assert_msg(s == MX_OK, "%s='%s' refused: %s", c->name, c->value, mx_last_error());
+            continue;
+        }
+        ck_assert_msg(s == MX_ERR_INVALID, "%s='%s' passed", c->name, c->value);
+        ck_assert_msg(strstr(mx_last_error(), c->says) != NULL, "%s='%s': '%s' lacks '%s'", c->name, c->value,
+                      mx_last_error(), c->says);
+    }
+    setenv("OMP_NUM_THREADS", "3,1", 1);
+    ck_assert_int_eq(mx_env_first_count("OMP_NUM_THREADS", 9), 3);
+    unsetenv("OMP_NUM_THREADS");
+    ck_assert_int_eq(mx_env_first_count("OMP_NUM_THREADS", 9), 9);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("base");
@@ -122,6 +174,7 @@ int main(void)
     tcase_add_test(tc, errors_are_thread_local);
     tcase_add_test(tc, checked_sizes_and_allocation);
     tcase_add_test(tc, environment_and_contexts);
+    tcase_add_test(tc, environment_is_checked);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -587,6 +587,11 @@ START_TEST(config_reads_environment)
     c = mx_engine_config_default();
     ck_assert(!c.naive);
     ck_assert_int_ge(c.cpu_workers, 1);
+    /* ... but a runtime is not made with it: the value is named. */
+    mx_runtime *rt = NULL;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_ERR_INVALID);
+    ck_assert_ptr_null(rt);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "MXNET_CPU_WORKER_NTHREADS='zero'"));
     unsetenv("MXNET_ENGINE_TYPE");
     unsetenv("MXNET_CPU_WORKER_NTHREADS");
 }

@@ -317,6 +317,16 @@ START_TEST(dry_run_and_time_report)
     ck_assert_msg(strstr(err, "gradient sums: 0 of 8 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO =0: never)"),
                   "%s", err);
     free(err);
+    /* A value the variable cannot take stops the run (it used to read as
+     * unset, and the report said so), in training as in the report. */
+    setenv("MXNET_EXEC_ENABLE_ADDTO", "maybe", 1);
+    ck_assert_int_eq(run("configs/resnet-18.conf --dry-run", &err), 2);
+    ck_assert_msg(strstr(err, "environment variable MXNET_EXEC_ENABLE_ADDTO='maybe': expected an integer"), "%s", err);
+    free(err);
+    ck_assert_int_eq(run("configs/lenet.conf train.num_parts=6", &err), 2);
+    unsetenv("MXNET_EXEC_ENABLE_ADDTO");
+    ck_assert_msg(strstr(err, "MXNET_EXEC_ENABLE_ADDTO='maybe'"), "%s", err);
+    free(err);
     ck_assert_int_eq(run("configs/lenet.conf train.num_parts=6 --time 2", &err), 0);
     ck_assert_msg(strstr(err, "conv2+tanh2              Convolution+Activation"), "%s", err);
     ck_assert_ptr_nonnull(strstr(err, "total: forward "));

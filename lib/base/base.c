@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,112 @@ long mx_env_long(const char *name, long fallback)
     errno = 0;
     long value = strtol(text, &end, 10);
     if (errno != 0 || *end != '\0') return fallback;
+    return value;
+}
+
+/* The variables the library reads as numbers or words. Integers: any
+ * value strtol reads whole (switches: 0 off, anything else on, as MXNet's
+ * dmlc::GetEnv reads them), at least `min`; OMP_NUM_THREADS may be
+ * OpenMP's list of counts ("4,2": the first is ours). Words: one of
+ * `words`. Switches read as present or "0" (MX_DEBUG, MX_CUDNN_LOG,
+ * MX_GPU_SYNC_OPS) take any value and are not listed. */
+typedef struct env_rule {
+    const char *name;
+    const char *words; /* '|'-separated; NULL: an integer */
+    long min;
+} env_rule;
+
+static const env_rule env_rules[] = {
+    {"MXNET_BACKWARD_DO_MIRROR", NULL, LONG_MIN},
+    {"MXNET_EXEC_ENABLE_ADDTO", NULL, LONG_MIN},
+    {"MXNET_EXEC_ENABLE_INPLACE", NULL, LONG_MIN},
+    {"MXNET_EXEC_ENABLE_COSHARE", NULL, LONG_MIN},
+    {"MXNET_EXEC_ENABLE_FOLDING", NULL, LONG_MIN},
+    {"MXNET_EXEC_NUM_MATCH_COLOR", NULL, 1},
+    {"MXNET_ENFORCE_DETERMINISM", NULL, LONG_MIN},
+    {"MXC_UPDATE_IN_BACKWARD", NULL, LONG_MIN},
+    {"MXNET_CPU_WORKER_NTHREADS", NULL, 1},
+    {"MXNET_CPU_IO_NTHREADS", NULL, 1},
+    {"MXNET_GPU_WORKER_NTHREADS", NULL, 1},
+    {"MXNET_GPU_COPY_NTHREADS", NULL, 1},
+    {"OMP_NUM_THREADS", NULL, 1},
+    {"MXNET_CUDNN_AUTOTUNE_DEFAULT", "0|1|2", 0},
+    {"MXNET_ENGINE_TYPE", "NaiveEngine|ThreadedEngine|ThreadedEnginePerDevice", 0},
+    {"MX_CUDNN_GRAPH", "0|1|2", 0},
+    {"MX_WINOGRAD_TILE", "2|4|6", 0},
+    {"MX_WINOGRAD_ISA", "sse|avx2|avx512", 0},
+    {"MX_DIRECT_ISA", "none|avx512", 0},
+    {"MX_SIMD", "portable|sse|avx2|avx512", 0},
+};
+
+static bool env_word_ok(const char *words, const char *text)
+{
+    const size_t n = strlen(text);
+    for (const char *w = words; *w;) {
+        const char *bar = strchr(w, '|');
+        const size_t len = bar ? (size_t)(bar - w) : strlen(w);
+        if (len == n && strncmp(w, text, n) == 0) return true;
+        if (!bar) break;
+        w = bar + 1;
+    }
+    return false;
+}
+
+/* text as an integer list (OMP_NUM_THREADS) or one integer: each at least
+ * min; false when any is not. */
+static bool env_integers_ok(const char *text, long min, bool list)
+{
+    for (const char *p = text;;) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno != 0 || v < min || isspace((unsigned char)*p)) return false;
+        if (*end == '\0') return true;
+        if (!list || *end != ',') return false;
+        p = end + 1;
+    }
+}
+
+mx_status mx_env_check(void)
+{
+    for (size_t i = 0; i < sizeof(env_rules) / sizeof(env_rules[0]); i++) {
+        const env_rule *r = &env_rules[i];
+        const char *text = getenv(r->name);
+        if (!text || !*text) continue;
+        if (r->words && !env_word_ok(r->words, text)) {
+            char list[128];
+            size_t k = 0;
+            for (const char *c = r->words; *c && k + 3 < sizeof(list); c++) {
+                if (*c == '|') {
+                    list[k++] = ',';
+                    list[k++] = ' ';
+                } else {
+                    list[k++] = *c;
+                }
+            }
+            list[k] = '\0';
+            return MX_ERROR(MX_ERR_INVALID, "environment variable %s='%s': expected one of %s", r->name, text, list);
+        }
+        const bool list = strcmp(r->name, "OMP_NUM_THREADS") == 0;
+        if (!r->words && !env_integers_ok(text, r->min, list)) {
+            if (r->min == LONG_MIN)
+                return MX_ERROR(MX_ERR_INVALID, "environment variable %s='%s': expected an integer (0: off)", r->name,
+                                text);
+            return MX_ERROR(MX_ERR_INVALID, "environment variable %s='%s': expected %s of at least %ld", r->name, text,
+                            list ? "a count (or OpenMP's comma-separated counts)" : "an integer", r->min);
+        }
+    }
+    return MX_OK;
+}
+
+long mx_env_first_count(const char *name, long fallback)
+{
+    const char *text = getenv(name);
+    if (!text || !*text) return fallback;
+    char *end = NULL;
+    errno = 0;
+    long value = strtol(text, &end, 10);
+    if (errno != 0 || end == text || (*end != '\0' && *end != ',')) return fallback;
     return value;
 }
 

@@ -119,6 +119,17 @@ int mx_size_add(size_t a, size_t b, size_t *out);
 /* Reads an integer environment variable; returns `fallback` when unset or
  * not a valid integer. Read-only: the library never writes the environment. */
 long mx_env_long(const char *name, long fallback);
+/* The first count of a variable that may hold OpenMP's list ("4,2": 4);
+ * `fallback` when unset or unreadable. */
+long mx_env_first_count(const char *name, long fallback);
+/* Every environment variable the library reads as a number or a word
+ * (MXNET_EXEC_ENABLE_FOLDING, OMP_NUM_THREADS, MXNET_ENGINE_TYPE,
+ * MX_WINOGRAD_TILE, ...), checked at once: one that is set to a value
+ * it cannot take is MX_ERR_INVALID naming it, its value and what it
+ * takes (MXNet's dmlc::GetEnv refuses such values too), where reading it
+ * would have fallen back to the default in silence. mx_runtime_create
+ * calls it, so every tool stops at start-up. */
+mx_status mx_env_check(void);
 /* MXNET_ENFORCE_DETERMINISM set to a non-zero number (MXNet's switch):
  * GPU kernels use only algorithms that give the same bits every run, and
  * an operation that has none is refused with MX_ERR_UNSUPPORTED. */

@@ -102,6 +102,7 @@ struct mx_runtime {
 mx_status mx_runtime_create(const mx_engine_config *config, mx_runtime **out)
 {
     *out = NULL;
+    MX_TRY(mx_env_check());
     mx_engine_config c = config ? *config : mx_engine_config_default();
     mx_runtime *rt = mx_calloc(1, sizeof(*rt));
     if (!rt) return MX_ERR_NOMEM;

@@ -107,7 +107,7 @@ int mx_threadpool_default_size(void)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
-    long n = mx_env_long("OMP_NUM_THREADS", cores);
+    long n = mx_env_first_count("OMP_NUM_THREADS", cores);
     if (n < 1) n = 1;
     if (n > 256) n = 256;
     return (int)n;

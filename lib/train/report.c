@@ -287,6 +287,7 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     const mx_config *cfg = s->cfg;
     const char *name;
     mx_shape shape;
+    MX_TRY(mx_env_check()); /* the report reads them: one it cannot take is an error here too */
     MX_TRY(input_shape(s, &name, &shape));
     mx_graph_shapes sh;
     MX_TRY(mx_config_infer_shapes(cfg, &name, &shape, 1, &sh));
