@@ -402,8 +402,9 @@ static mx_status conv_get_choice(const mx_op_ctx *ctx, cudnnHandle_t h, const co
 
 enum { CONV_TIME_RUNS = 3, CONV_GRAPH_MAX_CFGS = 24, CONV_GRAPH_MAX_PLANS = 16 };
 
-/* MX_CUDNN_GRAPH: 0 off, 1 (unset, anything else) timed against the legacy
- * choice, 2 the backend's plan whenever there is one. */
+/* MX_CUDNN_GRAPH: 0 off, 1 (unset) timed against the legacy choice, 2 the
+ * backend's plan whenever there is one (other values are refused when the
+ * runtime is made, mx_env_check). */
 static int conv_graph_mode(void)
 {
     const char *e = getenv("MX_CUDNN_GRAPH");
