@@ -160,16 +160,21 @@ int mx_size_add(size_t a, size_t b, size_t *out)
     return 1;
 }
 
-long mx_env_long(const char *name, long fallback)
+/* The integer variable `name` up to its first character in `stops` (the
+ * end of the text always stops it), or `fallback` when unset, empty or
+ * not an integer there. */
+static long env_leading_long(const char *name, const char *stops, long fallback)
 {
     const char *text = getenv(name);
     if (!text || !*text) return fallback;
     char *end = NULL;
     errno = 0;
     long value = strtol(text, &end, 10);
-    if (errno != 0 || *end != '\0') return fallback;
+    if (errno != 0 || end == text || (*end != '\0' && !strchr(stops, *end))) return fallback;
     return value;
 }
+
+long mx_env_long(const char *name, long fallback) { return env_leading_long(name, "", fallback); }
 
 /* The variables the library reads as numbers or words. Integers: any
  * value strtol reads whole (switches: 0 off, anything else on, as MXNet's
@@ -266,16 +271,7 @@ mx_status mx_env_check(void)
     return MX_OK;
 }
 
-long mx_env_first_count(const char *name, long fallback)
-{
-    const char *text = getenv(name);
-    if (!text || !*text) return fallback;
-    char *end = NULL;
-    errno = 0;
-    long value = strtol(text, &end, 10);
-    if (errno != 0 || end == text || (*end != '\0' && *end != ',')) return fallback;
-    return value;
-}
+long mx_env_first_count(const char *name, long fallback) { return env_leading_long(name, ",", fallback); }
 
 bool mx_determinism_enforced(void) { return mx_env_long("MXNET_ENFORCE_DETERMINISM", 0) != 0; }
 
