@@ -103,6 +103,20 @@ START_TEST(conv2d_against_reference)
 }
 END_TEST
 
+/* Strided 1x1 layers without padding (ResNet's projections): where the
+ * direct kernels lead, their data gradient is made on the sampled pixels
+ * and scattered onto the stride grid (im2col.c, strided_pointwise): odd
+ * sizes whose last row or column is off the grid, unequal strides, more
+ * channels than a vector, batches split in pieces, write and add. */
+START_TEST(strided_pointwise)
+{
+    run((conv_case){.data = MX_SHAPE(4, 20, 9, 7), .kernel = "(1,1)", .stride = "(2,2)", .num_filter = "24"});
+    run((conv_case){.data = MX_SHAPE(3, 17, 8, 11), .kernel = "(1,1)", .stride = "(3,2)", .num_filter = "5",
+                    .no_bias = "True"});
+    run((conv_case){.data = MX_SHAPE(1, 33, 14, 14), .kernel = "(1,1)", .stride = "(2,2)", .num_filter = "18"});
+}
+END_TEST
+
 START_TEST(grouped_and_depthwise)
 {
     run((conv_case){.data = MX_SHAPE(3, 4, 6, 5), .kernel = "(3,2)", .stride = "(1,2)", .num_filter = "6", .num_group = "2"});
@@ -418,6 +432,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, conv2d_against_reference);
+    tcase_add_test(tc, strided_pointwise);
     tcase_add_test(tc, grouped_and_depthwise);
     tcase_add_test(tc, depthwise_direct_path);
     tcase_add_test(tc, pointwise_and_lowering_paths);
