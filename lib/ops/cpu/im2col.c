@@ -410,8 +410,8 @@ typedef struct conv_call {
     mx_conv_geom gb;     /* Winograd backward-data: the convolution of dy that gives dx */
     bool wino_dw;        /* Winograd weight gradient */
     const float *packed; /* direct kernels: packed weights (forward), or packed for backward-data; NULL: none */
-    bool sampled_dx;     /* backward-data of a strided 1x1 layer on its sampled pixels (sampled_backward_data);
-                            packed is then sampled's packing */
+    bool sampled_dx;     /* backward-data of a strided 1x1 layer on its sampled pixels (strided_pointwise,
+                            scatter_sampled); packed is then sampled's packing */
     mx_conv_geom sampled; /* with sampled_dx: the layer on its sampled pixels, stride 1 */
     bool direct_dw;      /* direct weight gradient */
     int64_t chunk;       /* images lowered side by side */
@@ -468,6 +468,15 @@ static bool strided_pointwise(const mx_conv_geom *g, mx_conv_geom *sampled)
 
 /* Floats of sampled data gradient a piece makes at a time (1 MiB). */
 #define SAMPLED_CHUNK_FLOATS ((int64_t)1 << 18)
+
+/* Images of g's sampled data gradient made at a time: as many as fit
+ * SAMPLED_CHUNK_FLOATS, at least one, at most a piece. */
+static int64_t sampled_chunk_images(const mx_conv_geom *g, int64_t piece)
+{
+    int64_t n = SAMPLED_CHUNK_FLOATS / (g->in_c * g->out_h * g->out_w);
+    if (n < 1) n = 1;
+    return n < piece ? n : piece;
+}
 
 /* Forward of images [n0, n0 + b) through col (and its staging area);
  * pool splits the chunk's own work, NULL when the chunk is one piece. */
@@ -729,19 +738,13 @@ static void scatter_sampled(const mx_conv_geom *g, const float *dxs, int64_t n, 
         float *dst = dx + plane * h * w;
         for (int64_t y = 0; y < h; y++) {
             float *row = dst + y * w;
-            const bool on_grid = y % sh == 0 && y / sh < oh;
-            if (!add && !on_grid) {
-                memset(row, 0, (size_t)w * sizeof(float));
-                continue;
-            }
-            if (!on_grid) continue;
+            if (!add) memset(row, 0, (size_t)w * sizeof(float));
+            if (y % sh != 0 || y / sh >= oh) continue; /* off the grid */
             const float *s = src + y / sh * ow;
-            if (add) {
+            if (add)
                 for (int64_t x = 0; x < ow; x++) row[x * sw] += s[x];
-                continue;
-            }
-            memset(row, 0, (size_t)w * sizeof(float));
-            for (int64_t x = 0; x < ow; x++) row[x * sw] = s[x];
+            else
+                for (int64_t x = 0; x < ow; x++) row[x * sw] = s[x];
         }
     }
 }
@@ -777,9 +780,11 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
     bool lowering = c->lower_dx || c->lower_dw;
     float *col = lowering ? piece_scratch(c, worker, 0, mx_conv_workspace_bytes(g, c->chunk)) : NULL;
     size_t wino_bytes = 0; /* Winograd's or the direct kernels' scratch */
-    mx_conv_geom gs; /* the slice of gb's output channels c->u holds */
-    if (c->u) mx_winograd_slice_geom(&c->gb, c->o0, c->o1, &gs);
-    if (c->u) wino_bytes = mx_winograd_scratch_bytes(&gs, c->piece);
+    if (c->u) {
+        mx_conv_geom gs; /* the slice of gb's output channels c->u holds */
+        mx_winograd_slice_geom(&c->gb, c->o0, c->o1, &gs);
+        wino_bytes = mx_winograd_scratch_bytes(&gs, c->piece);
+    }
     if (c->wino_dw && mx_winograd_wgrad_scratch_bytes(g, c->piece) > wino_bytes)
         wino_bytes = mx_winograd_wgrad_scratch_bytes(g, c->piece);
     if (c->packed) wino_bytes = mx_direct_scratch_bytes(c->sampled_dx ? &c->sampled : g, c->piece);
@@ -790,11 +795,9 @@ static void backward_piece(void *arg, int64_t lo, int64_t hi, int worker)
      * thread holds the larger of the two buffers, not both (VGG-16: 59 MB
      * of backward and 27 MB of forward scratch a thread). */
     void *wino = wino_bytes ? piece_scratch(c, worker, lowering ? 3 : 0, wino_bytes) : NULL;
-    const int64_t sampled_image = g->in_c * g->out_h * g->out_w;
-    const int64_t sampled_chunk = c->piece < SAMPLED_CHUNK_FLOATS / sampled_image ? c->piece
-                                  : SAMPLED_CHUNK_FLOATS / sampled_image > 1 ? SAMPLED_CHUNK_FLOATS / sampled_image
-                                                                              : 1;
-    float *dxs = c->sampled_dx ? piece_scratch(c, worker, 3, (size_t)(sampled_chunk * sampled_image) * sizeof(float))
+    const int64_t sampled_chunk = c->sampled_dx ? sampled_chunk_images(g, c->piece) : 0;
+    float *dxs = c->sampled_dx ? piece_scratch(c, worker, 3, (size_t)(sampled_chunk * in_image(&c->sampled)) *
+                                                                 sizeof(float))
                                : NULL;
     if ((lowering && !col) || (wino_bytes && !wino) || (c->sampled_dx && !dxs)) {
         atomic_store(&c->failed, 1);
