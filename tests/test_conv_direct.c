@@ -285,7 +285,9 @@ START_TEST(edge_shapes)
         {3, 17, 20, 9, 11, 1, 1, 1, 1, 0, 0},  {2, 6, 10, 1, 37, 1, 1, 1, 1, 0, 0},
         {4, 3, 9, 1, 1, 1, 1, 1, 1, 0, 0},
         /* weight gradients over several blocks of output channels, the last
-         * one narrower (80: 4 + 1 vectors; 100: 4 + 3, the last ragged) */
+         * one narrower (80: 4 + 1 vectors; 100: 4 + 3, the last ragged; the
+         * 1x1 one, and the in-place cases above with more filters than
+         * channels, run with the roles of x and dy swapped: wgrad_geom) */
         {2, 12, 80, 7, 7, 1, 1, 1, 1, 0, 0},   {2, 9, 100, 9, 11, 3, 3, 2, 2, 1, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
