@@ -641,6 +641,99 @@ START_TEST(folding_folds_only_what_nobody_else_reads)
 }
 END_TEST
 
+/* Residual sums of every kind the fold pass meets: an identity block (the
+ * sum's relu folds too), a projection block (both inputs BatchNorms: the
+ * later takes the sum, the addend the earlier), a sum with no relu, a
+ * BatchNorm whose output something else reads too (it stays), and a sum
+ * whose other input comes after its BatchNorm (it stays). */
+static mx_graph *residual_sums(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    mx_entry stem = test_entry(test_graph_op(g, "Convolution", "c0", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
+    /* identity block: c1 -> bn1 (+ stem) -> relu */
+    x = test_entry(test_graph_op(g, "Convolution", "c1", "kernel=(3,3);pad=(1,1);num_filter=4", &stem, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=False", &x, 1));
+    mx_entry in1[2] = {x, stem};
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "s1", "num_args=2", in1, 2));
+    mx_entry b1 = test_entry(test_graph_op(g, "Activation", "r1", "act_type=relu", &x, 1));
+    /* projection block: bnp (projection) first, then bn2; the sum lists bnp first */
+    x = test_entry(test_graph_op(g, "Convolution", "cp", "kernel=(1,1);num_filter=6", &b1, 1));
+    mx_entry proj = test_entry(test_graph_op(g, "BatchNorm", "bnp", "fix_gamma=False", &x, 1));
+    x = test_entry(test_graph_op(g, "Convolution", "c2", "kernel=(3,3);pad=(1,1);num_filter=6", &b1, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn2", "fix_gamma=False", &x, 1));
+    mx_entry in2[2] = {proj, x};
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "s2", "num_args=2", in2, 2));
+    mx_entry b2 = test_entry(test_graph_op(g, "Activation", "r2", "act_type=relu", &x, 1));
+    /* no relu after the sum */
+    x = test_entry(test_graph_op(g, "Convolution", "c3", "kernel=(3,3);pad=(1,1);num_filter=6", &b2, 1));
+    x = test_entry(test_graph_op(g, "BatchNorm", "bn3", "fix_gamma=False", &x, 1));
+    mx_entry in3[2] = {b2, x};
+    mx_entry b3 = test_entry(test_graph_op(g, "ElementWiseSum", "s3", "num_args=2", in3, 2));
+    /* bn4's output also feeds a pooling: stays a BatchNorm */
+    x = test_entry(test_graph_op(g, "Convolution", "c4", "kernel=(3,3);pad=(1,1);num_filter=6", &b3, 1));
+    mx_entry bn4 = test_entry(test_graph_op(g, "BatchNorm", "bn4", "fix_gamma=False", &x, 1));
+    mx_entry p4 = test_entry(test_graph_op(g, "Pooling", "p4", "kernel=(3,3);pad=(1,1);pool_type=avg", &bn4, 1));
+    mx_entry in4[2] = {bn4, b3};
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "s4", "num_args=2", in4, 2));
+    mx_entry in5[2] = {x, p4};
+    mx_entry b4 = test_entry(test_graph_op(g, "elemwise_add", "m4", NULL, in5, 2));
+    /* bn5 comes before the sum's other input (c6): stays */
+    x = test_entry(test_graph_op(g, "Convolution", "c5", "kernel=(1,1);num_filter=6", &b4, 1));
+    mx_entry bn5 = test_entry(test_graph_op(g, "BatchNorm", "bn5", "fix_gamma=False", &x, 1));
+    mx_entry c6 = test_entry(test_graph_op(g, "Convolution", "c6", "kernel=(1,1);num_filter=6", &b4, 1));
+    mx_entry in6[2] = {bn5, c6};
+    x = test_entry(test_graph_op(g, "ElementWiseSum", "s6", "num_args=2", in6, 2));
+    x = test_entry(test_graph_op(g, "Activation", "r6", "act_type=relu", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
+/* mx_graph_fold_residual_sums on it: the layers the executor runs, and a
+ * training step's outputs, gradients and moving statistics bit for bit
+ * those of the unfolded graph, with gradient sums as adds or not (the
+ * shortcuts' gradients are written by the folded sums, then added to, or
+ * summed), with and without in-place and co-sharing. */
+START_TEST(residual_sums_fold_into_batchnorm)
+{
+    bound b;
+    setenv("MXNET_EXEC_ENABLE_ADDTO", "1", 1);
+    bind_net(&b, residual_sums(), MX_SHAPE(2, 3, 5, 5), 3, false, true, 9);
+    unsetenv("MXNET_EXEC_ENABLE_ADDTO");
+    mx_layer_time *t;
+    int n;
+    ck_assert_int_eq(mx_executor_time_layers(b.ex, 1, &t, &n), MX_OK);
+    const char *want[] = {"c0", "c1", "bn1+s1+r1", "cp", "bnp", "c2", "bn2+s2+r2", "c3", "bn3+s3", "c4", "bn4", "p4",
+                          "s4", "m4", "c5", "bn5", "c6", "s6+r6", "fc", "softmax"};
+    ck_assert_int_eq(n, (int)(sizeof(want) / sizeof(want[0])));
+    for (int i = 0; i < n; i++) ck_assert_str_eq(t[i].name, want[i]);
+    ck_assert_str_eq(t[2].op, "BatchNorm+ElementWiseSum+Activation");
+    ck_assert_str_eq(t[8].op, "BatchNorm+ElementWiseSum");
+    free(t);
+    unbind(&b);
+
+    float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000);
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    size_t nr = run_step(residual_sums, MX_SHAPE(2, 3, 5, 5), 3, false, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    const char *modes[][3] = {{"1", "1", "1"}, {"1", "1", "0"}, {"0", "1", "1"}, {"1", "0", "0"}};
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+        setenv("MXNET_EXEC_ENABLE_INPLACE", modes[m][0], 1);
+        setenv("MXNET_EXEC_ENABLE_COSHARE", modes[m][1], 1);
+        setenv("MXNET_EXEC_ENABLE_ADDTO", modes[m][2], 1);
+        ck_assert_int_eq(run_step(residual_sums, MX_SHAPE(2, 3, 5, 5), 3, false, got), nr);
+        ck_assert_msg(memcmp(ref, got, nr * sizeof(float)) == 0, "mode %zu: folded step differs", m);
+    }
+    unsetenv("MXNET_EXEC_ENABLE_INPLACE");
+    unsetenv("MXNET_EXEC_ENABLE_COSHARE");
+    unsetenv("MXNET_EXEC_ENABLE_ADDTO");
+    free(ref);
+    free(got);
+}
+END_TEST
+
 /* Depthwise layers apply a folded relu, clip or other activation to each
  * output plane right after computing it: the same bits as the unfolded
  * graph in prediction, with both bounds reached. */
@@ -996,6 +1089,7 @@ int main(void)
     tcase_add_test(tc, layer_timing_covers_every_layer);
     tcase_add_test(tc, folding_folds_only_what_nobody_else_reads);
     tcase_add_test(tc, depthwise_folds_give_the_same_bits);
+    tcase_add_test(tc, residual_sums_fold_into_batchnorm);
     tcase_add_test(tc, hidden_outputs_nobody_reads_get_no_memory);
     tcase_add_test(tc, bind_errors_are_clear);
     tcase_add_test(tc, non_loss_heads_take_head_gradients);

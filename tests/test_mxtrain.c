@@ -269,6 +269,12 @@ END_TEST
 START_TEST(dry_run_and_time_report)
 {
     char *err;
+    /* ResNet-18's residual sums fold into the BatchNorm before each. */
+    ck_assert_int_eq(run("configs/resnet-18.conf fit.ctx=cpu --dry-run", &err), 0);
+    ck_assert_msg(strstr(err, "operation folding: 8 residual sums run inside the BatchNorm before them: "
+                              "bn2a_branch2b+res2a, bn2b_branch2b+res2b, bn3a_branch2b+res3a, "),
+                  "%s", err);
+    free(err);
     ck_assert_int_eq(run("configs/lenet.conf --dry-run", &err), 0);
     ck_assert_msg(strstr(err, "conv1                    Convolution            (64,20,24,24)                   520"), "%s",
                   err);
@@ -277,6 +283,7 @@ START_TEST(dry_run_and_time_report)
     ck_assert_ptr_nonnull(strstr(err, "  prediction "));
     ck_assert_msg(strstr(err, "operation folding: 3 activations run inside the layer before them: conv1+tanh1, "
                               "conv2+tanh2, fc1+tanh3"), "%s", err);
+    ck_assert_ptr_null(strstr(err, "residual sum")); /* LeNet has none */
     /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
     ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
     ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);
@@ -302,7 +309,7 @@ START_TEST(dry_run_and_time_report)
     ck_assert_msg(strstr(err, "gradient sums: 0 of 9 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO unset: "
                               "where that shrinks the plan by more than 1%)"), "%s", err);
     free(err);
-    ck_assert_int_eq(run("configs/resnet-18.conf --dry-run", &err), 0);
+    ck_assert_int_eq(run("configs/resnet-18.conf fit.ctx=cpu --dry-run", &err), 0);
     ck_assert_msg(strstr(err, "gradient sums: 8 of 8 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO unset"), "%s",
                   err);
     free(err);
@@ -312,7 +319,7 @@ START_TEST(dry_run_and_time_report)
                               "wherever it can)"), "%s", err);
     free(err);
     setenv("MXNET_EXEC_ENABLE_ADDTO", "0", 1);
-    ck_assert_int_eq(run("configs/resnet-18.conf --dry-run", &err), 0);
+    ck_assert_int_eq(run("configs/resnet-18.conf fit.ctx=cpu --dry-run", &err), 0);
     unsetenv("MXNET_EXEC_ENABLE_ADDTO");
     ck_assert_msg(strstr(err, "gradient sums: 0 of 8 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO =0: never)"),
                   "%s", err);

@@ -2,6 +2,8 @@
  * batch statistics in training mode. */
 #include "support/opcheck.h"
 #include "ops/activation.h"
+#include "ops/batch_norm.h"
+#include "ops/elementwise_sum.h"
 
 #include <check.h>
 #include <math.h>
@@ -382,6 +384,141 @@ START_TEST(folded_gradient_ignores_the_output)
 }
 END_TEST
 
+/* BatchNorm+ElementWiseSum (the executor's fold of a residual sum): out =
+ * BatchNorm(data) + addend, the reference BatchNorm's plus the addend; its
+ * backward through finite differences, with batch statistics and with the
+ * moving ones. */
+static void bn_add_ref(const void *params, const double *const *in, const mx_shape *in_shapes, double *const *out,
+                       const mx_shape *out_shapes)
+{
+    const double *bn_in[5] = {in[0], in[1], in[2], in[4], in[5]};
+    const mx_shape bn_shapes[5] = {in_shapes[0], in_shapes[1], in_shapes[2], in_shapes[4], in_shapes[5]};
+    bn_ref(params, bn_in, bn_shapes, out, out_shapes);
+    for (int64_t i = 0; i < mx_shape_size(&in_shapes[0]); i++) out[0][i] += in[3][i];
+}
+
+/* data, gamma, beta, addend in [-1, 1); moving_var (input 5) in [0.5, 1.5). */
+static void bn_add_init(int index, float *data, int64_t n, uint64_t *rng)
+{
+    for (int64_t i = 0; i < n; i++)
+        data[i] = (float)(index == 5 ? opcheck_uniform(rng, 0.5, 1.5) : opcheck_uniform(rng, -1, 1));
+}
+
+START_TEST(batch_norm_add_through_finite_differences)
+{
+    const char *keys[] = {"fix_gamma", "eps"};
+    const char *values[] = {"False", "0.001"};
+    const mx_shape shapes[] = {MX_SHAPE(2, 3, 4, 5), MX_SHAPE(3, 4, 7), MX_SHAPE(4, 2)};
+    for (int s = 0; s < 3; s++)
+        for (int train = 0; train < 2; train++) {
+            ref_is_train = train;
+            opcheck_case c = {.op = "BatchNorm+ElementWiseSum", .op_def = &mx_op_batch_norm_add, .keys = keys,
+                              .values = values, .n_params = 2, .ref = bn_add_ref, .init = bn_add_init,
+                              .is_train = train, .seed = 300 + 10 * (uint64_t)s + (uint64_t)train};
+            c.in_shapes[0] = shapes[s];
+            opcheck_run(&c);
+        }
+}
+END_TEST
+
+/* With the sum's relu folded in, BatchNorm+ElementWiseSum gives the bits of
+ * the unfolded layers: BatchNorm, then ElementWiseSum with the relu folded
+ * (its gradient to both inputs), then BatchNorm's backward; for every req
+ * of the addend's gradient (written, added, not wanted) and of dx, with
+ * batch and moving statistics, and with the addend first or second in the
+ * sum. */
+START_TEST(batch_norm_add_gives_the_unfolded_bits)
+{
+    const mx_op_def *bn = mx_op_find("BatchNorm"), *sum = mx_op_find("ElementWiseSum");
+    const mx_op_def *fused = &mx_op_batch_norm_add;
+    _Alignas(16) char params[16384], sum_params[16384];
+    const char *k_fix[] = {"fix_gamma"}, *v_fix[] = {"False"};
+    const char *k_sum[] = {"num_args"}, *v_sum[] = {"2"};
+    ck_assert_int_eq(mx_op_parse_params(bn, k_fix, v_fix, 1, params), MX_OK);
+    ck_assert_int_eq(mx_op_parse_params(sum, k_sum, v_sum, 1, sum_params), MX_OK);
+    enum { N = 3, C = 4, S = 5 * 7, T = N * C * S };
+    static float x[T], a[T], dy[T], z[T], y_ref[T], y[T], g_ref[T], dx_ref[T], da_ref[T], dy_work[T];
+    static float dx[T], da[T], da0[T];
+    float gamma[C], beta[C], mm[C], mv[C], mm2[C], mv2[C], mean[C], invstd[C], dg_ref[C], db_ref[C], dg[C], db[C];
+    uint64_t rng = 33;
+    for (int i = 0; i < T; i++) {
+        x[i] = (float)opcheck_uniform(&rng, -2, 3);
+        a[i] = (float)opcheck_uniform(&rng, -1.5, 1.5);
+        dy[i] = (float)opcheck_uniform(&rng, -1, 1);
+        da0[i] = (float)opcheck_uniform(&rng, -1, 1);
+    }
+    for (int c = 0; c < C; c++) {
+        gamma[c] = (float)opcheck_uniform(&rng, 0.5, 2);
+        beta[c] = (float)opcheck_uniform(&rng, -1, 1);
+        mm[c] = 0.1f * (float)c;
+        mv[c] = 1.0f + 0.5f * (float)c;
+    }
+    const mx_fold relu = {.kind = MX_FOLD_ACTIVATION, .act_type = ACT_RELU};
+    const mx_req a_reqs[] = {MX_REQ_WRITE, MX_REQ_ADD, MX_REQ_NULL}, x_reqs[] = {MX_REQ_WRITE, MX_REQ_NULL};
+    for (int train = 0; train < 2; train++)
+        for (int first = 0; first < 2; first++) {
+            mx_exec_ctx exec = {.ctx = mx_cpu()};
+            mx_op_ctx plain = {.exec = &exec, .is_train = train}, folded = {.exec = &exec, .is_train = train, .fold = relu};
+            /* unfolded: BatchNorm, then the sum (addend first or second) with the relu */
+            memcpy(mm2, mm, sizeof(mm));
+            memcpy(mv2, mv, sizeof(mv));
+            mx_tensor in[5] = {{.data = x, .shape = MX_SHAPE(N, C, S)}, {.data = gamma, .shape = MX_SHAPE(C)},
+                               {.data = beta, .shape = MX_SHAPE(C)}, {.data = mm2, .shape = MX_SHAPE(C)},
+                               {.data = mv2, .shape = MX_SHAPE(C)}};
+            mx_tensor out[3] = {{.data = z, .shape = MX_SHAPE(N, C, S)}, {.data = mean, .shape = MX_SHAPE(C)},
+                                {.data = invstd, .shape = MX_SHAPE(C)}};
+            mx_req w3[4] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+            ck_assert_int_eq(bn->forward(&plain, params, in, w3, out, &in[3]), MX_OK);
+            mx_tensor s_in[2] = {{.data = first ? a : z, .shape = MX_SHAPE(N, C, S)},
+                                 {.data = first ? z : a, .shape = MX_SHAPE(N, C, S)}};
+            mx_tensor s_out[1] = {{.data = y_ref, .shape = MX_SHAPE(N, C, S)}};
+            ck_assert_int_eq(sum->forward(&folded, sum_params, s_in, w3, s_out, NULL), MX_OK);
+            int zeros = 0;
+            for (int i = 0; i < T; i++) zeros += y_ref[i] == 0.0f;
+            ck_assert_msg(zeros > 0 && zeros < T, "the relu must cut some outputs and pass others");
+            /* the sum's backward: its relu's gradient to both inputs */
+            mx_tensor s_og[1] = {{.data = dy, .shape = MX_SHAPE(N, C, S)}};
+            mx_tensor s_ig[2] = {{.data = first ? da_ref : g_ref, .shape = MX_SHAPE(N, C, S)},
+                                 {.data = first ? g_ref : da_ref, .shape = MX_SHAPE(N, C, S)}};
+            ck_assert_int_eq(sum->backward(&folded, sum_params, s_og, s_in, s_out, w3, s_ig, NULL), MX_OK);
+            mx_tensor og_ref[1] = {{.data = g_ref, .shape = MX_SHAPE(N, C, S)}};
+            mx_tensor ig_ref[3] = {{.data = dx_ref, .shape = MX_SHAPE(N, C, S)}, {.data = dg_ref, .shape = MX_SHAPE(C)},
+                                   {.data = db_ref, .shape = MX_SHAPE(C)}};
+            ck_assert_int_eq(bn->backward(&plain, params, og_ref, in, out, w3, ig_ref, &in[3]), MX_OK);
+
+            /* folded */
+            memcpy(mm2, mm, sizeof(mm));
+            memcpy(mv2, mv, sizeof(mv));
+            mx_tensor fin[6] = {in[0], in[1], in[2], {.data = a, .shape = MX_SHAPE(N, C, S)}, in[3], in[4]};
+            mx_tensor fout[3] = {{.data = y, .shape = MX_SHAPE(N, C, S)}, out[1], out[2]};
+            ck_assert_int_eq(fused->forward(&folded, params, fin, w3, fout, &fin[4]), MX_OK);
+            ck_assert_msg(!memcmp(y, y_ref, sizeof(y)), "train %d, addend first %d: output", train, first);
+            for (size_t ra = 0; ra < sizeof(a_reqs) / sizeof(a_reqs[0]); ra++)
+                for (size_t rx = 0; rx < sizeof(x_reqs) / sizeof(x_reqs[0]); rx++) {
+                    memcpy(dy_work, dy, sizeof(dy)); /* the kernel may take the relu's gradient over dy */
+                    memcpy(da, da0, sizeof(da));
+                    for (int i = 0; i < T; i++) dx[i] = NAN;
+                    mx_req req[4] = {x_reqs[rx], MX_REQ_WRITE, MX_REQ_WRITE, a_reqs[ra]};
+                    mx_tensor og[1] = {{.data = dy_work, .shape = MX_SHAPE(N, C, S)}};
+                    mx_tensor ig[4] = {{.data = dx, .shape = MX_SHAPE(N, C, S)}, {.data = dg, .shape = MX_SHAPE(C)},
+                                       {.data = db, .shape = MX_SHAPE(C)}, {.data = da, .shape = MX_SHAPE(N, C, S)}};
+                    ck_assert_int_eq(fused->backward(&folded, params, og, fin, fout, req, ig, &fin[4]), MX_OK);
+                    if (x_reqs[rx] == MX_REQ_WRITE)
+                        ck_assert_msg(!memcmp(dx, dx_ref, sizeof(dx)), "train %d, req %zu/%zu: dx", train, ra, rx);
+                    ck_assert_msg(!memcmp(dg, dg_ref, sizeof(dg)) && !memcmp(db, db_ref, sizeof(db)),
+                                  "train %d, req %zu/%zu: dgamma, dbeta", train, ra, rx);
+                    for (int i = 0; i < T; i++) {
+                        float want = a_reqs[ra] == MX_REQ_WRITE ? da_ref[i]
+                                     : a_reqs[ra] == MX_REQ_ADD ? da_ref[i] + da0[i]
+                                                               : da0[i];
+                        ck_assert_msg(!memcmp(&da[i], &want, sizeof(float)), "train %d, req %zu/%zu: daddend[%d]",
+                                      train, ra, rx, i);
+                    }
+                }
+        }
+}
+END_TEST
+
 /* The statistics come from one pass over x (sums of x - k and its squares,
  * k the channel's first value): data far from zero keeps its variance (a
  * mean 10^4 times the spread), and a constant channel has variance 0. */
@@ -504,6 +641,8 @@ int main(void)
     tcase_add_test(tc, threaded_forward_matches_serial);
     tcase_add_test(tc, threaded_backward_matches_serial);
     tcase_add_test(tc, folded_gradient_ignores_the_output);
+    tcase_add_test(tc, batch_norm_add_through_finite_differences);
+    tcase_add_test(tc, batch_norm_add_gives_the_unfolded_bits);
     tcase_add_test(tc, one_pass_statistics_keep_the_variance);
     tcase_add_test(tc, fix_gamma_writes_zero_gamma_gradient);
     tcase_add_test(tc, bad_parameters_name_op_key_and_value);

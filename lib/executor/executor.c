@@ -1,6 +1,7 @@
 /* executor.c - bind, allocate from the plan, push nodes to the engine. */
 #include "executor/plan.h"
 #include "device/device.h"
+#include "ops/batch_norm.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -271,6 +272,26 @@ static mx_req output_req(const mx_executor *ex, uint32_t e)
     }
 }
 
+/* A node's layer and op names with what was folded into it: "bn1+relu1"
+ * (BatchNorm+Activation), "bn2c+res2a+res2a_relu"
+ * (BatchNorm+ElementWiseSum+Activation). */
+static void folded_names(const mx_graph *g, const mx_node *f, const char *layer, char *name, size_t name_size,
+                         char *op_name, size_t op_size)
+{
+    int at = snprintf(name, name_size, "%s", layer);
+    snprintf(op_name, op_size, "%s", f->op->name); /* the fused op's name lists the sum */
+    const mx_node *last = f;
+    if (f->op == &mx_op_batch_norm_add) {
+        last = mx_graph_node(g, f->folded_node);
+        if (at >= 0 && (size_t)at < name_size) at += snprintf(name + at, name_size - (size_t)at, "+%s", last->name);
+    }
+    if (last->fold.kind == MX_FOLD_NONE) return;
+    const mx_node *act = mx_graph_node(g, last->folded_node);
+    if (at >= 0 && (size_t)at < name_size) snprintf(name + at, name_size - (size_t)at, "+%s", act->name);
+    size_t used = strlen(op_name);
+    if (used < op_size) snprintf(op_name + used, op_size - used, "+%s", act->op->name);
+}
+
 static mx_status setup_node(mx_executor *ex, uint32_t id)
 {
     node_info *ni = &ex->nodes[id];
@@ -296,14 +317,7 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     int32_t original = eg->deferred_from ? eg->deferred_from[id] : -1;
     if (original >= 0 && eg->needed[original] && !f->op->folds_backward) ni->fold = (mx_fold){MX_FOLD_NONE, 0, 0, 0};
     const char *layer = ni->mirror ? mx_graph_node(eg->g, n->forward_node)->name : f->name;
-    if (f->fold.kind != MX_FOLD_NONE)
-        snprintf(ni->name, sizeof(ni->name), "%s+%s", layer, mx_graph_node(eg->g, f->folded_node)->name);
-    else
-        snprintf(ni->name, sizeof(ni->name), "%s", layer);
-    if (f->fold.kind != MX_FOLD_NONE)
-        snprintf(ni->op_name, sizeof(ni->op_name), "%s+%s", f->op->name, mx_graph_node(eg->g, f->folded_node)->op->name);
-    else
-        snprintf(ni->op_name, sizeof(ni->op_name), "%s", f->op->name);
+    folded_names(eg->g, f, layer, ni->name, sizeof(ni->name), ni->op_name, sizeof(ni->op_name));
     snprintf(ni->label, sizeof(ni->label), "%s (%s) %s", ni->name, ni->op_name,
              original >= 0 ? "bwd, deferred weights" : ni->backward ? "bwd" : ni->mirror ? "mirror" : "fwd");
     ni->n_in = f->n_inputs;

@@ -17,6 +17,8 @@ typedef enum entry_kind {
     ENTRY_GRAD,        /* gradient of an argument (bound grad array) */
 } entry_kind;
 
+#define EXEC_MAX_COLORINGS 3
+
 typedef struct exec_graph {
     mx_graph *g;             /* clone, heads = requested outputs, backward appended */
     int n_nodes;
@@ -28,7 +30,11 @@ typedef struct exec_graph {
     uint32_t *args, *aux;    /* variable node ids in list order */
     int n_args, n_aux;
     mx_entry *grads;         /* per argument: its gradient entry (node MX_NO_NODE: none) */
-    int *color;              /* per node */
+    /* Per node, the colour (arena) of each colouring the planner may use:
+     * [0] the colours asked for (MXNET_EXEC_NUM_MATCH_COLOR; default 4,
+     * 1 with mirroring), then 3 and 2 when none were asked for. */
+    int *colorings[EXEC_MAX_COLORINGS];
+    int n_colorings;
     int n_mirror;            /* mirror copies that run (backward mirroring) */
     /* Updates inside the backward pass (exec_graph_prepare's updated):
      * per entry, the node after which a reader outside the graph lets go

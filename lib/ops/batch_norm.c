@@ -13,6 +13,13 @@
  * output_mean_var. fix_gamma: gamma is taken as 1 and its gradient is 0.
  * Backward ignores the gradients of the mean/var outputs, as MXNet does.
  *
+ * BatchNorm+ElementWiseSum (mx_op_batch_norm_add) is the executor's fold of
+ * a residual sum into the BatchNorm before it (symbol.h's
+ * mx_graph_fold_residual_sums): out = BatchNorm(data) + addend, then the
+ * sum's folded relu, in the normalize pass; backward hands the addend the
+ * sum's gradient and goes on as BatchNorm's. Not in the registry: no
+ * config or JSON names it.
+ *
  * Differences from MXNet 1.9.1's CPU kernel: the moving statistics move
  * in forward (MXNet's CPU kernel moves them in backward), and fix_gamma
  * does not write 1 into the gamma array.
@@ -286,6 +293,7 @@ typedef struct bn_fwd_job {
     bool train;
     mx_fold fold; /* mx_op_ctx's */
     const float *x, *gamma, *beta;
+    const float *addend; /* BatchNorm+ElementWiseSum: added to each output; else NULL */
     float *mm, *mv, *y, *save_mean, *save_invstd;
 } bn_fwd_job;
 
@@ -308,6 +316,20 @@ enum { BN_CLAMP_NONE = 0, BN_CLAMP_RELU, BN_CLAMP_CLIP };
         else MX_SIMD_MAP1(P, W, x, y, 0, n, add, v * s + b);                                                       \
     }
 MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)
+
+/* The same plus the addend, then the clamp: (x * scale + shift) + a is the
+ * unfolded graph's BatchNorm output plus the sum's other input (a float
+ * sum of two terms is the same either way round), so the same bits. */
+#define BN_NORM_ADD_KERNELS(P, W, TARGET)                                                                           \
+    TARGET static void bn_normalize_add_##P(const float *x, const float *a, float *y, int64_t n, float scale,      \
+                                            float shift, bool add, int clamp, float lo, float hi)                   \
+    {                                                                                                               \
+        const P##_f s = P##_splat(scale), b = P##_splat(shift), l = P##_splat(lo), h = P##_splat(hi);               \
+        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP2(P, W, x, a, y, 0, n, add, P##_relu(v * s + b + u));               \
+        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP2(P, W, x, a, y, 0, n, add, P##_clip(v * s + b + u, l, h));    \
+        else MX_SIMD_MAP2(P, W, x, a, y, 0, n, add, v * s + b + u);                                                \
+    }
+MX_SIMD_INSTANTIATE(BN_NORM_ADD_KERNELS)
 
 /* y = x * scale + shift for channel c, from the statistics as saved
  * (float): backward recomputes the same values from the saved outputs
@@ -369,11 +391,14 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         float scale, shift;
         bn_affine(bp, j->gamma, j->beta, c, (float)mean, (float)invstd, &scale, &shift);
         for (int64_t o = 0; o < outer; o++) {
-            const float *xs = x + (o * C + c) * inner;
-            float *ys = y + (o * C + c) * inner;
-            MX_SIMD_DISPATCH(level, bn_normalize, xs, ys, inner, scale, shift, j->req[0] == MX_REQ_ADD, clamp, f->lo,
-                             f->hi);
-            if (clamp == BN_CLAMP_NONE) mx_fold_rows_at(f, level, ys, inner);
+            const int64_t off = (o * C + c) * inner;
+            if (j->addend)
+                MX_SIMD_DISPATCH(level, bn_normalize_add, x + off, j->addend + off, y + off, inner, scale, shift,
+                                 j->req[0] == MX_REQ_ADD, clamp, f->lo, f->hi);
+            else
+                MX_SIMD_DISPATCH(level, bn_normalize, x + off, y + off, inner, scale, shift, j->req[0] == MX_REQ_ADD,
+                                 clamp, f->lo, f->hi);
+            if (clamp == BN_CLAMP_NONE) mx_fold_rows_at(f, level, y + off, inner);
         }
     }
 }
@@ -382,19 +407,24 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
  * costs microseconds). */
 #define BN_PARALLEL_MIN 32768
 
-static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
-                            mx_tensor *out, mx_tensor *aux)
+static mx_status bn_forward_run(const mx_op_ctx *ctx, const bn_params *bp, const mx_tensor *in, const float *addend,
+                                const mx_req *req, mx_tensor *out, mx_tensor *aux)
 {
-    const bn_params *bp = p;
     MX_TRY(mx_fold_check_req(&ctx->fold, req[0], "BatchNorm"));
     bn_fwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats,
-                    .fold = ctx->fold, .x = in[0].data,
+                    .fold = ctx->fold, .x = in[0].data, .addend = addend,
                     .gamma = in[1].data, .beta = in[2].data, .mm = aux[0].data, .mv = aux[1].data,
                     .y = out[0].data, .save_mean = out[1].data, .save_invstd = out[2].data};
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
     mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
     mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_forward_channels, &j);
     return MX_OK;
+}
+
+static mx_status bn_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                            mx_tensor *out, mx_tensor *aux)
+{
+    return bn_forward_run(ctx, p, in, NULL, req, out, aux);
 }
 
 /* dx = (g - gmean - (x - mean) * k) * iw over one row (added to dx with
@@ -438,7 +468,40 @@ typedef struct bn_bwd_job {
     mx_fold fold; /* mx_op_ctx's: the folded layer's gradient is taken here */
     const float *x, *gamma, *beta, *dy, *y, *mm, *mv, *save_mean, *save_invstd;
     float *dx, *dgamma, *dbeta;
+    /* BatchNorm+ElementWiseSum: the addend's gradient (the sum's, as the
+     * unfolded sum hands it on) and its req */
+    bool with_addend;
+    float *daddend;
+    mx_req req_addend;
 } bn_bwd_job;
+
+/* d += g over one row (the unfolded sum's g + d, the same bits). */
+#define BN_ADD_ROWS_KERNELS(P, W, TARGET)                                                                           \
+    TARGET static void bn_add_rows_##P(const float *g, float *d, int64_t n) { MX_SIMD_MAP1(P, W, g, d, 0, n, true, v); }
+MX_SIMD_INSTANTIATE(BN_ADD_ROWS_KERNELS)
+
+static bool req_writes(mx_req r) { return r == MX_REQ_WRITE || r == MX_REQ_INPLACE; }
+
+/* BatchNorm+ElementWiseSum, channel c: the sum's gradient g (the fold's,
+ * from the output, as the unfolded sum takes it, else dy itself) handed
+ * to the addend per its req, rows held where the BatchNorm passes read
+ * them: the addend's gradient when written, else dx when written, else
+ * over dy (as the fold's own pass would). Returns g's rows. */
+static const float *bn_addend_grad(const bn_bwd_job *j, int level, int64_t c)
+{
+    const int64_t outer = j->outer, C = j->C, inner = j->inner;
+    const bool fold = j->fold.kind != MX_FOLD_NONE;
+    float *g = (float *)j->dy;
+    if (fold) g = req_writes(j->req_addend) ? j->daddend : req_writes(j->req[0]) ? j->dx : (float *)j->dy;
+    for (int64_t o = 0; o < outer; o++) {
+        const int64_t off = (o * C + c) * inner;
+        if (fold) mx_fold_backward_rows_at(&j->fold, level, j->dy + off, j->y + off, g + off, inner);
+        if (j->req_addend == MX_REQ_ADD) MX_SIMD_DISPATCH(level, bn_add_rows, g + off, j->daddend + off, inner);
+        else if (req_writes(j->req_addend) && g != j->daddend)
+            memcpy(j->daddend + off, g + off, (size_t)inner * sizeof(float));
+    }
+    return g;
+}
 
 static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
 {
@@ -464,7 +527,9 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
          * dx where it is written (else over dy, as the executor's pass
          * would): the rows are then in cache for both passes below. */
         const float *g_rows = dy;
-        if (j->fold.kind != MX_FOLD_NONE) {
+        if (j->with_addend) {
+            g_rows = bn_addend_grad(j, level, c);
+        } else if (j->fold.kind != MX_FOLD_NONE) {
             float *dst = req[0] == MX_REQ_WRITE || req[0] == MX_REQ_INPLACE ? j->dx : (float *)dy;
             const int clamp = bn_clamp_of(&j->fold);
             float scale = 0.0f, shift = 0.0f;
@@ -508,19 +573,30 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     }
 }
 
-static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
-                             const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+static mx_status bn_backward_run(const mx_op_ctx *ctx, const bn_params *bp, const mx_tensor *out_grad,
+                                 const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
+                                 mx_tensor *aux, bool with_addend)
 {
-    const bn_params *bp = p;
     bn_bwd_job j = {.bp = bp, .req = req, .train = ctx->is_train && !bp->use_global_stats, .fold = ctx->fold,
                     .x = in[0].data, .gamma = in[1].data, .beta = in[2].data, .dy = out_grad[0].data, .y = out[0].data,
                     .mm = aux[0].data, .mv = aux[1].data,
                     .save_mean = out[1].data, .save_invstd = out[2].data, .dx = in_grad[0].data,
                     .dgamma = in_grad[1].data, .dbeta = in_grad[2].data};
+    if (with_addend) {
+        j.with_addend = true;
+        j.daddend = in_grad[3].data;
+        j.req_addend = req[3];
+    }
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
     mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
     mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_backward_channels, &j);
     return MX_OK;
+}
+
+static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
+                             const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+{
+    return bn_backward_run(ctx, p, out_grad, in, out, req, in_grad, aux, false);
 }
 
 MX_OP_GPU_DECLARE(batch_norm);
@@ -545,4 +621,72 @@ const mx_op_def mx_op_batch_norm = {
     .forward = bn_forward,
     .backward = bn_backward,
     .gpu = MX_OP_GPU(batch_norm),
+};
+
+/* ------------------------------------------ BatchNorm+ElementWiseSum */
+
+static int bna_list_inputs(const void *p, const char **names)
+{
+    (void)p;
+    names[0] = "data";
+    names[1] = "gamma";
+    names[2] = "beta";
+    names[3] = "addend";
+    names[4] = "moving_mean";
+    names[5] = "moving_var";
+    return 6;
+}
+
+/* BatchNorm's shapes over (data, gamma, beta, moving_mean, moving_var);
+ * the addend has data's. */
+static mx_status bna_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
+{
+    mx_shape bn_in[5] = {in[0], in[1], in[2], in[4], in[5]};
+    if (in[0].ndim == 0 && in[3].ndim != 0) bn_in[0] = in[3];
+    MX_TRY(bn_infer_shape(p, bn_in, n_in - 1, out, n_out));
+    MX_TRY(expect_shape("addend", &in[3], bn_in[0]));
+    in[0] = bn_in[0];
+    in[1] = bn_in[1];
+    in[2] = bn_in[2];
+    in[4] = bn_in[3];
+    in[5] = bn_in[4];
+    return MX_OK;
+}
+
+static mx_status bna_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                             mx_tensor *out, mx_tensor *aux)
+{
+    return bn_forward_run(ctx, p, in, in[3].data, req, out, aux);
+}
+
+static mx_status bna_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
+                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+{
+    return bn_backward_run(ctx, p, out_grad, in, out, req, in_grad, aux, true);
+}
+
+const mx_op_def mx_op_batch_norm_add = {
+    .name = "BatchNorm+ElementWiseSum",
+    .doc = "A residual sum folded into the BatchNorm before it: BatchNorm(data) + addend (executor folding only).",
+    .params = bn_param_table,
+    .n_params = (int)(sizeof(bn_param_table) / sizeof(bn_param_table[0])),
+    .params_size = sizeof(bn_params),
+    .list_inputs = bna_list_inputs,
+    .num_aux = bn_num_aux,
+    .list_outputs = bn_list_outputs,
+    .num_visible_outputs = bn_num_visible_outputs,
+    .infer_shape = bna_infer_shape,
+    .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA | MX_BWD_OUT_DATA,
+    .backward_in_mask = (1u << 0) | (1u << 1) | (1u << 2), /* data, gamma, beta: not the addend */
+    /* The saved mean and inverse std. Output 0 only for a folded layer's
+     * gradient (the sum's relu: its mask depends on the addend too, so it
+     * comes from the output, not the inputs); read element by element
+     * before the same element of either gradient is written, so either
+     * may take its memory (plan.c's folded_output_slot), as the unfolded
+     * sum's gradient could. */
+    .backward_out_mask = (1u << 1) | (1u << 2),
+    .folds_elementwise = true,
+    .folds_backward = true,
+    .forward = bna_forward,
+    .backward = bna_backward,
 };

@@ -24,4 +24,10 @@ typedef struct bn_params {
  * has checked (batch_norm.c; batch_norm.cu too). */
 void mx_bn_dims(const bn_params *bp, const mx_shape *d, int64_t *outer, int64_t *c, int64_t *inner);
 
+/* BatchNorm with a residual sum folded in (batch_norm.c): inputs data,
+ * gamma, beta, addend, then the aux states; BatchNorm's outputs. CPU
+ * kernels only; the executor's folding makes it, no config names it. */
+struct mx_op_def;
+extern const struct mx_op_def mx_op_batch_norm_add;
+
 #endif /* MX_OPS_BATCH_NORM_H */

@@ -18,6 +18,7 @@
 #include "ops/batch_norm.h"
 #include "ops/clip.h"
 #include "ops/convolution.h"
+#include "ops/elementwise_sum.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +288,106 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int 
     }
     free(readers);
     free(head0);
+    *n_pairs = n;
+    if (pairs) *pairs = found;
+    else free(found);
+    return MX_OK;
+}
+
+/* ------------------------------------------------ residual sum folding */
+
+/* Readers of each node's outputs (any index), and whether any output of a
+ * node is a head. */
+static mx_status count_readers(const mx_graph *g, int **readers, bool **head)
+{
+    *readers = mx_calloc((size_t)g->n_nodes + 1, sizeof(int));
+    *head = mx_calloc((size_t)g->n_nodes + 1, sizeof(bool));
+    if (!*readers || !*head) {
+        free(*readers);
+        free(*head);
+        return MX_ERR_NOMEM;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++) (*readers)[g->nodes[i].inputs[j].node]++;
+    for (int h = 0; h < g->n_heads; h++) (*head)[g->heads[h].node] = true;
+    return MX_OK;
+}
+
+/* Whether input `k` of sum node s is a BatchNorm the sum can fold into:
+ * its output 0 read by the sum alone, its mean / var outputs by nobody,
+ * none of its outputs a head, nothing folded into it yet, and the sum's
+ * other input made before it (the sum then runs where the BatchNorm
+ * does: everything it reads exists by then). */
+static bool foldable_bn(const mx_graph *g, const mx_node *s, int k, const int *readers, const bool *head)
+{
+    const mx_entry in = s->inputs[k], other = s->inputs[1 - k];
+    const mx_node *bn = &g->nodes[in.node];
+    return in.index == 0 && is_op(bn, "BatchNorm") && bn->n_inputs == 5 && bn->fold.kind == MX_FOLD_NONE &&
+           readers[in.node] == 1 && !head[in.node] && other.node < in.node;
+}
+
+mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_sum_fold **pairs, int *n_pairs)
+{
+    if (pairs) *pairs = NULL;
+    *n_pairs = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].kind == MX_NODE_BACKWARD)
+            return MX_ERROR(MX_ERR_INVALID, "folding: the graph already has a backward pass");
+    int *readers;
+    bool *head;
+    MX_TRY(count_readers(g, &readers, &head));
+    mx_graph_sum_fold *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
+    if (!found) {
+        free(readers);
+        free(head);
+        return MX_ERR_NOMEM;
+    }
+    mx_status st = MX_OK;
+    int n = 0;
+    for (int si = 0; si < g->n_nodes && st == MX_OK; si++) {
+        mx_node *s = &g->nodes[si];
+        if (!is_op(s, "ElementWiseSum") || s->n_inputs != 2 || ((const esum_params *)s->params)->num_args != 2 ||
+            head[si] || s->inputs[0].node == s->inputs[1].node)
+            continue;
+        /* The later BatchNorm of the two, when both could take it. */
+        int k = -1;
+        for (int c = 0; c < 2; c++)
+            if (foldable_bn(g, s, c, readers, head) && (k < 0 || s->inputs[c].node > s->inputs[k].node)) k = c;
+        if (k < 0) continue;
+        const uint32_t bi = s->inputs[k].node;
+        mx_node *bn = &g->nodes[bi];
+        mx_entry *inputs = mx_malloc(sizeof(mx_entry) * 6);
+        if (!inputs) {
+            st = MX_ERR_NOMEM;
+            break;
+        }
+        /* data, gamma, beta, addend, moving_mean, moving_var */
+        inputs[0] = bn->inputs[0];
+        inputs[1] = bn->inputs[1];
+        inputs[2] = bn->inputs[2];
+        inputs[3] = s->inputs[1 - k];
+        inputs[4] = bn->inputs[3];
+        inputs[5] = bn->inputs[4];
+        free(bn->inputs);
+        bn->inputs = inputs;
+        bn->n_inputs = 6;
+        bn->op = &mx_op_batch_norm_add;
+        bn->fold = s->fold; /* the sum's folded relu, if any */
+        bn->folded_node = (uint32_t)si;
+        /* The sum's readers read the BatchNorm's output 0; the sum is left
+         * with no reader (it no longer runs). */
+        for (int i = si + 1; i < g->n_nodes; i++)
+            for (int j = 0; j < g->nodes[i].n_inputs; j++)
+                if (g->nodes[i].inputs[j].node == (uint32_t)si) g->nodes[i].inputs[j] = (mx_entry){bi, 0};
+        readers[si] = 0;
+        found[n++] = (mx_graph_sum_fold){bi, (uint32_t)si};
+    }
+    free(readers);
+    free(head);
+    if (st != MX_OK) {
+        free(found);
+        return st;
+    }
     *n_pairs = n;
     if (pairs) *pairs = found;
     else free(found);

@@ -59,7 +59,9 @@ typedef struct mx_node {
     uint32_t forward_index;
     /* An Activation or clip folded into this op node
      * (mx_graph_fold_activations; kind MX_FOLD_NONE: none); folded_node is
-     * that layer, left in the graph with no reader. */
+     * that layer, left in the graph with no reader. A BatchNorm+
+     * ElementWiseSum node (mx_graph_fold_residual_sums) has the sum's fold,
+     * and folded_node is the sum (whose folded_node is its Activation). */
     mx_fold fold;
     uint32_t folded_node;
 } mx_node;
@@ -210,6 +212,23 @@ typedef struct mx_graph_act_fold {
     uint32_t op, activation;
 } mx_graph_act_fold;
 mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int *n_pairs);
+
+/* The second folding pass, after mx_graph_fold_activations: a two-input
+ * ElementWiseSum whose input is output 0 of a BatchNorm that nothing else
+ * reads (its mean / var outputs unread, no output a head, no fold of its
+ * own) is folded into that BatchNorm, in place: the node becomes
+ * mx_op_batch_norm_add (ops/batch_norm.h) with the sum's other input as
+ * its addend and the sum's own fold (its relu), folded_node the sum; the
+ * sum's readers read the node's output 0, and the sum is left with no
+ * reader. The other input must come before the BatchNorm in the graph
+ * (the sum then runs where the BatchNorm did); of two BatchNorms, the
+ * later one takes the sum. The sum must not be a head. *pairs (when not
+ * NULL) gets (BatchNorm node, sum node), malloc'ed; *n_pairs their
+ * count. */
+typedef struct mx_graph_sum_fold {
+    uint32_t bn, sum;
+} mx_graph_sum_fold;
+mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_sum_fold **pairs, int *n_pairs);
 
 /* ---------------------------------------------------------------- JSON */
 

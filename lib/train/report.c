@@ -273,10 +273,33 @@ static mx_status report_folding(const mx_train_settings *s, const mx_train_optio
         name_list(names, n, list, sizeof(list));
         if (n) logf_(opt, "operation folding: %d activation%s run inside the layer before %s: %s", n, n == 1 ? "" : "s",
                      n == 1 ? "it" : "them", list);
-        else logf_(opt, "operation folding: nothing to fold");
     }
     free(names);
     free(text);
+    /* Then the residual sums (with what folded into them) into the
+     * BatchNorm before them, as the executor does. */
+    mx_graph_sum_fold *sums = NULL;
+    int n_sums = 0;
+    if (st == MX_OK) st = mx_graph_fold_residual_sums(g, &sums, &n_sums);
+    names = st == MX_OK ? mx_calloc((size_t)n_sums + 1, sizeof(char *)) : NULL;
+    text = names ? mx_calloc((size_t)n_sums + 1, 256) : NULL;
+    if (st == MX_OK && (!names || !text)) st = MX_ERR_NOMEM;
+    for (int i = 0; i < n_sums && st == MX_OK; i++) {
+        names[i] = text + (size_t)i * 256;
+        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, sums[i].bn)->name,
+                 mx_graph_node(g, sums[i].sum)->name);
+    }
+    if (st == MX_OK) {
+        char list[1024];
+        name_list(names, n_sums, list, sizeof(list));
+        if (n_sums)
+            logf_(opt, "operation folding: %d residual sum%s run inside the BatchNorm before %s: %s", n_sums,
+                  n_sums == 1 ? "" : "s", n_sums == 1 ? "it" : "them", list);
+        if (!n && !n_sums) logf_(opt, "operation folding: nothing to fold");
+    }
+    free(names);
+    free(text);
+    free(sums);
     free(pairs);
     mx_graph_free(g);
     return st;

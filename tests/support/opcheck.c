@@ -139,8 +139,8 @@ static void same_bits(const opcheck_case *c, const run_bits *bits, float **slot,
  * the calling thread); bits (NULL: none) records or compares what it wrote. */
 static void opcheck_run_on(const opcheck_case *c, mx_threadpool *pool, fd_values *fdv, run_bits *bits)
 {
-    const mx_op_def *op;
-    ck_assert_msg(mx_op_lookup(c->op, &op) == MX_OK, "%s", mx_last_error());
+    const mx_op_def *op = c->op_def;
+    if (!op) ck_assert_msg(mx_op_lookup(c->op, &op) == MX_OK, "%s", mx_last_error());
     void *params = calloc(1, op->params_size + 1);
     ck_assert_msg(mx_op_parse_params(op, c->keys, c->values, c->n_params, params) == MX_OK, "%s", mx_last_error());
     const char *names[MX_OP_MAX_IO], *out_names[MX_OP_MAX_IO];

@@ -27,7 +27,8 @@ typedef double (*opcheck_loss_fn)(const void *params, const double *const *in, c
 typedef void (*opcheck_init_fn)(int index, float *data, int64_t n, uint64_t *rng_state);
 
 typedef struct opcheck_case {
-    const char *op;
+    const char *op;                    /* the registry's name (and in messages) */
+    const mx_op_def *op_def;           /* an op outside the registry (the executor's folds); NULL: op's */
     const char *const *keys, *const *values;
     int n_params;
     mx_shape in_shapes[MX_OP_MAX_IO]; /* known input shapes; ndim 0 = infer */
