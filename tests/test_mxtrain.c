@@ -303,11 +303,19 @@ START_TEST(dry_run_and_time_report)
                   err);
     free(err);
     /* ResNet-20's nine block inputs each feed a shortcut and a convolution:
-     * their gradient sums can be adds, which here leave the plan as it is,
-     * so by default they stay sums; ResNet-18's adds shrink its plan. */
+     * their gradient sums can be adds, which leave the plan as it is, so by
+     * default they are adds (a sum would be a pass of its own); with
+     * MXNET_EXEC_ENABLE_ADDTO=0 they stay sums. ResNet-18's adds shrink its
+     * plan. */
     ck_assert_int_eq(run("configs/resnet-20.conf --dry-run", &err), 0);
-    ck_assert_msg(strstr(err, "gradient sums: 0 of 9 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO unset: "
-                              "where that shrinks the plan by more than 1%)"), "%s", err);
+    ck_assert_msg(strstr(err, "gradient sums: 9 of 9 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO unset: "
+                              "unless that grows the plan by more than 1%)"), "%s", err);
+    free(err);
+    setenv("MXNET_EXEC_ENABLE_ADDTO", "0", 1);
+    ck_assert_int_eq(run("configs/resnet-20.conf --dry-run", &err), 0);
+    unsetenv("MXNET_EXEC_ENABLE_ADDTO");
+    ck_assert_msg(strstr(err, "gradient sums: 0 of 9 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO =0: never)"),
+                  "%s", err);
     free(err);
     ck_assert_int_eq(run("configs/resnet-18.conf fit.ctx=cpu --dry-run", &err), 0);
     ck_assert_msg(strstr(err, "gradient sums: 8 of 8 done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO unset"), "%s",

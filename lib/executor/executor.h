@@ -42,7 +42,7 @@
  * number of colours, MXNET_EXEC_ENABLE_ADDTO=0 keeps gradient sums as sum
  * nodes, =1 does every sum it can by adds into one buffer (on CPU binds, a
  * sum whose terms come from distinct backward nodes and are read by it
- * alone), unset: only where that shrinks the plan (plan.h's
+ * alone), unset: unless that grows the plan by more than 1% (plan.h's
  * plan_addto_mode).
  */
 #ifndef MX_EXECUTOR_H

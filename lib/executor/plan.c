@@ -836,7 +836,7 @@ mx_status memory_plan_build(const exec_graph *eg, bool enable_inplace, bool enab
     memory_plan sums;
     MX_TRY(smallest_plan(eg, enable_inplace, enable_coshare, false, &sums));
     size_t with = memory_plan_total(p), without = memory_plan_total(&sums);
-    if (without <= with + with / 100) {
+    if (with > without + without / 100) {
         memory_plan_free(p);
         *p = sums;
     } else {

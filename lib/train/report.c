@@ -404,7 +404,7 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
         long addto = mx_env_long("MXNET_EXEC_ENABLE_ADDTO", -1);
         logf_(opt, "  gradient sums: %d of %d done by adds into one buffer (MXNET_EXEC_ENABLE_ADDTO %s)",
               r.train.n_sums_added, r.train.n_sums,
-              addto < 0 ? "unset: where that shrinks the plan by more than 1%" : addto ? "=1: wherever it can" : "=0: never");
+              addto < 0 ? "unset: unless that grows the plan by more than 1%" : addto ? "=1: wherever it can" : "=0: never");
     }
     MX_TRY(report_folding(s, opt));
     if (s->val && s->train) {
