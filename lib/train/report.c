@@ -242,6 +242,32 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     logf_(opt, "  each rank reads 1/%d of the data; rank 0 logs and writes checkpoints", mx_comm_size(comm));
 }
 
+/* "operation folding: N WHATs run inside the WHERE before them: a+b, ...":
+ * pair i is (into[i], folded[i]), the node that took the fold and the
+ * layer folded into it. */
+static mx_status report_fold_pairs(const mx_train_options *opt, const mx_graph *g, const uint32_t *into,
+                                   const uint32_t *folded, int n, const char *what, const char *where)
+{
+    const char **names = mx_calloc((size_t)n + 1, sizeof(char *));
+    char *text = names ? mx_calloc((size_t)n + 1, 256) : NULL;
+    if (!names || !text) {
+        free(names);
+        return MX_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        names[i] = text + (size_t)i * 256;
+        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, into[i])->name,
+                 mx_graph_node(g, folded[i])->name);
+    }
+    char list[1024];
+    name_list(names, n, list, sizeof(list));
+    logf_(opt, "operation folding: %d %s%s run inside the %s before %s: %s", n, what, n == 1 ? "" : "s", where,
+          n == 1 ? "it" : "them", list);
+    free(names);
+    free(text);
+    return MX_OK;
+}
+
 /* What operation folding does to this net on the training contexts. */
 static mx_status report_folding(const mx_train_settings *s, const mx_train_options *opt)
 {
@@ -258,47 +284,23 @@ static mx_status report_folding(const mx_train_settings *s, const mx_train_optio
     mx_graph *g;
     MX_TRY(mx_graph_clone(s->cfg->graph, &g));
     mx_graph_act_fold *pairs = NULL;
-    int n = 0;
+    mx_graph_sum_fold *sums = NULL;
+    int n = 0, n_sums = 0;
     mx_status st = mx_graph_fold_activations(g, &pairs, &n);
-    const char **names = st == MX_OK ? mx_calloc((size_t)n + 1, sizeof(char *)) : NULL;
-    char *text = names ? mx_calloc((size_t)n + 1, 256) : NULL;
-    if (st == MX_OK && (!names || !text)) st = MX_ERR_NOMEM;
-    for (int i = 0; i < n && st == MX_OK; i++) {
-        names[i] = text + (size_t)i * 256;
-        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, pairs[i].op)->name,
-                 mx_graph_node(g, pairs[i].activation)->name);
-    }
-    if (st == MX_OK) {
-        char list[1024];
-        name_list(names, n, list, sizeof(list));
-        if (n) logf_(opt, "operation folding: %d activation%s run inside the layer before %s: %s", n, n == 1 ? "" : "s",
-                     n == 1 ? "it" : "them", list);
-    }
-    free(names);
-    free(text);
     /* Then the residual sums (with what folded into them) into the
      * BatchNorm before them, as the executor does. */
-    mx_graph_sum_fold *sums = NULL;
-    int n_sums = 0;
     if (st == MX_OK) st = mx_graph_fold_residual_sums(g, &sums, &n_sums);
-    names = st == MX_OK ? mx_calloc((size_t)n_sums + 1, sizeof(char *)) : NULL;
-    text = names ? mx_calloc((size_t)n_sums + 1, 256) : NULL;
-    if (st == MX_OK && (!names || !text)) st = MX_ERR_NOMEM;
-    for (int i = 0; i < n_sums && st == MX_OK; i++) {
-        names[i] = text + (size_t)i * 256;
-        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, sums[i].bn)->name,
-                 mx_graph_node(g, sums[i].sum)->name);
-    }
-    if (st == MX_OK) {
-        char list[1024];
-        name_list(names, n_sums, list, sizeof(list));
-        if (n_sums)
-            logf_(opt, "operation folding: %d residual sum%s run inside the BatchNorm before %s: %s", n_sums,
-                  n_sums == 1 ? "" : "s", n_sums == 1 ? "it" : "them", list);
-        if (!n && !n_sums) logf_(opt, "operation folding: nothing to fold");
-    }
-    free(names);
-    free(text);
+    /* node ids: the activation pairs' (op, activation), then the sums' (bn, sum) */
+    uint32_t *ids = st == MX_OK ? mx_calloc(2 * (size_t)(n + n_sums) + 1, sizeof(uint32_t)) : NULL;
+    if (st == MX_OK && !ids) st = MX_ERR_NOMEM;
+    for (int i = 0; i < n && st == MX_OK; i++) ids[i] = pairs[i].op, ids[n + i] = pairs[i].activation;
+    uint32_t *sum_ids = ids ? ids + 2 * n : NULL;
+    for (int i = 0; i < n_sums && st == MX_OK; i++) sum_ids[i] = sums[i].bn, sum_ids[n_sums + i] = sums[i].sum;
+    if (st == MX_OK && n) st = report_fold_pairs(opt, g, ids, ids + n, n, "activation", "layer");
+    if (st == MX_OK && n_sums)
+        st = report_fold_pairs(opt, g, sum_ids, sum_ids + n_sums, n_sums, "residual sum", "BatchNorm");
+    if (st == MX_OK && !n && !n_sums) logf_(opt, "operation folding: nothing to fold");
+    free(ids);
     free(sums);
     free(pairs);
     mx_graph_free(g);
