@@ -464,6 +464,50 @@ START_TEST(folded_activation_forward)
 }
 END_TEST
 
+/* A strided 1x1 layer's forward through mx_conv_forward runs its stride-1
+ * twin on the gathered grid pixels (im2col.c's gather_sampled): the bits
+ * of the strided kernel's own forward (the same products in the same
+ * order), with the batch in pieces on 2 threads and in chunks of a piece,
+ * written, added and through a folded relu; pixels off the grid (odd sizes,
+ * unequal strides) are never read. */
+START_TEST(strided_pointwise_forward_on_the_grid)
+{
+    mx_threadpool *pool;
+    ck_assert_int_eq(mx_threadpool_create(2, &pool), MX_OK);
+    mx_conv_geom gs[] = {geom(6, 40, 24, 15, 13, 1, 1, 2, 3, 0, 0), geom(16, 96, 48, 14, 14, 1, 1, 2, 2, 0, 0),
+                         geom(4, 1024, 64, 9, 9, 1, 1, 2, 2, 0, 0)};
+    const mx_fold relu = {.kind = MX_FOLD_ACTIVATION, .act_type = ACT_RELU};
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+        const mx_conv_geom *g = &gs[i];
+        if (!mx_direct_forward_profitable(g)) {
+            printf("strided 1x1 forward on the grid: geometry %zu takes another path on this CPU, not checked\n", i);
+            continue;
+        }
+        direct_fixture f;
+        direct_fixture_make(&f, g);
+        for (int64_t plane = 0; plane < f.n * g->in_c; plane++) /* off the grid: never read */
+            for (int64_t y = 0; y < g->in_h; y++)
+                for (int64_t x = 0; x < g->in_w; x++)
+                    if (y % g->stride_h || x % g->stride_w) f.x[(plane * g->in_h + y) * g->in_w + x] = NAN;
+        float *want = f.y1, *got = f.y2;
+        for (int mode = 0; mode < 3; mode++) { /* write, add, folded relu */
+            const bool add = mode == 1;
+            for (int64_t k = 0; k < f.out_n; k++) want[k] = got[k] = add ? (float)(k % 7) * 0.25f : NAN;
+            ck_assert_int_eq(mx_direct_forward_part_fold(g, f.packed, f.x, f.n, 0, 1, f.bias, add,
+                                                         mode == 2 ? &relu : NULL, want, f.scratch),
+                             MX_OK);
+            ck_assert_int_eq(mx_conv_forward_act(pool, g, f.x, f.w, f.bias, mode == 2 ? &relu : NULL, got,
+                                                 add ? MX_REQ_ADD : MX_REQ_WRITE, NULL, 0),
+                             MX_OK);
+            ck_assert_msg(memcmp(want, got, (size_t)f.out_n * sizeof(float)) == 0, "geometry %zu, mode %d", i, mode);
+            for (int64_t k = 0; k < f.out_n; k++) ck_assert_msg(isfinite(got[k]), "geometry %zu: off-grid pixel read", i);
+        }
+        direct_fixture_free(&f);
+    }
+    mx_threadpool_free(pool);
+}
+END_TEST
+
 /* Weights derived once (mx_conv_prepare) give the bits of a forward that
  * derives them per call, on each path, at batch 1 on 1 and 2 threads; a
  * preparation for another batch is ignored (and larger batches keep none). */
@@ -732,6 +776,7 @@ int main(void)
         tcase_add_test(tc, image_ranges);
         tcase_add_test(tc, forward_parts);
         tcase_add_test(tc, folded_activation_forward);
+        tcase_add_test(tc, strided_pointwise_forward_on_the_grid);
         tcase_add_test(tc, edge_shapes);
         tcase_add_test(tc, target_layers);
         tcase_add_test(tc, random_shapes);
