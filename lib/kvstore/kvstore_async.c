@@ -122,7 +122,7 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
     int64_t t0 = prof && mx_profiler_active(prof) ? mx_profile_now_ns() : 0;
     ps_head h = {0};
     mx_status s = MX_OK;
-    void *answer = NULL;
+    const void *answer = NULL;
     size_t answer_bytes = 0;
     async_entry *e = NULL;
     if (r->bytes < sizeof(h)) {
@@ -146,9 +146,12 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
             s = serve_push(e, h.key, (const char *)r->data + sizeof(h), nbytes, updater);
     }
     if (s == MX_OK && (h.op == OP_PULL || h.op == OP_PUSH)) {
-        answer = mx_malloc(nbytes ? nbytes : 1);
-        if (!answer) s = mx_last_status();
-        else s = mx_ndarray_to_host(e->stored, answer, nbytes);
+        /* The answer is the weight itself (host memory, made on the CPU at
+         * init), once the update's writes are done: mx_comm_reply copies it
+         * before it returns, and only this thread updates it. (An answer
+         * buffer in between was a second copy of every weight per push.) */
+        s = mx_ndarray_wait_to_read(e->stored);
+        answer = mx_ndarray_data(e->stored);
         answer_bytes = nbytes;
     } else if (s == MX_OK) {
         s = MX_ERROR(MX_ERR_INVALID, "unknown request %d", (int)h.op);
@@ -167,7 +170,6 @@ static void serve_one(kv_async *kv, ps_request *r, const mx_kvstore_updater *upd
     }
     /* A failed answer fails the comm, which the caller sees as well. */
     (void)mx_comm_reply(kv->comm, r->source, r->id, s, message, answer, s == MX_OK ? answer_bytes : 0);
-    free(answer);
 }
 
 static void *server_main(void *arg)
