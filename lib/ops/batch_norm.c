@@ -530,7 +530,7 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         if (j->with_addend) {
             g_rows = bn_addend_grad(j, level, c);
         } else if (j->fold.kind != MX_FOLD_NONE) {
-            float *dst = req[0] == MX_REQ_WRITE || req[0] == MX_REQ_INPLACE ? j->dx : (float *)dy;
+            float *dst = req_writes(req[0]) ? j->dx : (float *)dy;
             const int clamp = bn_clamp_of(&j->fold);
             float scale = 0.0f, shift = 0.0f;
             if (clamp != BN_CLAMP_NONE) bn_affine(bp, j->gamma, j->beta, c, (float)mean, (float)invstd, &scale, &shift);
