@@ -275,6 +275,12 @@ START_TEST(dry_run_and_time_report)
                               "bn2a_branch2b+res2a, bn2b_branch2b+res2b, bn3a_branch2b+res3a, "),
                   "%s", err);
     free(err);
+    setenv("MXNET_EXEC_NUM_MATCH_COLOR", "3", 1);
+    ck_assert_int_eq(run("configs/lenet.conf --dry-run", &err), 0);
+    unsetenv("MXNET_EXEC_NUM_MATCH_COLOR");
+    ck_assert_msg(strstr(err, "  co-sharing: training 3 colours, prediction 3 (MXNET_EXEC_NUM_MATCH_COLOR=3)"), "%s",
+                  err);
+    free(err);
     ck_assert_int_eq(run("configs/lenet.conf --dry-run", &err), 0);
     ck_assert_msg(strstr(err, "conv1                    Convolution            (64,20,24,24)                   520"), "%s",
                   err);
@@ -284,6 +290,9 @@ START_TEST(dry_run_and_time_report)
     ck_assert_msg(strstr(err, "operation folding: 3 activations run inside the layer before them: conv1+tanh1, "
                               "conv2+tanh2, fc1+tanh3"), "%s", err);
     ck_assert_ptr_null(strstr(err, "residual sum")); /* LeNet has none */
+    ck_assert_msg(strstr(err, "  co-sharing: training 4 colours, prediction 4, mirror 1 (the smallest plan of 4, 3 and 2; "
+                              "MXNET_EXEC_NUM_MATCH_COLOR unset)"),
+                  "%s", err);
     /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
     ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
     ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);

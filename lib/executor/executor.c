@@ -195,6 +195,7 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->coshare = memory_plan_total(&p);
     memory_plan_free(&p);
     st->both = memory_plan_total(both);
+    st->n_colors = both->n_colors;
     st->n_buffers = both->n_buffers;
     st->workspace = both->workspace;
     st->n_mirror = eg->n_mirror;

@@ -177,6 +177,7 @@ typedef struct mx_memory_plan_stats {
     int n_sums, n_sums_added; /* gradient sums, and those done by adds (MXNET_EXEC_ENABLE_ADDTO) */
     size_t grads_in_plan; /* gradients of the arguments updated in backward, planned inside */
     int n_deferred;       /* backward nodes whose updated gradients run at the end of the pass */
+    int n_colors;         /* colours of the kept plan's co-sharing (0: none) */
 } mx_memory_plan_stats;
 
 /* Whether binds on ctx fold activations into the layers before them

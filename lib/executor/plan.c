@@ -662,6 +662,7 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
     int n_entries = eg->shapes.n_entries, n_colors = 1;
     for (int i = 0; i < eg->n_nodes; i++)
         if (color[i] + 1 > n_colors) n_colors = color[i] + 1;
+    p->n_colors = enable_coshare ? n_colors : 0;
     p->storage = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
     p->offset = mx_calloc((size_t)n_entries + 1, sizeof(size_t));
     p->inplace = mx_calloc((size_t)n_entries + 1, 1);

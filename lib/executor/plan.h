@@ -96,6 +96,7 @@ typedef struct memory_plan {
     size_t *buffer_bytes;    /* per buffer */
     int n_buffers;
     size_t workspace;
+    int n_colors;            /* colours (arenas) of the colouring it co-shares by; 0: no co-sharing */
 } memory_plan;
 
 /* Gradient sums whose terms are each read by the sum alone and made by

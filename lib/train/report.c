@@ -390,6 +390,16 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     logf_(opt, "  training (mirror): MXNET_BACKWARD_DO_MIRROR=1 (%s in this run) recomputes %d layer outputs in backward",
           mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) ? "on" : "off", r.train_mirror.n_mirror);
     {
+        long colors = mx_env_long("MXNET_EXEC_NUM_MATCH_COLOR", -1);
+        if (colors >= 0)
+            logf_(opt, "  co-sharing: training %d colour%s, prediction %d (MXNET_EXEC_NUM_MATCH_COLOR=%ld)",
+                  r.train.n_colors, r.train.n_colors == 1 ? "" : "s", r.predict.n_colors, colors);
+        else
+            logf_(opt, "  co-sharing: training %d colour%s, prediction %d, mirror 1 (the smallest plan of 4, 3 and 2; "
+                       "MXNET_EXEC_NUM_MATCH_COLOR unset)",
+                  r.train.n_colors, r.train.n_colors == 1 ? "" : "s", r.predict.n_colors);
+    }
+    {
         const mx_memory_plan_stats *u = &r.train_updating;
         const char *why_not;
         char a[32], b[32];
