@@ -291,7 +291,7 @@ START_TEST(dry_run_and_time_report)
                               "conv2+tanh2, fc1+tanh3"), "%s", err);
     ck_assert_ptr_null(strstr(err, "residual sum")); /* LeNet has none */
     ck_assert_msg(strstr(err, "  co-sharing: training 4 colours, prediction 4, mirror 1 (the smallest plan of 4, 3 and 2; "
-                              "MXNET_EXEC_NUM_MATCH_COLOR unset)"),
+                              "with recomputation 1; MXNET_EXEC_NUM_MATCH_COLOR unset)"),
                   "%s", err);
     /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
     ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));

@@ -395,9 +395,9 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
             logf_(opt, "  co-sharing: training %d colour%s, prediction %d (MXNET_EXEC_NUM_MATCH_COLOR=%ld)",
                   r.train.n_colors, r.train.n_colors == 1 ? "" : "s", r.predict.n_colors, colors);
         else
-            logf_(opt, "  co-sharing: training %d colour%s, prediction %d, mirror 1 (the smallest plan of 4, 3 and 2; "
-                       "MXNET_EXEC_NUM_MATCH_COLOR unset)",
-                  r.train.n_colors, r.train.n_colors == 1 ? "" : "s", r.predict.n_colors);
+            logf_(opt, "  co-sharing: training %d colour%s, prediction %d, mirror %d (the smallest plan of 4, 3 and 2; "
+                       "with recomputation 1; MXNET_EXEC_NUM_MATCH_COLOR unset)",
+                  r.train.n_colors, r.train.n_colors == 1 ? "" : "s", r.predict.n_colors, r.train_mirror.n_colors);
     }
     {
         const mx_memory_plan_stats *u = &r.train_updating;
