@@ -405,15 +405,25 @@ START_TEST(lowered_pieces_take_turns)
     for (int64_t i = 0; i < ny; i++) dy[i] = urand();
     conv_ref_backward(&g, dy, w, ref_dx, abs_dx);
     conv_ref_weight(&g, x, dy, ref_dw, abs_dw);
+    /* Each request on a free pool (the pieces on both threads, in turn),
+     * then on a busy one, where every piece runs on the caller and the
+     * lease's contents do not depend on the scheduler (on a free pool the
+     * helper may take both pieces, and the lease then holds none). */
     size_t held[2];
-    for (int add = 0; add < 2; add++) {
+    for (int run = 0; run < 4; run++) {
+        const int add = run / 2, busy = run % 2;
         mx_threadpool *pool;
         ck_assert(mx_threadpool_create(2, &pool) == MX_OK);
+        pool_holder h;
+        if (busy) pool_hold(&h, pool);
         const mx_req req = add ? MX_REQ_ADD : MX_REQ_WRITE;
         memcpy(dx, dx0, nx * sizeof(float));
         memcpy(dw, dw0, nw * sizeof(float));
         ck_assert_int_eq(mx_conv_backward(pool, &g, x, w, dy, dx, req, dw, req, NULL, 0), MX_OK);
-        held[add] = mx_scratch_held_bytes(pool);
+        if (busy) {
+            held[add] = mx_scratch_held_bytes(pool);
+            pool_release(&h);
+        }
         mx_threadpool_free(pool);
         for (int64_t i = 0; i < nx; i++) {
             const double want = ref_dx[i] + (add ? dx0[i] : 0.0);
