@@ -364,15 +364,16 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
      * share memory across what could run in parallel too (one colour,
      * one arena): the short-lived recomputed tensors pack better, and
      * branches sharing an arena only run one after the other. */
-    long colors = mx_env_long("MXNET_EXEC_NUM_MATCH_COLOR", eg->n_mirror > 0 ? 1 : 4);
+    const long asked = mx_env_long("MXNET_EXEC_NUM_MATCH_COLOR", -1);
+    const long colors = asked >= 0 ? asked : eg->n_mirror > 0 ? 1 : 4;
     mx_status cs = color_nodes(eg, colors < 1 ? 1 : (colors > 64 ? 64 : (int)colors), 0);
     /* Unless the colours were asked for, the planner may also take 3 or 2
      * (smallest_plan). Which branch lands in which arena moves with the
      * graph's longest paths: ResNet-50 with its residual sums folded into
      * the BatchNorms planned 44 MB more on 4 colours than unfolded, 7 MB
      * less on 2 (the same tensors, the same lifetimes). */
-    const bool chosen = mx_env_long("MXNET_EXEC_NUM_MATCH_COLOR", -1) >= 0;
-    for (int c = 3; cs == MX_OK && !chosen && eg->n_mirror == 0 && c >= 2; c--) cs = color_nodes(eg, c, 4 - c);
+    for (int k = 1; cs == MX_OK && asked < 0 && eg->n_mirror == 0 && k < EXEC_MAX_COLORINGS; k++)
+        cs = color_nodes(eg, 4 - k, k);
     if (cs != MX_OK) exec_graph_free(eg);
     return cs;
 }
@@ -792,6 +793,25 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
     return st;
 }
 
+/* Another plan in place of *p when it is smaller (*p is freed on failure). */
+static mx_status keep_smaller(const exec_graph *eg, const int *color, bool enable_inplace, bool enable_coshare,
+                              bool enable_addto, memory_plan *p)
+{
+    memory_plan other;
+    mx_status st = plan_build(eg, color, enable_inplace, enable_coshare, enable_addto, &other);
+    if (st != MX_OK) {
+        memory_plan_free(p);
+        return st;
+    }
+    if (memory_plan_total(&other) < memory_plan_total(p)) {
+        memory_plan_free(p);
+        *p = other;
+    } else {
+        memory_plan_free(&other);
+    }
+    return MX_OK;
+}
+
 /* The smallest plan of the strategies allowed, with or without adds. */
 static mx_status smallest_plan(const exec_graph *eg, bool enable_inplace, bool enable_coshare, bool enable_addto,
                                memory_plan *p)
@@ -804,25 +824,10 @@ static mx_status smallest_plan(const exec_graph *eg, bool enable_inplace, bool e
      * can come out smaller; so can fewer colours (exec_graph_prepare).
      * Plans are cheap: keep the smallest (results are the same bits
      * whichever runs). */
-    bool tries[2][2] = {{enable_inplace, false}, {false, true}};
-    const int n_tries = (enable_inplace ? 2 : 1) + eg->n_colorings - 1;
-    for (int t = 0; t < n_tries; t++) {
-        memory_plan other;
-        const bool other_coloring = t >= (enable_inplace ? 2 : 1);
-        const int *color = other_coloring ? eg->colorings[t - (enable_inplace ? 2 : 1) + 1] : eg->colorings[0];
-        mx_status st = other_coloring ? plan_build(eg, color, enable_inplace, true, enable_addto, &other)
-                                      : plan_build(eg, color, tries[t][0], tries[t][1], enable_addto, &other);
-        if (st != MX_OK) {
-            memory_plan_free(p);
-            return st;
-        }
-        if (memory_plan_total(&other) < memory_plan_total(p)) {
-            memory_plan_free(p);
-            *p = other;
-        } else {
-            memory_plan_free(&other);
-        }
-    }
+    MX_TRY(keep_smaller(eg, eg->colorings[0], enable_inplace, false, enable_addto, p));
+    if (enable_inplace) MX_TRY(keep_smaller(eg, eg->colorings[0], false, true, enable_addto, p));
+    for (int k = 1; k < eg->n_colorings; k++)
+        MX_TRY(keep_smaller(eg, eg->colorings[k], enable_inplace, true, enable_addto, p));
     return MX_OK;
 }
 

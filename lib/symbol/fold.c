@@ -235,7 +235,7 @@ done:
 
 /* ------------------------------------------------- activation folding */
 
-mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int *n_pairs)
+mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
 {
     if (pairs) *pairs = NULL;
     *n_pairs = 0;
@@ -245,7 +245,7 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int 
     /* Readers of every node's output 0, and which outputs are heads. */
     int *readers = mx_calloc((size_t)g->n_nodes + 1, sizeof(int));
     bool *head0 = mx_calloc((size_t)g->n_nodes + 1, sizeof(bool));
-    mx_graph_act_fold *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
+    mx_graph_fold_pair *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
     if (!readers || !head0 || !found) {
         free(readers);
         free(head0);
@@ -284,7 +284,7 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int 
                 }
         readers[in.node]--; /* the folded layer's own read, gone with it */
         readers[a] = 0;
-        found[n++] = (mx_graph_act_fold){in.node, (uint32_t)a};
+        found[n++] = (mx_graph_fold_pair){in.node, (uint32_t)a};
     }
     free(readers);
     free(head0);
@@ -326,7 +326,7 @@ static bool foldable_bn(const mx_graph *g, const mx_node *s, int k, const int *r
            readers[in.node] == 1 && !head[in.node] && other.node < in.node;
 }
 
-mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_sum_fold **pairs, int *n_pairs)
+mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
 {
     if (pairs) *pairs = NULL;
     *n_pairs = 0;
@@ -336,7 +336,7 @@ mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_sum_fold **pairs, in
     int *readers;
     bool *head;
     MX_TRY(count_readers(g, &readers, &head));
-    mx_graph_sum_fold *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
+    mx_graph_fold_pair *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
     if (!found) {
         free(readers);
         free(head);
@@ -380,7 +380,7 @@ mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_sum_fold **pairs, in
             for (int j = 0; j < g->nodes[i].n_inputs; j++)
                 if (g->nodes[i].inputs[j].node == (uint32_t)si) g->nodes[i].inputs[j] = (mx_entry){bi, 0};
         readers[si] = 0;
-        found[n++] = (mx_graph_sum_fold){bi, (uint32_t)si};
+        found[n++] = (mx_graph_fold_pair){bi, (uint32_t)si};
     }
     free(readers);
     free(head);

@@ -208,10 +208,10 @@ void mx_graph_bn_folds_free(mx_graph_bn_fold *folds, int n);
  * backward nodes do not fold (fold first, then append the backward pass).
  * *pairs (when not NULL) gets the folds as (op node, folded node),
  * malloc'ed; *n_pairs their count. */
-typedef struct mx_graph_act_fold {
-    uint32_t op, activation;
-} mx_graph_act_fold;
-mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int *n_pairs);
+typedef struct mx_graph_fold_pair {
+    uint32_t into, folded; /* the node that took the fold, the layer folded into it */
+} mx_graph_fold_pair;
+mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs);
 
 /* The second folding pass, after mx_graph_fold_activations: a two-input
  * ElementWiseSum whose input is output 0 of a BatchNorm that nothing else
@@ -225,10 +225,7 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_act_fold **pairs, int 
  * later one takes the sum. The sum must not be a head. *pairs (when not
  * NULL) gets (BatchNorm node, sum node), malloc'ed; *n_pairs their
  * count. */
-typedef struct mx_graph_sum_fold {
-    uint32_t bn, sum;
-} mx_graph_sum_fold;
-mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_sum_fold **pairs, int *n_pairs);
+mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs);
 
 /* ---------------------------------------------------------------- JSON */
 

@@ -242,11 +242,10 @@ static void report_communication(const mx_train_settings *s, const mx_train_opti
     logf_(opt, "  each rank reads 1/%d of the data; rank 0 logs and writes checkpoints", mx_comm_size(comm));
 }
 
-/* "operation folding: N WHATs run inside the WHERE before them: a+b, ...":
- * pair i is (into[i], folded[i]), the node that took the fold and the
- * layer folded into it. */
-static mx_status report_fold_pairs(const mx_train_options *opt, const mx_graph *g, const uint32_t *into,
-                                   const uint32_t *folded, int n, const char *what, const char *where)
+/* "operation folding: N WHATs run inside the WHERE before them: a+b, ...",
+ * a and b each pair's node that took the fold and the layer folded in. */
+static mx_status report_fold_pairs(const mx_train_options *opt, const mx_graph *g, const mx_graph_fold_pair *pairs,
+                                   int n, const char *what, const char *where)
 {
     const char **names = mx_calloc((size_t)n + 1, sizeof(char *));
     char *text = names ? mx_calloc((size_t)n + 1, 256) : NULL;
@@ -256,8 +255,8 @@ static mx_status report_fold_pairs(const mx_train_options *opt, const mx_graph *
     }
     for (int i = 0; i < n; i++) {
         names[i] = text + (size_t)i * 256;
-        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, into[i])->name,
-                 mx_graph_node(g, folded[i])->name);
+        snprintf(text + (size_t)i * 256, 256, "%s+%s", mx_graph_node(g, pairs[i].into)->name,
+                 mx_graph_node(g, pairs[i].folded)->name);
     }
     char list[1024];
     name_list(names, n, list, sizeof(list));
@@ -283,24 +282,15 @@ static mx_status report_folding(const mx_train_settings *s, const mx_train_optio
         }
     mx_graph *g;
     MX_TRY(mx_graph_clone(s->cfg->graph, &g));
-    mx_graph_act_fold *pairs = NULL;
-    mx_graph_sum_fold *sums = NULL;
+    mx_graph_fold_pair *pairs = NULL, *sums = NULL;
     int n = 0, n_sums = 0;
     mx_status st = mx_graph_fold_activations(g, &pairs, &n);
     /* Then the residual sums (with what folded into them) into the
      * BatchNorm before them, as the executor does. */
     if (st == MX_OK) st = mx_graph_fold_residual_sums(g, &sums, &n_sums);
-    /* node ids: the activation pairs' (op, activation), then the sums' (bn, sum) */
-    uint32_t *ids = st == MX_OK ? mx_calloc(2 * (size_t)(n + n_sums) + 1, sizeof(uint32_t)) : NULL;
-    if (st == MX_OK && !ids) st = MX_ERR_NOMEM;
-    for (int i = 0; i < n && st == MX_OK; i++) ids[i] = pairs[i].op, ids[n + i] = pairs[i].activation;
-    uint32_t *sum_ids = ids ? ids + 2 * n : NULL;
-    for (int i = 0; i < n_sums && st == MX_OK; i++) sum_ids[i] = sums[i].bn, sum_ids[n_sums + i] = sums[i].sum;
-    if (st == MX_OK && n) st = report_fold_pairs(opt, g, ids, ids + n, n, "activation", "layer");
-    if (st == MX_OK && n_sums)
-        st = report_fold_pairs(opt, g, sum_ids, sum_ids + n_sums, n_sums, "residual sum", "BatchNorm");
+    if (st == MX_OK && n) st = report_fold_pairs(opt, g, pairs, n, "activation", "layer");
+    if (st == MX_OK && n_sums) st = report_fold_pairs(opt, g, sums, n_sums, "residual sum", "BatchNorm");
     if (st == MX_OK && !n && !n_sums) logf_(opt, "operation folding: nothing to fold");
-    free(ids);
     free(sums);
     free(pairs);
     mx_graph_free(g);

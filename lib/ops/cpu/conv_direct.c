@@ -611,12 +611,18 @@ typedef struct fplan {
 } fplan;
 
 
-/* A 1x1 stride-1 unpadded layer's planes would be a copy of x (grid pixel
- * q is source pixel q of each channel): forward and weight gradient read x
- * itself, channel stride ps. The same taps, so the same bits. */
+/* A 1x1 stride-1 unpadded layer: grid pixel q is source pixel q of each
+ * channel. */
+static bool pointwise_in_place(const mx_conv_geom *g)
+{
+    return g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 && g->pad_w == 0;
+}
+
+/* Such a layer's planes would be a copy of x: forward and weight gradient
+ * read x itself, channel stride ps. The same taps, so the same bits. */
 static void set_inplace(const mx_conv_geom *g, core *c)
 {
-    if (g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 && g->pad_w == 0) {
+    if (pointwise_in_place(g)) {
         c->inplace = true;
         c->ps = g->in_h * g->in_w;
     }
@@ -1229,9 +1235,7 @@ static void wplan_init(wplan *p, const mx_conv_geom *g, int64_t images)
 static bool wgrad_geom(const mx_conv_geom *g, mx_conv_geom *gw)
 {
     *gw = *g;
-    const bool pointwise = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 &&
-                           g->pad_w == 0 && g->dil_h == 1 && g->dil_w == 1 && g->groups == 1;
-    if (!pointwise || g->out_c <= g->in_c) return false;
+    if (!pointwise_in_place(g) || g->out_c <= g->in_c) return false; /* (geom_ok: no groups, no dilation) */
     gw->in_c = g->out_c;
     gw->out_c = g->in_c;
     return true;
