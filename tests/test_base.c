@@ -128,6 +128,8 @@ START_TEST(environment_is_checked)
         {"MXNET_EXEC_ENABLE_FOLDING", "0", true, NULL},
         {"MXNET_EXEC_ENABLE_FOLDING", "yes", false, "expected an integer (0: off)"},
         {"MXNET_BACKWARD_DO_MIRROR", "1 ", false, "MXNET_BACKWARD_DO_MIRROR='1 '"},
+        {"MXNET_BACKWARD_DO_MIRROR", "2", true, NULL},
+        {"MXNET_BACKWARD_DO_MIRROR", "3", false, "expected one of 0, 1, 2"},
         {"MXNET_CPU_WORKER_NTHREADS", "zero", false, "at least 1"},
         {"MXNET_CPU_WORKER_NTHREADS", "0", false, "at least 1"},
         {"MXNET_CPU_WORKER_NTHREADS", "3", true, NULL},

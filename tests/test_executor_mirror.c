@@ -82,7 +82,8 @@ static void fill(mx_ndarray *a, uint64_t *state, float lo, float hi)
 }
 
 /* Binds g (taken over) for training with mirroring on or off. */
-static void bind_net(bound *b, mx_graph *g, bool mirror)
+/* level: MXNET_BACKWARD_DO_MIRROR (0 none, 1 cheap layers, 2 segments). */
+static void bind_net(bound *b, mx_graph *g, int level)
 {
     memset(b, 0, sizeof(*b));
     mx_engine_config cfg = mx_engine_config_default();
@@ -118,7 +119,8 @@ static void bind_net(bound *b, mx_graph *g, bool mirror)
             ck_assert_int_eq(mx_ndarray_create(b->rt, *s, MX_FLOAT32, mx_cpu(), &b->grads[i]), MX_OK);
     }
     mx_graph_shapes_free(&sh);
-    setenv("MXNET_BACKWARD_DO_MIRROR", mirror ? "1" : "0", 1);
+    static const char *const levels[] = {"0", "1", "2"};
+    setenv("MXNET_BACKWARD_DO_MIRROR", levels[level], 1);
     mx_bind_config bc = {.ctx = mx_cpu(), .args = b->args, .arg_grads = b->grads, .aux = b->aux, .for_training = true};
     ck_assert_msg(mx_executor_bind(b->rt, g, &bc, &b->ex) == MX_OK, "%s", mx_last_error());
     unsetenv("MXNET_BACKWARD_DO_MIRROR");
@@ -172,13 +174,16 @@ static size_t step(bound *b, float *out)
 
 #define CAP 200000
 
-/* Loop index 0: with operation folding (the default), 1: without. */
+/* Loop index bit 0: with operation folding (the default) or without;
+ * bit 1: the cheap layers mirrored (level 1) or segments (level 2). */
 START_TEST(mirrored_training_is_bit_identical_and_smaller)
 {
-    setenv("MXNET_EXEC_ENABLE_FOLDING", _i ? "0" : "1", 1);
+    const bool folding = !(_i & 1);
+    const int level = 1 + (_i >> 1);
+    setenv("MXNET_EXEC_ENABLE_FOLDING", folding ? "1" : "0", 1);
     bound plain, mirrored;
-    bind_net(&plain, resnet_like(), false);
-    bind_net(&mirrored, resnet_like(), true);
+    bind_net(&plain, resnet_like(), 0);
+    bind_net(&mirrored, resnet_like(), level);
     float *ref = malloc(sizeof(float) * CAP), *got = malloc(sizeof(float) * CAP);
     for (int s = 0; s < 4; s++) {
         /* The last step with numerics checks on: the node-by-node path runs
@@ -201,8 +206,10 @@ START_TEST(mirrored_training_is_bit_identical_and_smaller)
     int pf, pb, mf, mb;
     mx_executor_count_nodes(plain.ex, &pf, &pb);
     mx_executor_count_nodes(mirrored.ex, &mf, &mb);
-    fprintf(stderr, "internal memory (both), folding %s: %zu plain, %zu mirrored; %d copies\n", _i ? "off" : "on",
-            p.both, m.both, m.n_mirror);
+    fprintf(stderr, "internal memory (both), folding %s, level %d: %zu plain, %zu mirrored; %d copies (%d heavy), "
+                    "%d of %d checkpoints\n",
+            folding ? "on" : "off", level, p.both, m.both, m.n_mirror, m.n_mirror_heavy, m.n_checkpoints,
+            m.n_checkpoint_candidates);
     ck_assert_int_eq(p.n_mirror, 0);
     ck_assert_int_gt(m.n_mirror, 0);
     ck_assert_int_eq(mf, pf);
@@ -216,9 +223,26 @@ START_TEST(mirrored_training_is_bit_identical_and_smaller)
     /* The stand-alone plan agrees with the bound one. */
     mx_memory_plan_stats planned;
     const char *names[] = {"data"};
-    ck_assert_int_eq(mx_executor_plan_memory_mirror(mirrored.g, names, &data_shape, 1, &planned), MX_OK);
+    ck_assert_int_eq(mx_executor_plan_memory_mirror(mirrored.g, names, &data_shape, 1, level, &planned), MX_OK);
     ck_assert_uint_eq(planned.both, m.both);
     ck_assert_int_eq(planned.n_mirror, m.n_mirror);
+    if (level == 2) {
+        /* Possible checkpoints, outputs every later layer reads through:
+         * conv0, bn0, relu0, pool0, each block's sum and relu2, gpool,
+         * flatten, fc (11); folded, relu0 and the sums and their relus
+         * run inside bn0 and the blocks' bn2 (8). Convolutions between
+         * checkpoints are recomputed, the same bits as above. */
+        ck_assert_int_eq(m.n_checkpoint_candidates, folding ? 8 : 11);
+        ck_assert_int_gt(m.n_checkpoints, 0);
+        ck_assert_int_lt(m.n_checkpoints, m.n_checkpoint_candidates);
+        ck_assert_int_gt(m.n_mirror_heavy, 0);
+        ck_assert_int_gt(m.n_segment_plans, 1);
+        ck_assert_int_eq(planned.n_checkpoints, m.n_checkpoints);
+        ck_assert_uint_eq(planned.segment_budget, m.segment_budget);
+    } else {
+        ck_assert_int_eq(m.n_mirror_heavy, 0);
+        ck_assert_int_eq(m.n_checkpoint_candidates, 0);
+    }
     unbind(&plain);
     unbind(&mirrored);
     unsetenv("MXNET_EXEC_ENABLE_FOLDING");
@@ -228,8 +252,8 @@ END_TEST
 START_TEST(recomputation_is_timed_as_the_layers_backward)
 {
     bound plain, mirrored;
-    bind_net(&plain, resnet_like(), false);
-    bind_net(&mirrored, resnet_like(), true);
+    bind_net(&plain, resnet_like(), 0);
+    bind_net(&mirrored, resnet_like(), 1);
     mx_layer_time *tp, *tm;
     int np, nm;
     ck_assert_int_eq(mx_executor_time_layers(plain.ex, 1, &tp, &np), MX_OK);
@@ -266,7 +290,7 @@ START_TEST(copies_are_made_just_before_their_first_reader)
     mirror[act] = mirror[act2] = true;
     uint32_t wrt[1] = {mx_graph_find(g, "fc_weight")};
     mx_entry grads[1];
-    ck_assert_msg(mx_graph_gradient_mirror(g, wrt, 1, mirror, grads) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_graph_gradient_mirror(g, wrt, 1, mirror, false, grads) == MX_OK, "%s", mx_last_error());
     uint32_t m_act = mx_graph_find(g, "_mirror_act"), m_act2 = mx_graph_find(g, "_mirror_act2");
     uint32_t b_fc2 = mx_graph_find(g, "_backward_fc2"), b_act2 = mx_graph_find(g, "_backward_act2");
     uint32_t b_act = mx_graph_find(g, "_backward_act");
@@ -303,6 +327,38 @@ START_TEST(copies_are_made_just_before_their_first_reader)
 }
 END_TEST
 
+/* The same chain with keep_copies (segments): act's copy, made as the
+ * input of act2's, serves act's backward too. */
+START_TEST(kept_copies_serve_every_reader)
+{
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1));
+    uint32_t act = test_graph_op(g, "Activation", "act", "act_type=relu", &x, 1);
+    x = test_entry(act);
+    uint32_t act2 = test_graph_op(g, "Activation", "act2", "act_type=tanh", &x, 1);
+    x = test_entry(act2);
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
+    mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    int n_fwd = mx_graph_num_nodes(g);
+    bool *mirror = calloc((size_t)n_fwd, sizeof(bool));
+    mirror[act] = mirror[act2] = true;
+    uint32_t wrt[1] = {mx_graph_find(g, "fc_weight")};
+    mx_entry grads[1];
+    ck_assert_msg(mx_graph_gradient_mirror(g, wrt, 1, mirror, true, grads) == MX_OK, "%s", mx_last_error());
+    uint32_t m_act = mx_graph_find(g, "_mirror_act"), m_act2 = mx_graph_find(g, "_mirror_act2");
+    ck_assert_uint_eq(m_act, m_act2 - 1);
+    ck_assert_uint_eq(mx_graph_node(g, m_act2)->inputs[0].node, m_act);
+    ck_assert_uint_eq(mx_graph_node(g, mx_graph_find(g, "_backward_act"))->inputs[2].node, m_act);
+    int copies = 0;
+    for (int i = n_fwd; i < mx_graph_num_nodes(g); i++) copies += !strncmp(mx_graph_node(g, (uint32_t)i)->name, "_mirror_", 8);
+    ck_assert_int_eq(copies, 2);
+    free(mirror);
+    mx_graph_free(g);
+}
+END_TEST
+
 /* Which nodes the executor mirrors: counted by the planner. */
 /* conv 1x1 -> BatchNorm (bn_params) -> fc -> softmax. */
 static mx_graph *conv_bn_fc(const char *bn_params)
@@ -321,7 +377,7 @@ static int copies_planned(mx_graph *g, const mx_shape *shape)
 {
     const char *names[] = {"data"};
     mx_memory_plan_stats st;
-    ck_assert_msg(mx_executor_plan_memory_mirror(g, names, shape, 1, &st) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_executor_plan_memory_mirror(g, names, shape, 1, 1, &st) == MX_OK, "%s", mx_last_error());
     mx_memory_plan_stats off;
     ck_assert_int_eq(mx_executor_plan_memory(g, names, shape, 1, true, &off), MX_OK);
     ck_assert_int_eq(off.n_mirror, 0);
@@ -361,6 +417,22 @@ START_TEST(mirror_policy)
     mx_graph_free(g);
     g = conv_bn_fc(NULL);
     ck_assert_int_eq(copies_planned(g, &img), 1);
+    /* Levels are 1 and 2; a bind reads MXNET_BACKWARD_DO_MIRROR the same
+     * way (0 too). */
+    const char *data_name[] = {"data"};
+    mx_memory_plan_stats bad;
+    ck_assert_int_ne(mx_executor_plan_memory_mirror(g, data_name, &img, 1, 3, &bad), MX_OK);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "1 (cheap layers) or 2 (segments)"));
+    int level = -1;
+    setenv("MXNET_BACKWARD_DO_MIRROR", "3", 1);
+    ck_assert_int_ne(mx_executor_mirror_level(&level), MX_OK);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "MXNET_BACKWARD_DO_MIRROR=3: 0 (keep every output)"));
+    setenv("MXNET_BACKWARD_DO_MIRROR", "2", 1);
+    ck_assert_int_eq(mx_executor_mirror_level(&level), MX_OK);
+    ck_assert_int_eq(level, 2);
+    unsetenv("MXNET_BACKWARD_DO_MIRROR");
+    ck_assert_int_eq(mx_executor_mirror_level(&level), MX_OK);
+    ck_assert_int_eq(level, 0);
     mx_graph_free(g);
 
     /* Without MXNET_BACKWARD_DO_MIRROR only __force_mirroring__ nodes are
@@ -390,8 +462,9 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, copies_are_made_just_before_their_first_reader);
+    tcase_add_test(tc, kept_copies_serve_every_reader);
     tcase_add_test(tc, mirror_policy);
-    tcase_add_loop_test(tc, mirrored_training_is_bit_identical_and_smaller, 0, 2);
+    tcase_add_loop_test(tc, mirrored_training_is_bit_identical_and_smaller, 0, 4);
     tcase_add_test(tc, recomputation_is_timed_as_the_layers_backward);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

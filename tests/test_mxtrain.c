@@ -296,6 +296,12 @@ START_TEST(dry_run_and_time_report)
     /* Backward mirroring's row, whatever MXNET_BACKWARD_DO_MIRROR says. */
     ck_assert_ptr_nonnull(strstr(err, "  training (mirror) "));
     ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=1 (off in this run) recomputes "), "%s", err);
+    /* Segments: every LeNet layer is a possible checkpoint, and keeping
+     * them all (budget 0, nothing recomputed) is the smallest plan. */
+    ck_assert_ptr_nonnull(strstr(err, "  training (segments) "));
+    ck_assert_msg(strstr(err, "MXNET_BACKWARD_DO_MIRROR=2 (off in this run) keeps 7 of its 7 possible checkpoints "
+                              "(budget 0 B, the smallest of 8 plans) and recomputes 0 layer outputs in backward"),
+                  "%s", err);
     ck_assert_ptr_null(strstr(err, "gradient sums")); /* LeNet has none */
     ck_assert_msg(strstr(err, "parameter gradients: 1.6 MiB, updated inside the backward pass (those of 0 layers at its end): "
                               "the training plan takes "),

@@ -189,7 +189,7 @@ typedef struct env_rule {
 } env_rule;
 
 static const env_rule env_rules[] = {
-    {"MXNET_BACKWARD_DO_MIRROR", NULL, LONG_MIN},
+    {"MXNET_BACKWARD_DO_MIRROR", "0|1|2", 0},
     {"MXNET_EXEC_ENABLE_ADDTO", NULL, LONG_MIN},
     {"MXNET_EXEC_ENABLE_INPLACE", NULL, LONG_MIN},
     {"MXNET_EXEC_ENABLE_COSHARE", NULL, LONG_MIN},

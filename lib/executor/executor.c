@@ -199,6 +199,11 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     st->n_buffers = both->n_buffers;
     st->workspace = both->workspace;
     st->n_mirror = eg->n_mirror;
+    st->n_mirror_heavy = eg->n_mirror_heavy;
+    st->n_checkpoints = eg->n_checkpoints;
+    st->n_checkpoint_candidates = eg->n_checkpoint_candidates;
+    st->n_segment_plans = eg->n_segment_plans;
+    st->segment_budget = eg->segment_budget;
     for (int i = 0; eg->deferred_from && i < eg->n_nodes; i++) st->n_deferred += eg->needed[i] && eg->deferred_from[i] >= 0;
     for (int a = 0; eg->update_after && a < eg->n_args; a++)
         if (eg->update_after[a] >= 0) st->grads_in_plan += exec_entry_bytes(eg, exec_entry_id(eg, eg->grads[a]));
@@ -211,7 +216,7 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
 }
 
 static mx_status plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
-                             bool for_training, bool mirror, const bool *in_backward, mx_memory_plan_stats *out)
+                             bool for_training, exec_mirror mirror, const bool *in_backward, mx_memory_plan_stats *out)
 {
     exec_graph eg;
     MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, mirror, NULL, names, shapes, n, mx_executor_folds(mx_cpu()),
@@ -227,19 +232,31 @@ static mx_status plan_memory(const mx_graph *g, const char *const *names, const 
 mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                   bool for_training, mx_memory_plan_stats *out)
 {
-    return plan_memory(g, names, shapes, n, for_training, false, NULL, out);
+    return plan_memory(g, names, shapes, n, for_training, EXEC_MIRROR_NONE, NULL, out);
 }
 
 mx_status mx_executor_plan_memory_mirror(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
-                                         mx_memory_plan_stats *out)
+                                         int level, mx_memory_plan_stats *out)
 {
-    return plan_memory(g, names, shapes, n, true, true, NULL, out);
+    if (level != EXEC_MIRROR_CHEAP && level != EXEC_MIRROR_SEGMENTS)
+        return MX_ERROR(MX_ERR_INVALID, "mirroring level %d: 1 (cheap layers) or 2 (segments)", level);
+    return plan_memory(g, names, shapes, n, true, (exec_mirror)level, NULL, out);
+}
+
+mx_status mx_executor_mirror_level(int *level)
+{
+    const long v = mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0);
+    if (v < EXEC_MIRROR_NONE || v > EXEC_MIRROR_SEGMENTS)
+        return MX_ERROR(MX_ERR_INVALID, "MXNET_BACKWARD_DO_MIRROR=%ld: 0 (keep every output), 1 (recompute the cheap "
+                                        "layers) or 2 (recompute all but the checkpoints)", v);
+    *level = (int)v;
+    return MX_OK;
 }
 
 mx_status mx_executor_plan_memory_updating(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                            const bool *in_backward, mx_memory_plan_stats *out)
 {
-    return plan_memory(g, names, shapes, n, true, false, in_backward, out);
+    return plan_memory(g, names, shapes, n, true, EXEC_MIRROR_NONE, in_backward, out);
 }
 
 void mx_executor_memory(const mx_executor *ex, mx_memory_plan_stats *out) { *out = ex->stats; }
@@ -492,7 +509,8 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         grad_needed[i] = req != MX_GRAD_NULL;
     }
     /* Read once, at bind, as MXNet's graph executor does. */
-    bool mirror = mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) != 0;
+    int mirror = EXEC_MIRROR_NONE;
+    if (s == MX_OK) s = mx_executor_mirror_level(&mirror);
     if (s == MX_OK)
         s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, mirror, grad_needed, names, shapes,
                                n_args + n_aux_list, !cfg->no_folding && mx_executor_folds(cfg->ctx), updated, &ex->eg);

@@ -178,6 +178,12 @@ typedef struct mx_memory_plan_stats {
     size_t grads_in_plan; /* gradients of the arguments updated in backward, planned inside */
     int n_deferred;       /* backward nodes whose updated gradients run at the end of the pass */
     int n_colors;         /* colours of the kept plan's co-sharing (0: none) */
+    /* Mirroring: copies of convolutions and fully-connected layers among
+     * n_mirror; with segments (level 2) the checkpoints kept of the
+     * candidates, the budget that chose them and the plans compared. */
+    int n_mirror_heavy;
+    int n_checkpoints, n_checkpoint_candidates, n_segment_plans;
+    size_t segment_budget;
 } mx_memory_plan_stats;
 
 /* Whether binds on ctx fold activations into the layers before them
@@ -190,9 +196,12 @@ bool mx_executor_folds(mx_context ctx);
 mx_status mx_executor_plan_memory(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                   bool for_training, mx_memory_plan_stats *out);
 /* The training plan with backward mirroring, as a bind with
- * MXNET_BACKWARD_DO_MIRROR=1 makes it. */
+ * MXNET_BACKWARD_DO_MIRROR=level (1 or 2) makes it. */
 mx_status mx_executor_plan_memory_mirror(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
-                                         mx_memory_plan_stats *out);
+                                         int level, mx_memory_plan_stats *out);
+/* MXNET_BACKWARD_DO_MIRROR as binds read it: 0 (unset: none), 1 or 2;
+ * anything else is an error naming the values. */
+mx_status mx_executor_mirror_level(int *level);
 /* The training plan when the arguments marked in in_backward (per
  * mx_graph_list_arguments entry) are updated inside the backward pass
  * (mx_bind_config.update_in_backward): their gradients in the plan. */

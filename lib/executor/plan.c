@@ -15,6 +15,7 @@
 #include "executor/plan.h"
 #include "ops/batch_norm.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ void exec_graph_free(exec_graph *eg)
     free(eg->held_until);
     free(eg->update_after);
     free(eg->deferred_from);
+    free(eg->mirrored);
     memset(eg, 0, sizeof(*eg));
 }
 
@@ -155,7 +157,7 @@ static mx_status color_nodes(exec_graph *eg, int n_colors, int k)
     return MX_OK;
 }
 
-/* Whether the backward pass recomputes node id instead of keeping its
+/* Whether the backward pass may recompute node id instead of keeping its
  * outputs: MXNet's need_mirror (graph_executor.cc) — never Dropout (its
  * mask is random), always a node with __force_mirroring__, and with
  * do_mirror every op but Convolution, FullyConnected, Concat and
@@ -163,8 +165,9 @@ static mx_status color_nodes(exec_graph *eg, int n_colors, int k)
  * no op that draws is mirrored; a copy of an op with aux states would move
  * them again, so only BatchNorm is (its copy moves scratch states instead,
  * executor.c), and only with batch statistics, which make its output
- * independent of the states; a head is kept as an output anyway. */
-static bool mirror_wanted(const mx_graph *g, uint32_t id, bool do_mirror, const bool *is_head)
+ * independent of the states; a head is kept as an output anyway. With
+ * segments every other op may be (the checkpoints are chosen after). */
+static bool mirror_wanted(const mx_graph *g, uint32_t id, exec_mirror mode, const bool *is_head)
 {
     const mx_node *n = mx_graph_node(g, id);
     if (n->kind != MX_NODE_OP || is_head[id] || (n->op->flags & MX_OP_NEEDS_RNG)) return false;
@@ -173,15 +176,84 @@ static bool mirror_wanted(const mx_graph *g, uint32_t id, bool do_mirror, const 
         return false;
     const char *force = mx_graph_get_attr(g, id, "__force_mirroring__");
     if (force && (!strcmp(force, "1") || !strcmp(force, "True") || !strcmp(force, "true"))) return true;
-    if (!do_mirror) return false;
+    if (mode == EXEC_MIRROR_NONE) return false;
+    if (mode == EXEC_MIRROR_SEGMENTS) return true;
     static const char *const kept[] = {"Convolution", "FullyConnected", "Concat", "SoftmaxOutput"};
     for (size_t k = 0; k < sizeof(kept) / sizeof(kept[0]); k++)
         if (!strcmp(n->op->name, kept[k])) return false;
     return true;
 }
 
-/* The per-node mirror marks of g (NULL in *out when none is marked). */
-static mx_status mirror_marks(const mx_graph *g, bool do_mirror, bool **out)
+/* The paper's checkpoints (Chen et al. 2016, section 4.3): walking the
+ * forward layers in order, the bytes of the outputs that mirroring would
+ * drop add up; a layer whose output every later layer's inputs pass
+ * through (no earlier output is read after it: a block output of ResNet, a
+ * Concat of Inception, any layer of a chain) is kept once they exceed
+ * budget, and the sum restarts. So each segment between checkpoints is
+ * recomputed from its first when its backward begins. Unmarks the kept in
+ * mark; counts the candidates and the kept; *eligible_bytes: the sum of
+ * all (the largest budget worth trying). */
+static mx_status choose_checkpoints(const mx_graph *g, const mx_graph_shapes *fs, const bool *is_head, size_t budget,
+                                    bool *mark, exec_graph *eg, size_t *eligible_bytes)
+{
+    int n = mx_graph_num_nodes(g);
+    int *last_read = mx_malloc(sizeof(int) * ((size_t)n + 1));
+    if (!last_read) return MX_ERR_NOMEM;
+    /* Read back to front, by what the heads depend on only: a layer
+     * folded into another still lists its inputs, but nothing runs it. */
+    for (int i = 0; i < n; i++) last_read[i] = is_head[i] ? n : -1;
+    for (int i = n - 1; i >= 0; i--) {
+        const mx_node *nd = mx_graph_node(g, (uint32_t)i);
+        if (last_read[i] < 0) continue;
+        for (int j = 0; j < nd->n_inputs; j++) {
+            uint32_t u = nd->inputs[j].node;
+            if (last_read[u] < i) last_read[u] = i;
+        }
+    }
+    size_t run = 0;
+    int reach = -1; /* the last reader of any op output before i */
+    *eligible_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const mx_node *nd = mx_graph_node(g, (uint32_t)i);
+        if (nd->kind != MX_NODE_OP || last_read[i] < 0) continue; /* folded away: nobody reads it */
+        const bool cut = reach <= i;
+        if (mark[i]) {
+            for (int k = 0; k < nd->n_outputs; k++)
+                run += (size_t)mx_shape_size(mx_graph_entry_shape(fs, (mx_entry){(uint32_t)i, (uint32_t)k})) *
+                       sizeof(float);
+            *eligible_bytes = *eligible_bytes > SIZE_MAX - run ? SIZE_MAX : *eligible_bytes + run;
+            eg->n_checkpoint_candidates += cut;
+            if (cut && run > budget) {
+                mark[i] = false;
+                eg->n_checkpoints++;
+                run = 0;
+            }
+        } else if (cut) {
+            run = 0; /* kept anyway (a random or stateful layer): it bounds a segment too */
+        }
+        if (last_read[i] > reach) reach = last_read[i];
+    }
+    free(last_read);
+    return MX_OK;
+}
+
+/* Segments as exec_graph_prepare tries them: a budget, and layers kept
+ * though between checkpoints (per forward node; NULL: none). */
+typedef struct segment_choice {
+    size_t budget;
+    const bool *kept;
+} segment_choice;
+
+static bool heavy_layer(const mx_node *n)
+{
+    return n->kind == MX_NODE_OP && (!strcmp(n->op->name, "Convolution") || !strcmp(n->op->name, "Deconvolution") ||
+                                     !strcmp(n->op->name, "FullyConnected"));
+}
+
+/* The per-node mirror marks of g (NULL in *out when none is marked); with
+ * segments, the checkpoints of this choice unmarked (fs: g's shapes). */
+static mx_status mirror_marks(const mx_graph *g, exec_mirror mode, const mx_graph_shapes *fs, segment_choice choice,
+                              exec_graph *eg, size_t *eligible_bytes, bool **out)
 {
     int n = mx_graph_num_nodes(g);
     bool *is_head = mx_calloc((size_t)n + 1, sizeof(bool));
@@ -193,24 +265,29 @@ static mx_status mirror_marks(const mx_graph *g, bool do_mirror, bool **out)
         return MX_ERR_NOMEM;
     }
     for (int h = 0; h < mx_graph_num_heads(g); h++) is_head[mx_graph_head(g, h).node] = true;
+    for (int i = 0; i < n; i++) mark[i] = mirror_wanted(g, (uint32_t)i, mode, is_head);
+    mx_status s = mode == EXEC_MIRROR_SEGMENTS
+                      ? choose_checkpoints(g, fs, is_head, choice.budget, mark, eg, eligible_bytes)
+                      : MX_OK;
+    for (int i = 0; choice.kept && i < n; i++) mark[i] = mark[i] && !choice.kept[i];
     bool any = false;
-    for (int i = 0; i < n; i++) {
-        mark[i] = mirror_wanted(g, (uint32_t)i, do_mirror, is_head);
-        any = any || mark[i];
-    }
+    for (int i = 0; i < n; i++) any = any || mark[i];
     free(is_head);
-    if (any) *out = mark;
+    if (any && s == MX_OK) *out = mark;
     else free(mark);
-    return MX_OK;
+    return s;
 }
 
 static mx_status defer_weight_gradients(exec_graph *eg, const bool *updated, const char *const *names,
                                         const mx_shape *shapes, int n_shapes);
 static mx_status hold_updated_gradients(exec_graph *eg, const bool *updated);
 
-mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
-                             bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
-                             int n_shapes, bool fold, const bool *updated, exec_graph *eg)
+/* exec_graph_prepare with one segment budget (EXEC_MIRROR_SEGMENTS);
+ * *eligible_bytes: the outputs mirroring may drop, summed. */
+static mx_status prepare_graph(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
+                               exec_mirror mirror, segment_choice choice, const bool *grad_needed, const char *const *names,
+                               const mx_shape *shapes, int n_shapes, bool fold, const bool *updated, exec_graph *eg,
+                               size_t *eligible_bytes)
 {
     memset(eg, 0, sizeof(*eg));
     for (int i = 0; i < mx_graph_num_nodes(src); i++)
@@ -256,9 +333,13 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
                 wrt[n_wrt++] = eg->args[i];
             }
         bool *marks = NULL;
-        if (s == MX_OK) s = mirror_marks(g, mirror, &marks);
-        if (s == MX_OK) s = mx_graph_gradient_mirror(g, wrt, n_wrt, marks, grads);
-        free(marks);
+        mx_graph_shapes fs = {0};
+        if (s == MX_OK && mirror == EXEC_MIRROR_SEGMENTS) s = mx_graph_infer_shapes(g, names, shapes, n_shapes, &fs);
+        if (s == MX_OK) s = mirror_marks(g, mirror, &fs, choice, eg, eligible_bytes, &marks);
+        if (mirror == EXEC_MIRROR_SEGMENTS) mx_graph_shapes_free(&fs);
+        if (s == MX_OK) s = mx_graph_gradient_mirror(g, wrt, n_wrt, marks, mirror == EXEC_MIRROR_SEGMENTS, grads);
+        eg->mirrored = marks;
+        eg->segment_budget = choice.budget;
         for (int k = 0; k < n_wrt && s == MX_OK; k++) eg->grads[which[k]] = grads[k];
         free(wrt);
         free(which);
@@ -302,6 +383,7 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
         const mx_node *nd = mx_graph_node(g, (uint32_t)i);
         if (!eg->needed[i]) continue;
         eg->n_mirror += exec_node_is_mirror(nd);
+        eg->n_mirror_heavy += exec_node_is_mirror(nd) && heavy_layer(nd);
         for (int j = 0; j < nd->n_outputs; j++) {
             uint32_t e = eg->shapes.entry_offset[i] + (uint32_t)j;
             eg->kind[e] = nd->kind == MX_NODE_VARIABLE ? ENTRY_HEAD_GRAD : ENTRY_INTERNAL;
@@ -376,6 +458,109 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
         cs = color_nodes(eg, 4 - k, k);
     if (cs != MX_OK) exec_graph_free(eg);
     return cs;
+}
+
+/* The graph of another segment choice (in *other, or freed). */
+static mx_status segments_graph(const mx_graph *src, const char *const *outputs, int n_outputs,
+                                const bool *grad_needed, const char *const *names, const mx_shape *shapes, int n_shapes,
+                                bool fold, const bool *updated, segment_choice choice, exec_graph *other)
+{
+    size_t unused;
+    return prepare_graph(src, outputs, n_outputs, true, EXEC_MIRROR_SEGMENTS, choice, grad_needed, names, shapes,
+                         n_shapes, fold, updated, other, &unused);
+}
+
+/* *other in place of *eg when its plan is smaller than *best, or as small
+ * with ties; else freed. */
+static mx_status keep_smaller_graph(exec_graph *other, bool ties, exec_graph *eg, size_t *best, int *tried,
+                                    bool *taken)
+{
+    memory_plan p;
+    *taken = false;
+    mx_status s = memory_plan_build(other, true, true, ADDTO_AUTO, &p);
+    if (s != MX_OK) {
+        exec_graph_free(other);
+        return s;
+    }
+    (*tried)++;
+    const size_t total = memory_plan_total(&p);
+    memory_plan_free(&p);
+    if (total < *best || (ties && total == *best)) {
+        *best = total;
+        exec_graph_free(eg);
+        *eg = *other;
+        *taken = true;
+    } else {
+        exec_graph_free(other);
+    }
+    return MX_OK;
+}
+
+/* The segments' search (EXEC_MIRROR_SEGMENTS), from *eg as prepared with
+ * budget 0 (eligible: the bytes mirroring may drop). */
+static mx_status search_segments(const mx_graph *src, const char *const *outputs, int n_outputs,
+                                 const bool *grad_needed, const char *const *names, const mx_shape *shapes,
+                                 int n_shapes, bool fold, const bool *updated, size_t eligible, exec_graph *eg)
+{
+    memory_plan p;
+    MX_TRY(memory_plan_build(eg, true, true, ADDTO_AUTO, &p));
+    size_t best = memory_plan_total(&p);
+    memory_plan_free(&p);
+    int tried = 1;
+    bool taken;
+    /* Budgets from 0 (every candidate kept) up to all the outputs, in
+     * steps of sqrt(2); the smallest plan wins (ties: the smaller budget,
+     * which keeps more and recomputes less). A plan takes about a
+     * millisecond (ResNet-50). A budget that gives the segments of the one
+     * before is not planned again. */
+    int last[3] = {eg->n_checkpoints, eg->n_mirror, eg->n_nodes};
+    for (int k = 40; k >= 0; k--) {
+        const segment_choice c = {(size_t)((double)eligible * pow(2.0, -0.5 * k)), NULL};
+        if (c.budget == 0) continue;
+        exec_graph other;
+        MX_TRY(segments_graph(src, outputs, n_outputs, grad_needed, names, shapes, n_shapes, fold, updated, c, &other));
+        const int now[3] = {other.n_checkpoints, other.n_mirror, other.n_nodes};
+        if (!memcmp(now, last, sizeof(now))) {
+            exec_graph_free(&other);
+            continue;
+        }
+        memcpy(last, now, sizeof(now));
+        MX_TRY(keep_smaller_graph(&other, false, eg, &best, &tried, &taken));
+    }
+    /* Then, last layer first, a convolution or fully-connected layer
+     * between checkpoints is kept instead where that does not grow the
+     * plan (its output is dropped before the peak or picked up after it):
+     * recomputing it costs time and saves nothing. */
+    const int n_fwd = eg->n_forward;
+    bool *kept = mx_calloc((size_t)n_fwd + 1, sizeof(bool));
+    if (!kept) return MX_ERR_NOMEM;
+    mx_status s = MX_OK;
+    for (int i = n_fwd - 1; i >= 0 && s == MX_OK; i--) {
+        if (!eg->mirrored || !eg->mirrored[i] || !heavy_layer(mx_graph_node(eg->g, (uint32_t)i))) continue;
+        kept[i] = true;
+        exec_graph other;
+        s = segments_graph(src, outputs, n_outputs, grad_needed, names, shapes, n_shapes, fold, updated,
+                           (segment_choice){eg->segment_budget, kept}, &other);
+        if (s == MX_OK) s = keep_smaller_graph(&other, true, eg, &best, &tried, &taken);
+        kept[i] = s == MX_OK && taken;
+    }
+    free(kept);
+    eg->n_segment_plans = tried;
+    return s;
+}
+
+mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, int n_outputs, bool for_training,
+                             exec_mirror mirror, const bool *grad_needed, const char *const *names,
+                             const mx_shape *shapes, int n_shapes, bool fold, const bool *updated, exec_graph *eg)
+{
+    size_t eligible = 0;
+    MX_TRY(prepare_graph(src, outputs, n_outputs, for_training, mirror, (segment_choice){0, NULL}, grad_needed, names,
+                         shapes, n_shapes, fold, updated, eg, &eligible));
+    if (mirror != EXEC_MIRROR_SEGMENTS || !for_training || eg->n_checkpoint_candidates == 0) return MX_OK;
+    mx_status s = search_segments(src, outputs, n_outputs, grad_needed, names, shapes, n_shapes, fold, updated,
+                                  eligible, eg);
+    if (s != MX_OK) exec_graph_free(eg);
+    return s;
 }
 
 /* Bytes of entry e. */

@@ -19,6 +19,11 @@ typedef enum entry_kind {
 
 #define EXEC_MAX_COLORINGS 3
 
+/* Backward mirroring (MXNET_BACKWARD_DO_MIRROR): none; the cheap layers
+ * (1, MXNet's rule); or segments (2, Chen et al. 2016's budgeted
+ * checkpoints, below). */
+typedef enum exec_mirror { EXEC_MIRROR_NONE = 0, EXEC_MIRROR_CHEAP = 1, EXEC_MIRROR_SEGMENTS = 2 } exec_mirror;
+
 typedef struct exec_graph {
     mx_graph *g;             /* clone, heads = requested outputs, backward appended */
     int n_nodes;
@@ -36,6 +41,12 @@ typedef struct exec_graph {
     int *colorings[EXEC_MAX_COLORINGS];
     int n_colorings;
     int n_mirror;            /* mirror copies that run (backward mirroring) */
+    int n_mirror_heavy;      /* of them, copies of convolutions and fully-connected layers */
+    /* EXEC_MIRROR_SEGMENTS: the checkpoints kept (of the candidates), the
+     * budget that chose them and how many distinct plans were compared. */
+    int n_checkpoints, n_checkpoint_candidates, n_segment_plans;
+    size_t segment_budget;
+    bool *mirrored;          /* per forward node: recomputed in backward (NULL: none) */
     /* Updates inside the backward pass (exec_graph_prepare's updated):
      * per entry, the node after which a reader outside the graph lets go
      * of it (the gradient of an updated argument), -1: none; per argument,
@@ -65,9 +76,17 @@ static inline bool exec_node_is_grad_sum(const exec_graph *eg, uint32_t id)
 /* Builds the clone, folds activations into their producers when `fold`
  * (mx_graph_fold_activations, before the backward pass), the backward pass (training: with respect to the
  * arguments whose grad_needed is set; NULL: all), marks what runs, infers
- * shapes and classifies entries. mirror: backward mirroring of the cheap
- * nodes (MXNET_BACKWARD_DO_MIRROR; nodes with __force_mirroring__ are
- * mirrored either way). updated (NULL: none): per argument, updated
+ * shapes and classifies entries. mirror: backward mirroring
+ * (MXNET_BACKWARD_DO_MIRROR; nodes with __force_mirroring__ are mirrored
+ * either way). EXEC_MIRROR_CHEAP recomputes every layer but
+ * convolutions, fully-connected layers, Concat and SoftmaxOutput;
+ * EXEC_MIRROR_SEGMENTS recomputes every layer except checkpoints, chosen
+ * by the paper's rule (walking the layers in order, a layer whose output
+ * every later layer's inputs pass through is kept once the outputs since
+ * the last one kept exceed a budget B), each segment recomputed once when
+ * its backward begins; B is the one whose plan is the smallest, tried
+ * from 0 (every such layer kept) up to all the outputs in steps of
+ * sqrt(2). updated (NULL: none): per argument, updated
  * inside the backward pass (mx_bind_config.update_in_backward): its
  * gradient becomes an internal entry the planner places like any other,
  * held until the node after which the update runs (update_after: the last
@@ -77,7 +96,7 @@ static inline bool exec_node_is_grad_sum(const exec_graph *eg, uint32_t id)
  * against 1 MB) computes them in a copy of its backward node at the end
  * of the pass, when the activations are gone, instead of at the peak. */
 mx_status exec_graph_prepare(const mx_graph *g, const char *const *outputs, int n_outputs, bool for_training,
-                             bool mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
+                             exec_mirror mirror, const bool *grad_needed, const char *const *names, const mx_shape *shapes,
                              int n_shapes, bool fold, const bool *updated, exec_graph *out);
 void exec_graph_free(exec_graph *eg);
 

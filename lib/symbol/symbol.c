@@ -608,9 +608,12 @@ bool mx_node_backward_reads_output(const mx_node *f, int k)
  * backward readers of the same entries (cached); copies made only as
  * inputs of other copies (a chain through ResNet's identity shortcuts)
  * serve that one request (temp) and are made again when needed, so that
- * a chain does not hold a whole stage of recomputed tensors alive. */
+ * a chain does not hold a whole stage of recomputed tensors alive; unless
+ * keep_all (segments bounded by kept checkpoints, where a copy made again
+ * could be a convolution made again). */
 typedef struct mirror_state {
     const bool *mirror;
+    bool keep_all;
     uint32_t *cached, *temp; /* per forward node: its copy, MX_NO_NODE: none */
     uint32_t *stack, *touched; /* n_fwd slots each: a DAG puts a node on the stack at most once */
 } mirror_state;
@@ -700,7 +703,7 @@ static mx_status mirror_node(mx_graph *g, mirror_state *ms, uint32_t root)
             mx_entry e = f->inputs[j];
             m->inputs[j] = ms->mirror[e.node] ? (mx_entry){copy_of(ms, e.node), e.index} : e;
         }
-        if (t == root) {
+        if (t == root || ms->keep_all) {
             ms->cached[t] = (uint32_t)(g->n_nodes - 1);
         } else {
             ms->temp[t] = (uint32_t)(g->n_nodes - 1);
@@ -714,10 +717,11 @@ static mx_status mirror_node(mx_graph *g, mirror_state *ms, uint32_t root)
 
 mx_status mx_graph_gradient(mx_graph *g, const uint32_t *wrt, int n_wrt, mx_entry *grads)
 {
-    return mx_graph_gradient_mirror(g, wrt, n_wrt, NULL, grads);
+    return mx_graph_gradient_mirror(g, wrt, n_wrt, NULL, false, grads);
 }
 
-mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, mx_entry *grads)
+mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, bool keep_copies,
+                                   mx_entry *grads)
 {
     int n_fwd = g->n_nodes;
     for (int i = 0; i < n_fwd; i++)
@@ -726,7 +730,7 @@ mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, 
     bool *to_head = mx_calloc((size_t)n_fwd + 1, sizeof(bool));
     uint32_t *offset = mx_calloc((size_t)n_fwd + 1, sizeof(uint32_t));
     grad_list *lists = NULL;
-    mirror_state ms = {.mirror = mirror};
+    mirror_state ms = {.mirror = mirror, .keep_all = keep_copies};
     uint32_t *ms_buf = mirror ? mx_malloc(4 * sizeof(uint32_t) * ((size_t)n_fwd + 1)) : NULL;
     mx_status s = (from_wrt && to_head && offset && (!mirror || ms_buf)) ? MX_OK : MX_ERR_NOMEM;
     if (ms_buf) {

@@ -162,8 +162,13 @@ bool mx_node_backward_reads_output(const mx_node *f, int k);
  * mirrored nodes and the original entries of the rest. A copy is appended
  * just before the first backward node that reads it (copies of copies
  * before it), so it is computed late and freed early; it is made only
- * when read. mirror NULL: none (mx_graph_gradient). */
-mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, mx_entry *grads);
+ * when read. A copy made only as the input of other copies serves that
+ * request and is made again for a later one, unless keep_copies (then
+ * every copy serves all later readers: right where kept checkpoints bound
+ * the chains and copies of convolutions are dear). mirror NULL: none
+ * (mx_graph_gradient). */
+mx_status mx_graph_gradient_mirror(mx_graph *g, const uint32_t *wrt, int n_wrt, const bool *mirror, bool keep_copies,
+                                   mx_entry *grads);
 /* Appends a copy of backward node `bid` (same forward node, inputs and
  * outputs), named _backward_weights_NAME: the executor computes some of a
  * layer's gradients there, at the end of the pass, and the rest in the

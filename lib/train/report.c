@@ -65,7 +65,8 @@ mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
     out->batch_size = shape.dims[0];
     const mx_graph *g = s->cfg->graph;
     MX_TRY(mx_executor_plan_memory(g, &name, &shape, 1, true, &out->train));
-    MX_TRY(mx_executor_plan_memory_mirror(g, &name, &shape, 1, &out->train_mirror));
+    MX_TRY(mx_executor_plan_memory_mirror(g, &name, &shape, 1, 1, &out->train_mirror));
+    MX_TRY(mx_executor_plan_memory_mirror(g, &name, &shape, 1, 2, &out->train_segments));
     MX_TRY(mx_executor_plan_memory(g, &name, &shape, 1, false, &out->predict));
     /* The learnable parameters: arguments that are neither inputs nor
      * labels nor frozen, as the trainer's. */
@@ -363,22 +364,33 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     mx_train_report r;
     MX_TRY(mx_train_plan_report(s, &r));
     logf_(opt, "internal memory at batch %lld (arguments, gradients and outputs excluded):", (long long)r.batch_size);
-    logf_(opt, "  %-17s %12s %12s %12s %12s %10s %12s", "plan", "naive", "inplace", "co-share", "both", "saving",
+    logf_(opt, "  %-19s %12s %12s %12s %12s %10s %12s", "plan", "naive", "inplace", "co-share", "both", "saving",
           "workspace");
     /* Mirroring's row whatever MXNET_BACKWARD_DO_MIRROR says, so that one
      * dry run shows what it would save. */
-    const mx_memory_plan_stats *st[3] = {&r.train, &r.train_mirror, &r.predict};
-    const char *label[3] = {"training", "training (mirror)", "prediction"};
-    for (int k = 0; k < 3; k++) {
+    const mx_memory_plan_stats *st[4] = {&r.train, &r.train_mirror, &r.train_segments, &r.predict};
+    const char *label[4] = {"training", "training (mirror)", "training (segments)", "prediction"};
+    for (int k = 0; k < 4; k++) {
         char a[32], b[32], c[32], d[32], w[32];
-        logf_(opt, "  %-17s %12s %12s %12s %12s %9.2fx %12s", label[k], human_bytes((double)st[k]->naive, a, sizeof(a)),
+        logf_(opt, "  %-19s %12s %12s %12s %12s %9.2fx %12s", label[k], human_bytes((double)st[k]->naive, a, sizeof(a)),
               human_bytes((double)st[k]->inplace, b, sizeof(b)), human_bytes((double)st[k]->coshare, c, sizeof(c)),
               human_bytes((double)st[k]->both, d, sizeof(d)),
               st[k]->both ? (double)st[k]->naive / (double)st[k]->both : 0.0,
               human_bytes((double)st[k]->workspace, w, sizeof(w)));
     }
+    const long level = mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0);
     logf_(opt, "  training (mirror): MXNET_BACKWARD_DO_MIRROR=1 (%s in this run) recomputes %d layer outputs in backward",
-          mx_env_long("MXNET_BACKWARD_DO_MIRROR", 0) ? "on" : "off", r.train_mirror.n_mirror);
+          level == 1 ? "on" : "off", r.train_mirror.n_mirror);
+    {
+        const mx_memory_plan_stats *g2 = &r.train_segments;
+        char b[32];
+        logf_(opt, "  training (segments): MXNET_BACKWARD_DO_MIRROR=2 (%s in this run) keeps %d of its %d possible checkpoints "
+                   "(budget %s, the smallest of %d plans) and recomputes %d layer outputs in backward, %d of them "
+                   "convolutions or fully-connected",
+              level == 2 ? "on" : "off", g2->n_checkpoints, g2->n_checkpoint_candidates,
+              human_bytes((double)g2->segment_budget, b, sizeof(b)), g2->n_segment_plans, g2->n_mirror,
+              g2->n_mirror_heavy);
+    }
     {
         long colors = mx_env_long("MXNET_EXEC_NUM_MATCH_COLOR", -1);
         if (colors >= 0)

@@ -54,6 +54,7 @@ typedef struct mx_train_report {
     int64_t batch_size;
     mx_memory_plan_stats train, predict;
     mx_memory_plan_stats train_mirror; /* training with backward mirroring (MXNET_BACKWARD_DO_MIRROR=1) */
+    mx_memory_plan_stats train_segments; /* recomputing all but checkpoints (MXNET_BACKWARD_DO_MIRROR=2) */
     /* Training with every learnable parameter updated inside the backward
      * pass (mx_train_settings_update_in_backward): its gradients in the plan. */
     mx_memory_plan_stats train_updating;

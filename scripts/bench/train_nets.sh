@@ -13,10 +13,11 @@
 # (between its markers) unless --no-write. --variants adds mxtrain runs
 # with one setting changed, each its own columns: unfolded
 # (MXNET_EXEC_ENABLE_FOLDING=0: operation folding off), mirror
-# (MXNET_BACKWARD_DO_MIRROR=1: backward mirroring); default both, "none"
+# (MXNET_BACKWARD_DO_MIRROR=1: backward mirroring of the cheap layers),
+# segments (MXNET_BACKWARD_DO_MIRROR=2: all but checkpoints); default all three, "none"
 # for neither.
 #   scripts/bench/train_nets.sh [--nets resnet-20,resnet-18,resnet-50,mobilenet-v2,inception-bn,vgg-16]
-#       [--rounds R] [--batches N] [--warmup N] [--variants unfolded,mirror|none] [--out FILE] [--work DIR]
+#       [--rounds R] [--batches N] [--warmup N] [--variants unfolded,mirror,segments|none] [--out FILE] [--work DIR]
 #       [--no-write]
 # A side that cannot run (no MXNet venv, no torch, no such torch net) is
 # shown as "-" with the reason under the table.
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
 
 nets=resnet-20,resnet-18,resnet-50,mobilenet-v2,inception-bn,vgg-16 rounds=1 batches=8 warmup=2 out=docs/benchmarks.md work= write=1
-variants=unfolded,mirror
+variants=unfolded,mirror,segments
 while [ $# -gt 0 ]; do
     case "$1" in
     --nets) nets=$2; shift 2 ;;
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$variants" = none ] && variants=
 for v in ${variants//,/ }; do
-    case $v in unfolded|mirror) ;; *) echo "train_nets.sh: unknown variant '$v' (unfolded, mirror or none)" >&2; exit 2 ;; esac
+    case $v in unfolded|mirror|segments) ;; *) echo "train_nets.sh: unknown variant '$v' (unfolded, mirror, segments or none)" >&2; exit 2 ;; esac
 done
 if [ -z "$work" ]; then
     work=$(mktemp -d /tmp/train-nets.XXXXXX)
@@ -123,6 +124,7 @@ EOC
             mxc) run_side "$net" mxc "$round" "$mxtrain" "$conf" ;;
             unfolded) run_side "$net" unfolded "$round" env MXNET_EXEC_ENABLE_FOLDING=0 "$mxtrain" "$conf" ;;
             mirror) run_side "$net" mirror "$round" env MXNET_BACKWARD_DO_MIRROR=1 "$mxtrain" "$conf" ;;
+            segments) run_side "$net" segments "$round" env MXNET_BACKWARD_DO_MIRROR=2 "$mxtrain" "$conf" ;;
             mxnet)
                 [ $have_mxnet = 1 ] || continue
                 [ -f "$work/$net-symbol.json" ] || "$mxtrain" "$conf" fit.num_epoch=1 > /dev/null 2>&1 || true
@@ -157,7 +159,7 @@ def f(v, fmt):
 def ratio(a, b):
     return "%.2f" % (a / b) if a and b else "-"
 variants = [v for v in sys.argv[3].split(",") if v]
-head = {"unfolded": "unfolded", "mirror": "mirror"}
+head = {"unfolded": "unfolded", "mirror": "mirror", "segments": "segments"}
 extra_head = "".join(f" mxc {head[v]} samples/s | {head[v]} peak RSS (MiB) |" for v in variants)
 print("| net | batch | mxc samples/s | MXNet | PyTorch | mxc / MXNet | mxc / PyTorch | mxc peak RSS (MiB) | MXNet | PyTorch |"
       + extra_head)
@@ -175,7 +177,7 @@ echo "$table"
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) logical CPUs"
 torch_version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '-')
 variants_line=
-[ -n "$variants" ] && variants_line="- Variants (mxtrain with one setting changed): ${variants//,/, } (unfolded: \`MXNET_EXEC_ENABLE_FOLDING=0\`, mirror: \`MXNET_BACKWARD_DO_MIRROR=1\`)."
+[ -n "$variants" ] && variants_line="- Variants (mxtrain with one setting changed): ${variants//,/, } (unfolded: \`MXNET_EXEC_ENABLE_FOLDING=0\`, mirror: \`MXNET_BACKWARD_DO_MIRROR=1\`, segments: \`MXNET_BACKWARD_DO_MIRROR=2\`)."
 section=$(cat <<EOS
 <!-- BEGIN train-nets (scripts/bench/train_nets.sh writes this section) -->
 ## Whole networks, training on the CPU
