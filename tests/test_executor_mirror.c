@@ -270,27 +270,44 @@ START_TEST(recomputation_is_timed_as_the_layers_backward)
 }
 END_TEST
 
-/* fc -> act -> act2 -> fc2 -> softmax, act and act2 mirrored. */
-START_TEST(copies_are_made_just_before_their_first_reader)
+/* fc -> act -> act2 -> fc2 -> softmax, with the gradient pass run with
+ * act and act2 mirrored (keep_copies as given); *n_fwd: the forward
+ * nodes. */
+static mx_graph *mirrored_chain(bool keep_copies, uint32_t *fc, uint32_t *act, uint32_t *act2, int *n_fwd)
 {
     mx_entry x;
     mx_graph *g = test_graph_new(&x);
-    uint32_t fc = test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1);
-    x = test_entry(fc);
-    uint32_t act = test_graph_op(g, "Activation", "act", "act_type=relu", &x, 1);
-    x = test_entry(act);
-    uint32_t act2 = test_graph_op(g, "Activation", "act2", "act_type=tanh", &x, 1);
-    x = test_entry(act2);
+    *fc = test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1);
+    x = test_entry(*fc);
+    *act = test_graph_op(g, "Activation", "act", "act_type=relu", &x, 1);
+    x = test_entry(*act);
+    *act2 = test_graph_op(g, "Activation", "act2", "act_type=tanh", &x, 1);
+    x = test_entry(*act2);
     x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
-    uint32_t sm = test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1);
-    mx_entry h = test_entry(sm);
+    mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
     ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
-    int n_fwd = mx_graph_num_nodes(g);
-    bool *mirror = calloc((size_t)n_fwd, sizeof(bool));
-    mirror[act] = mirror[act2] = true;
+    *n_fwd = mx_graph_num_nodes(g);
+    bool *mirror = calloc((size_t)*n_fwd, sizeof(bool));
+    mirror[*act] = mirror[*act2] = true;
     uint32_t wrt[1] = {mx_graph_find(g, "fc_weight")};
     mx_entry grads[1];
-    ck_assert_msg(mx_graph_gradient_mirror(g, wrt, 1, mirror, false, grads) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_graph_gradient_mirror(g, wrt, 1, mirror, keep_copies, grads) == MX_OK, "%s", mx_last_error());
+    free(mirror);
+    return g;
+}
+
+static int copies_in(const mx_graph *g, int n_fwd)
+{
+    int copies = 0;
+    for (int i = n_fwd; i < mx_graph_num_nodes(g); i++) copies += !strncmp(mx_graph_node(g, (uint32_t)i)->name, "_mirror_", 8);
+    return copies;
+}
+
+START_TEST(copies_are_made_just_before_their_first_reader)
+{
+    uint32_t fc, act, act2;
+    int n_fwd;
+    mx_graph *g = mirrored_chain(false, &fc, &act, &act2, &n_fwd);
     uint32_t m_act = mx_graph_find(g, "_mirror_act"), m_act2 = mx_graph_find(g, "_mirror_act2");
     uint32_t b_fc2 = mx_graph_find(g, "_backward_fc2"), b_act2 = mx_graph_find(g, "_backward_act2");
     uint32_t b_act = mx_graph_find(g, "_backward_act");
@@ -319,10 +336,7 @@ START_TEST(copies_are_made_just_before_their_first_reader)
     ck_assert_uint_eq(mx_graph_node(g, m_act_again)->forward_node, act);
     /* ... and their forward_node stays the original. */
     ck_assert_uint_eq(mx_graph_node(g, b_act)->forward_node, act);
-    int copies = 0;
-    for (int i = n_fwd; i < mx_graph_num_nodes(g); i++) copies += !strncmp(mx_graph_node(g, (uint32_t)i)->name, "_mirror_", 8);
-    ck_assert_int_eq(copies, 3);
-    free(mirror);
+    ck_assert_int_eq(copies_in(g, n_fwd), 3);
     mx_graph_free(g);
 }
 END_TEST
@@ -331,30 +345,15 @@ END_TEST
  * input of act2's, serves act's backward too. */
 START_TEST(kept_copies_serve_every_reader)
 {
-    mx_entry x;
-    mx_graph *g = test_graph_new(&x);
-    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1));
-    uint32_t act = test_graph_op(g, "Activation", "act", "act_type=relu", &x, 1);
-    x = test_entry(act);
-    uint32_t act2 = test_graph_op(g, "Activation", "act2", "act_type=tanh", &x, 1);
-    x = test_entry(act2);
-    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
-    mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
-    ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
-    int n_fwd = mx_graph_num_nodes(g);
-    bool *mirror = calloc((size_t)n_fwd, sizeof(bool));
-    mirror[act] = mirror[act2] = true;
-    uint32_t wrt[1] = {mx_graph_find(g, "fc_weight")};
-    mx_entry grads[1];
-    ck_assert_msg(mx_graph_gradient_mirror(g, wrt, 1, mirror, true, grads) == MX_OK, "%s", mx_last_error());
+    uint32_t fc, act, act2;
+    int n_fwd;
+    mx_graph *g = mirrored_chain(true, &fc, &act, &act2, &n_fwd);
     uint32_t m_act = mx_graph_find(g, "_mirror_act"), m_act2 = mx_graph_find(g, "_mirror_act2");
     ck_assert_uint_eq(m_act, m_act2 - 1);
+    ck_assert_uint_eq(mx_graph_node(g, m_act)->inputs[0].node, fc);
     ck_assert_uint_eq(mx_graph_node(g, m_act2)->inputs[0].node, m_act);
     ck_assert_uint_eq(mx_graph_node(g, mx_graph_find(g, "_backward_act"))->inputs[2].node, m_act);
-    int copies = 0;
-    for (int i = n_fwd; i < mx_graph_num_nodes(g); i++) copies += !strncmp(mx_graph_node(g, (uint32_t)i)->name, "_mirror_", 8);
-    ck_assert_int_eq(copies, 2);
-    free(mirror);
+    ck_assert_int_eq(copies_in(g, n_fwd), 2);
     mx_graph_free(g);
 }
 END_TEST
