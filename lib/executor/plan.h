@@ -86,7 +86,8 @@ static inline bool exec_node_is_grad_sum(const exec_graph *eg, uint32_t id)
  * the last one kept exceed a budget B), each segment recomputed once when
  * its backward begins; B is the one whose plan is the smallest, tried
  * from 0 (every such layer kept) up to all the outputs in steps of
- * sqrt(2). updated (NULL: none): per argument, updated
+ * 2^(1/4); then each convolution or fully-connected layer left to
+ * recompute is kept where that does not grow the plan. updated (NULL: none): per argument, updated
  * inside the backward pass (mx_bind_config.update_in_backward): its
  * gradient becomes an internal entry the planner places like any other,
  * held until the node after which the update runs (update_after: the last
