@@ -311,6 +311,8 @@ START_TEST(target_layers)
         {1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3},  /* ResNet-18 conv1 7x7/2 */
         {1, 3, 64, 224, 224, 11, 11, 4, 4, 2, 2}, /* AlexNet conv1 11x11/4 */
         {2, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 1x1 (x read in place, several bands) */
+        {1, 256, 24, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 256 -> 64, fewer filters (forward packs x) */
+        {2, 256, 20, 14, 14, 1, 1, 1, 1, 0, 0},   /* the smallest planes forward packs */
         {1, 512, 48, 7, 7, 1, 1, 1, 1, 0, 0},     /* a ResNet-50 res5 1x1, fewer filters */
         {16, 40, 24, 7, 7, 1, 1, 1, 1, 0, 0},     /* MobileNet's 7x7 1x1 at batch 16 (16 partial vectors) */
         {5, 24, 20, 14, 14, 3, 3, 1, 1, 1, 1}     /* 14x14 3x3 at batch 5 (the partial vectors in groups) */
@@ -699,38 +701,68 @@ START_TEST(supported_geometries)
                           geom(64, 32, 64, 16, 16, 1, 1, 1, 1, 0, 0), geom(64, 3, 16, 32, 32, 3, 3, 1, 1, 1, 1)};
     mx_conv_geom no[] = {geom(8, 256, 512, 14, 14, 3, 3, 2, 2, 1, 1), geom(8, 256, 512, 14, 14, 1, 1, 2, 2, 0, 0),
                          geom(64, 1, 16, 28, 28, 3, 3, 2, 2, 1, 1), geom(8, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0)};
+    const mx_direct_lead leads[] = {MX_DIRECT_NO_LEAD, MX_DIRECT_POINTWISE_LEAD, MX_DIRECT_LEAD};
     for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
         ck_assert_msg(mx_direct_profitable(&yes[i]) == (bool)__builtin_cpu_supports("avx512f"), "yes[%zu]", i);
-        ck_assert_msg(mx_direct_profitable_rule(&yes[i], false) && mx_direct_profitable_rule(&yes[i], true),
-                      "yes[%zu]", i);
+        for (size_t l = 0; l < 3; l++) {
+            ck_assert_msg(mx_direct_profitable_rule(&yes[i], leads[l]), "yes[%zu] lead %zu", i, l);
+            ck_assert_msg(mx_direct_forward_profitable_rule(&yes[i], leads[l]), "yes[%zu] lead %zu", i, l);
+        }
     }
     /* Without a vector lead these lose; with one (a full-width AVX-512 core
-     * against OpenBLAS's AVX2 kernels) they win. */
+     * against OpenBLAS's AVX2 kernels) they win; with a pointwise lead (a
+     * full-width core against OpenBLAS's AVX-512 kernels) only the stride-1
+     * 1x1 layer (the last). */
     for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
-        ck_assert_msg(!mx_direct_profitable_rule(&no[i], false), "no[%zu]", i);
-        ck_assert_msg(mx_direct_profitable_rule(&no[i], true), "no[%zu] with a lead", i);
-        ck_assert_msg(mx_direct_profitable(&no[i]) == (mx_direct_vector_lead() && __builtin_cpu_supports("avx512f")),
+        const bool pointwise = i == sizeof(no) / sizeof(no[0]) - 1;
+        ck_assert_msg(!mx_direct_profitable_rule(&no[i], MX_DIRECT_NO_LEAD), "no[%zu]", i);
+        ck_assert_msg(mx_direct_profitable_rule(&no[i], MX_DIRECT_POINTWISE_LEAD) == pointwise, "no[%zu]", i);
+        ck_assert_msg(mx_direct_profitable_rule(&no[i], MX_DIRECT_LEAD), "no[%zu] with a lead", i);
+        const mx_direct_lead here = mx_direct_vector_lead();
+        ck_assert_msg(mx_direct_profitable(&no[i]) ==
+                          (__builtin_cpu_supports("avx512f") &&
+                           (here == MX_DIRECT_LEAD || (here == MX_DIRECT_POINTWISE_LEAD && pointwise))),
                       "no[%zu] on this machine", i);
     }
-    /* ResNet-50's stride-1 1x1 layers win with a lead only; res5a's 1x1/2
-     * (1024 -> 2048 on 7x7 outputs, ragged) loses either way, as does one
-     * output channel. */
+    /* ResNet-50's stride-1 1x1 layers win with a vector lead; with a
+     * pointwise lead those on 14x14 and larger outputs (the first and the
+     * last), not the ragged 7x7 ones, which win in forward only. res5a's
+     * 1x1/2 (1024 -> 2048 on 7x7 outputs, ragged) loses either way, as does
+     * one output channel. */
     mx_conv_geom lead_only[] = {geom(16, 256, 64, 56, 56, 1, 1, 1, 1, 0, 0), geom(16, 2048, 512, 7, 7, 1, 1, 1, 1, 0, 0),
                                 geom(16, 512, 2048, 7, 7, 1, 1, 1, 1, 0, 0), geom(16, 1024, 256, 14, 14, 1, 1, 1, 1, 0, 0)};
-    for (size_t i = 0; i < sizeof(lead_only) / sizeof(lead_only[0]); i++)
-        ck_assert_msg(!mx_direct_profitable_rule(&lead_only[i], false) && mx_direct_profitable_rule(&lead_only[i], true),
+    for (size_t i = 0; i < sizeof(lead_only) / sizeof(lead_only[0]); i++) {
+        const bool unragged = i == 0 || i == 3;
+        ck_assert_msg(!mx_direct_profitable_rule(&lead_only[i], MX_DIRECT_NO_LEAD) &&
+                          mx_direct_profitable_rule(&lead_only[i], MX_DIRECT_LEAD),
                       "lead_only[%zu]", i);
-    mx_conv_geom never[] = {geom(16, 1024, 2048, 14, 14, 1, 1, 2, 2, 0, 0), geom(16, 8, 1, 16, 16, 3, 3, 2, 2, 1, 1)};
+        ck_assert_msg(mx_direct_profitable_rule(&lead_only[i], MX_DIRECT_POINTWISE_LEAD) == unragged,
+                      "lead_only[%zu] with a pointwise lead", i);
+        ck_assert_msg(!mx_direct_forward_profitable_rule(&lead_only[i], MX_DIRECT_NO_LEAD) &&
+                          mx_direct_forward_profitable_rule(&lead_only[i], MX_DIRECT_POINTWISE_LEAD) &&
+                          mx_direct_forward_profitable_rule(&lead_only[i], MX_DIRECT_LEAD),
+                      "lead_only[%zu] forward", i);
+    }
+    mx_conv_geom never[] = {geom(16, 1024, 2048, 14, 14, 1, 1, 2, 2, 0, 0), geom(16, 8, 1, 16, 16, 3, 3, 2, 2, 1, 1),
+                            geom(16, 1, 64, 56, 56, 1, 1, 1, 1, 0, 0)};
     for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
-        ck_assert_msg(!mx_direct_profitable_rule(&never[i], false) && !mx_direct_profitable_rule(&never[i], true),
-                      "never[%zu]", i);
-    /* The forward alone: with a lead res5a's 1x1/2 wins too; never one output channel. */
-    ck_assert(mx_direct_forward_profitable_rule(&never[0], true) && !mx_direct_forward_profitable_rule(&never[0], false));
-    ck_assert(!mx_direct_forward_profitable_rule(&never[1], true) && !mx_direct_forward_profitable_rule(&never[1], false));
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
-        ck_assert(mx_direct_forward_profitable_rule(&yes[i], true) && mx_direct_forward_profitable_rule(&yes[i], false));
-    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-        ck_assert(mx_direct_forward_profitable_rule(&no[i], true) && !mx_direct_forward_profitable_rule(&no[i], false));
+        for (size_t l = 0; l < 2; l++)
+            ck_assert_msg(!mx_direct_profitable_rule(&never[i], leads[l]), "never[%zu] lead %zu", i, l);
+    ck_assert(!mx_direct_profitable_rule(&never[0], MX_DIRECT_LEAD));
+    ck_assert(!mx_direct_profitable_rule(&never[1], MX_DIRECT_LEAD));
+    /* The forward alone: with a lead res5a's 1x1/2 wins too; never one
+     * output channel, nor with a pointwise lead one input channel. */
+    ck_assert(mx_direct_forward_profitable_rule(&never[0], MX_DIRECT_LEAD) &&
+              !mx_direct_forward_profitable_rule(&never[0], MX_DIRECT_POINTWISE_LEAD) &&
+              !mx_direct_forward_profitable_rule(&never[0], MX_DIRECT_NO_LEAD));
+    for (size_t l = 0; l < 3; l++) ck_assert(!mx_direct_forward_profitable_rule(&never[1], leads[l]));
+    ck_assert(!mx_direct_forward_profitable_rule(&never[2], MX_DIRECT_POINTWISE_LEAD));
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+        const bool pointwise = i == sizeof(no) / sizeof(no[0]) - 1;
+        ck_assert(mx_direct_forward_profitable_rule(&no[i], MX_DIRECT_LEAD) &&
+                  !mx_direct_forward_profitable_rule(&no[i], MX_DIRECT_NO_LEAD));
+        ck_assert(mx_direct_forward_profitable_rule(&no[i], MX_DIRECT_POINTWISE_LEAD) == pointwise);
+    }
     mx_conv_geom b = g;
     b.groups = 2;
     ck_assert(!mx_direct_supported(&b));

@@ -44,7 +44,7 @@ typedef struct layer {
     {net, name, "Convolution", 4, {n, c, h, w}, {"kernel", "stride", "pad", "num_filter"}, {k, s, p, f}}
 #define FC(net, name, n, in, out) {net, name, "FullyConnected", 2, {n, in}, {"num_hidden"}, {out}}
 
-/* Batch: 64 for the small nets, 16 for AlexNet and 8 for ResNet-18. */
+/* Batch: 64 for the small nets, 16 for AlexNet and ResNet-50 and 8 for ResNet-18. */
 static const layer layers[] = {
     CONV("lenet", "conv1", 64, 1, 28, 28, "(5,5)", "(1,1)", "(0,0)", "20"),
     CONV("lenet", "conv2", 64, 20, 12, 12, "(5,5)", "(1,1)", "(0,0)", "50"),
@@ -74,6 +74,17 @@ static const layer layers[] = {
     CONV("resnet18", "layer3 3x3", 8, 256, 14, 14, "(3,3)", "(1,1)", "(1,1)", "256"),
     CONV("resnet18", "layer4 3x3", 8, 512, 7, 7, "(3,3)", "(1,1)", "(1,1)", "512"),
     FC("resnet18", "fc", 8, 512, "1000"),
+    CONV("resnet50", "res2 1x1 64->256", 16, 64, 56, 56, "(1,1)", "(1,1)", "(0,0)", "256"),
+    CONV("resnet50", "res2 1x1 256->64", 16, 256, 56, 56, "(1,1)", "(1,1)", "(0,0)", "64"),
+    CONV("resnet50", "res3 1x1 128->512", 16, 128, 28, 28, "(1,1)", "(1,1)", "(0,0)", "512"),
+    CONV("resnet50", "res3 1x1 512->128", 16, 512, 28, 28, "(1,1)", "(1,1)", "(0,0)", "128"),
+    CONV("resnet50", "res4 1x1 256->1024", 16, 256, 14, 14, "(1,1)", "(1,1)", "(0,0)", "1024"),
+    CONV("resnet50", "res4 1x1 1024->256", 16, 1024, 14, 14, "(1,1)", "(1,1)", "(0,0)", "256"),
+    CONV("resnet50", "res5 1x1 512->2048", 16, 512, 7, 7, "(1,1)", "(1,1)", "(0,0)", "2048"),
+    CONV("resnet50", "res5 1x1 2048->512", 16, 2048, 7, 7, "(1,1)", "(1,1)", "(0,0)", "512"),
+    CONV("resnet50", "res4a 1x1/2 proj", 16, 512, 28, 28, "(1,1)", "(2,2)", "(0,0)", "1024"),
+    CONV("resnet50", "res4 3x3", 16, 256, 14, 14, "(3,3)", "(1,1)", "(1,1)", "256"),
+    CONV("resnet50", "res5 3x3", 16, 512, 7, 7, "(3,3)", "(1,1)", "(1,1)", "512"),
 };
 
 #define N_LAYERS ((int)(sizeof(layers) / sizeof(layers[0])))

@@ -260,21 +260,22 @@ INLINE void fwd_tile(const float *w, const int64_t *koff, int64_t kn, const dvec
         s[v] = vs[v].src;
         m[v] = (__mmask16)(lane_mask(vs[v].n) & ~lane_mask(vs[v].skip));
     }
-    /* An added-to tile's destination, asked for now so that its loads at
-     * the end do not stall: they miss cache (a layer's dx is tens of MB),
-     * and the stores of a written tile do not wait but these loads do.
-     * ResNet-50's 56x56 1x1 layers' data gradient added into the shortcut's:
-     * 7.4 -> 3.7 ms (ad-hoc harness, batch 16, 2 threads). A vector may
+    /* The tile's destination, asked for (for writing) now so that it is
+     * in cache when the sums are stored: a layer's output is tens of MB,
+     * so its lines miss, an added-to tile's loads stall, and on a Xeon
+     * (one core reads about 14 GB/s) a written tile's stores fill the store
+     * buffer while their lines are fetched for ownership. ResNet-50's 56x56
+     * 1x1 layers' data gradient added into the shortcut's: 7.4 -> 3.7 ms
+     * (ad-hoc harness, batch 16, 2 threads, Zen 4); their 64->256 forward,
+     * written: 6.1-8.9 -> 5.0-5.2 ms (one Xeon core, batch 8). A vector may
      * straddle two lines. */
-    if (store == STORE_ADD) {
 #pragma GCC unroll 6
-        for (int v = 0; v < V; v++) {
-            const float *d = vs[v].dst + doff;
+    for (int v = 0; v < V; v++) {
+        const float *d = vs[v].dst + doff;
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                __builtin_prefetch(d + r * ldc, 1, 3);
-                __builtin_prefetch(d + r * ldc + LANES - 1, 1, 3);
-            }
+        for (int r = 0; r < R; r++) {
+            __builtin_prefetch(d + r * ldc, 1, 3);
+            __builtin_prefetch(d + r * ldc + LANES - 1, 1, 3);
         }
     }
 #pragma GCC unroll 2
@@ -628,11 +629,27 @@ static void set_inplace(const mx_conv_geom *g, core *c)
     }
 }
 
+/* Whether a pointwise forward packs its planes after all: with 256 or
+ * more input channels on planes of 14x14 or more, a group of vectors reads
+ * a line from each of hundreds of planes kilobytes apart, which the
+ * prefetchers do not follow, and on a Xeon (one core reads about 14 GB/s
+ * from memory) the kernels wait on those lines; packing copies the planes
+ * row by row, which they do follow. ResNet-50's forward at batch 16, 2
+ * threads (mxbench, best of 3 alternated): 256 -> 64 on 56x56 10.1 -> 6.9
+ * ms, 512 -> 128 on 28x28 6.9 -> 5.2, 1024 -> 256 on 14x14 5.3 -> 5.0;
+ * fewer channels (64 -> 256 on 56x56) and 7x7 planes (2048 -> 512, whose
+ * short tails share vectors only in place) lose. The weight gradient and
+ * the data gradient gain nothing from it and stay in place. */
+static bool forward_packs_pointwise(const mx_conv_geom *g)
+{
+    return g->in_c >= 256 && g->in_h * g->in_w >= 196;
+}
+
 static void fplan_init(fplan *p, const mx_conv_geom *g, int64_t images)
 {
     fwd_core(g, &p->c);
     grid_bands(&p->c, images, CHUNK_FLOATS, &p->bp, &p->bpi, &p->nb);
-    set_inplace(g, &p->c);
+    if (!forward_packs_pointwise(g)) set_inplace(g, &p->c);
     /* In place nothing is packed, so the chunk is not bounded by planes in
      * L2 (the weights stream once per group of vectors either way): up to
      * TAIL_BANDS bands, whose short tails then share vectors. */
@@ -1416,19 +1433,48 @@ mx_status mx_direct_backward_weight_in_turn(const mx_conv_geom *g, const float *
  * channel (LeNet conv1 1.14x, 3x3/2 on 1 -> 16 1.63x). Only a ragged
  * output on the very largest products still loses (ResNet-50 res5a 1x1/2,
  * 1024 -> 2048 on 7x7 outputs: 0.98x, its backward-data 0.72x).
+ * On a Xeon (full width, and OpenBLAS with its AVX-512 kernels: 240
+ * GFLOP/s a core, the direct kernels' peak) SGEMM keeps pace wherever its
+ * operands sit in cache, but the stride-1 1x1 layers of a training step
+ * read and write activations from memory (one core reads about 14 GB/s
+ * there), where the direct kernels, whose stores ask for their lines
+ * ahead, win: ResNet-50 at batch 16, 2 threads (mxbench, best of 3
+ * alternated), forward + backward, 64 -> 256 on 56x56 30.5 -> 22.9 ms,
+ * 256 -> 64 28.3 -> 21.8, 128 -> 512 on 28x28 23.0 -> 16.8, 512 -> 128
+ * 18.8 -> 16.9, 256 -> 1024 and 1024 -> 256 on 14x14 18.8 -> 15.2 and
+ * 19.4 -> 15.4. Their 7x7 ones (ragged) lose in backward (11.6 -> 14.3 and
+ * 11.8 -> 16.0 ms) and draw in forward; so there the pointwise layers
+ * with unragged outputs go direct, and forward all of them.
  * The caller tries Winograd first where it applies (3x3 and 5x5, stride 1;
  * still 1.5-2.5x ahead of the direct kernels there on that core). */
-bool mx_direct_vector_lead(void) { return mx_avx512_full_width() && !mx_blas_sgemm_avx512(); }
+mx_direct_lead mx_direct_vector_lead(void)
+{
+    if (!mx_avx512_full_width()) return MX_DIRECT_NO_LEAD;
+    return mx_blas_sgemm_avx512() ? MX_DIRECT_POINTWISE_LEAD : MX_DIRECT_LEAD;
+}
 
-bool mx_direct_profitable_rule(const mx_conv_geom *g, bool vector_lead)
+static bool stride1_pointwise(const mx_conv_geom *g)
+{
+    return g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1;
+}
+
+/* The output pixels of an image leave more than 10% of their last 16-lane
+ * vector empty. */
+static bool ragged_output(const mx_conv_geom *g)
+{
+    const int64_t P = g->out_h * g->out_w;
+    return (double)P < 0.9 * (double)(ceil_div(P, LANES) * LANES);
+}
+
+bool mx_direct_profitable_rule(const mx_conv_geom *g, mx_direct_lead lead)
 {
     if (!geom_ok(g)) return false;
-    const int64_t P = g->out_h * g->out_w, product = g->out_c * g->in_c * g->k_h * g->k_w;
-    const bool ragged = (double)P < 0.9 * (double)(ceil_div(P, LANES) * LANES);
-    if (vector_lead) return g->out_c >= 2 && !(ragged && product >= LEAD_RAGGED_PRODUCT);
+    const int64_t product = g->out_c * g->in_c * g->k_h * g->k_w;
+    const bool ragged = ragged_output(g);
+    if (lead == MX_DIRECT_LEAD) return g->out_c >= 2 && !(ragged && product >= LEAD_RAGGED_PRODUCT);
     if (g->in_c < 2 || g->out_c < 2) return false;
     if (ragged && product >= 65536) return false;
-    if (g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1) return g->out_c * g->in_c <= 8192;
+    if (stride1_pointwise(g)) return g->out_c * g->in_c <= 8192 || (lead == MX_DIRECT_POINTWISE_LEAD && !ragged);
     return true;
 }
 
@@ -1442,10 +1488,12 @@ bool mx_direct_profitable(const mx_conv_geom *g)
  * res5a 1x1/2 at batch 16 10.7 against 15.5 ms, and at batch 1 1.0 against
  * 1.3 ms; its 3x3 512 -> 512 on 7x7 at batch 1 (too few tiles for
  * Winograd) 1.2-1.4 against 1.7 ms (2 threads, mx_conv_forward). */
-bool mx_direct_forward_profitable_rule(const mx_conv_geom *g, bool vector_lead)
+bool mx_direct_forward_profitable_rule(const mx_conv_geom *g, mx_direct_lead lead)
 {
-    if (vector_lead) return geom_ok(g) && g->out_c >= 2;
-    return mx_direct_profitable_rule(g, false);
+    if (lead == MX_DIRECT_LEAD) return geom_ok(g) && g->out_c >= 2;
+    if (lead == MX_DIRECT_POINTWISE_LEAD && geom_ok(g) && stride1_pointwise(g) && g->in_c >= 2 && g->out_c >= 2)
+        return true;
+    return mx_direct_profitable_rule(g, MX_DIRECT_NO_LEAD);
 }
 
 bool mx_direct_forward_profitable(const mx_conv_geom *g)

@@ -74,27 +74,39 @@ bool mx_direct_supported(const mx_conv_geom *g);
  * (F*C*KH*KW >= 65536: ResNet-18 layer4 on 7x7 outputs); stride-1 1x1
  * only for F*C <= 8192. See conv_direct.c for the measurements. The caller
  * should try Winograd first where it applies (3x3 and 5x5, stride 1).
- * That is the rule for a core whose 512-bit FMAs run at the 256-bit rate,
- * or where OpenBLAS runs AVX-512 kernels itself. With a vector lead (see
- * mx_direct_vector_lead) the rule is: at least 2 output channels, and not
- * a ragged last vector on a product of 2^21 or more. */
+ * That is the rule for a core whose 512-bit FMAs run at the 256-bit rate.
+ * With a pointwise lead (mx_direct_vector_lead) stride-1 1x1 layers with
+ * unragged outputs go direct too, whatever their product. With a vector
+ * lead the rule is: at least 2 output channels, and not a ragged last
+ * vector on a product of 2^21 or more. */
 bool mx_direct_profitable(const mx_conv_geom *g);
 
-/* True when this core runs 512-bit FMAs at full width
- * (ops/cpu/vector_rate.h) and OpenBLAS multiplies with AVX2 kernels: the
- * direct kernels then have twice SGEMM's peak rate. */
-bool mx_direct_vector_lead(void);
+/* How far the direct kernels lead OpenBLAS's SGEMM on this machine. */
+typedef enum mx_direct_lead {
+    MX_DIRECT_NO_LEAD,        /* 512-bit FMAs at the 256-bit rate (Zen 4) */
+    MX_DIRECT_POINTWISE_LEAD, /* full-width 512-bit FMAs, and OpenBLAS multiplies with AVX-512 too (Xeon):
+                                 the direct kernels lead on stride-1 1x1 layers, whose operands come from
+                                 memory */
+    MX_DIRECT_LEAD,           /* full-width 512-bit FMAs against OpenBLAS's AVX2 kernels (Zen 5): twice
+                                 SGEMM's peak rate */
+} mx_direct_lead;
 
-/* The geometry part of mx_direct_profitable for either answer of
- * mx_direct_vector_lead (tests check both rules on any machine). Ignores
+/* This machine's lead: from its core (ops/cpu/vector_rate.h) and the core
+ * type OpenBLAS runs. */
+mx_direct_lead mx_direct_vector_lead(void);
+
+/* The geometry part of mx_direct_profitable for any answer of
+ * mx_direct_vector_lead (tests check every rule on any machine). Ignores
  * MX_DIRECT_ISA and the CPU's ISA. */
-bool mx_direct_profitable_rule(const mx_conv_geom *g, bool vector_lead);
+bool mx_direct_profitable_rule(const mx_conv_geom *g, mx_direct_lead lead);
 
 /* The same for the forward pass alone (prediction, and the forward of a
  * training step): with a vector lead every supported layer with at least
- * 2 output channels; without one, mx_direct_profitable's rule. */
+ * 2 output channels; with a pointwise lead every stride-1 1x1 layer with
+ * at least 2 input and output channels, and what mx_direct_profitable's
+ * rule takes; without one, mx_direct_profitable's rule. */
 bool mx_direct_forward_profitable(const mx_conv_geom *g);
-bool mx_direct_forward_profitable_rule(const mx_conv_geom *g, bool vector_lead);
+bool mx_direct_forward_profitable_rule(const mx_conv_geom *g, mx_direct_lead lead);
 
 /* Bytes of packed weights, forward and backward-data alike (F*C*KH*KW
  * floats), and the packings: w (F, C, KH, KW) -> panels of output channels

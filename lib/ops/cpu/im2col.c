@@ -1216,7 +1216,7 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
      * (mxtrain --time): res5a's 1x1/2 projection, lowered before, backward
      * 28.4 -> 21.6 ms; the six strided 1x1 layers' 90.9 -> 70.6 ms. */
     c.sampled_dx = need_dx && !wino && strided_pointwise(g, &c.sampled) && mx_direct_supported(&c.sampled) &&
-                   mx_direct_supported(g) && mx_direct_vector_lead();
+                   mx_direct_supported(g) && mx_direct_vector_lead() == MX_DIRECT_LEAD;
     if (c.sampled_dx) direct = true;
     if (wino || direct) { /* whole images per thread, never lowered */
         c.wino_dw = wino && need_dw;
