@@ -132,7 +132,8 @@ END_TEST
 /* Depthwise layers with channel multiplier 1 (MobileNet's) take the direct
  * kernels of lib/ops/cpu/conv_depthwise.c in both directions: rows wider than
  * one vector with a partial last one, more output rows than a block of 8,
- * stride 2, odd sizes, asymmetric kernels and dilation, 1-D; in the
+ * stride 2, odd sizes, asymmetric kernels and dilation, 1-D, MobileNet's
+ * 3x3 pad-1 layers read straight from x; in the
  * portable width (the fallback elsewhere), AVX2 and the CPU's widest. */
 START_TEST(depthwise_direct_path)
 {
@@ -155,6 +156,18 @@ START_TEST(depthwise_direct_path)
                         .num_filter = "2", .num_group = "2", .max_points = 24});
         run((conv_case){.data = MX_SHAPE(2, 2, 6, 70), .kernel = "(3,3)", .stride = "(2,2)", .num_filter = "2",
                         .num_group = "2", .no_bias = "True", .max_points = 24});
+        /* 3x3, stride 1, pad 1 (read from x with masked loads at the AVX-512
+         * width): one vector exactly and fewer rows than a block, MobileNet's
+         * 7x7, rows of two vectors and one lane over two blocks and one row;
+         * stride 2 with pad 1 split from x on rows of two vectors */
+        run((conv_case){.data = MX_SHAPE(1, 2, 5, 16), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "2",
+                        .num_group = "2", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(2, 2, 7, 7), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "2",
+                        .num_group = "2", .no_bias = "True", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(1, 2, 17, 33), .kernel = "(3,3)", .pad = "(1,1)", .num_filter = "2",
+                        .num_group = "2", .max_points = 24});
+        run((conv_case){.data = MX_SHAPE(1, 2, 8, 32), .kernel = "(3,3)", .stride = "(2,2)", .pad = "(1,1)",
+                        .num_filter = "2", .num_group = "2", .max_points = 24});
         /* padding wider than the kernel's reach: outputs and dy rows that see only zeros */
         run((conv_case){.data = MX_SHAPE(1, 2, 5, 6), .kernel = "(3,3)", .stride = "(2,1)", .pad = "(3,4)",
                         .num_filter = "2", .num_group = "2", .max_points = 24});
