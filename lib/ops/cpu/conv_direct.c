@@ -634,15 +634,19 @@ static void set_inplace(const mx_conv_geom *g, core *c)
  * a line from each of hundreds of planes kilobytes apart, which the
  * prefetchers do not follow, and on a Xeon (one core reads about 14 GB/s
  * from memory) the kernels wait on those lines; packing copies the planes
- * row by row, which they do follow. ResNet-50's forward at batch 16, 2
- * threads (mxbench, best of 3 alternated): 256 -> 64 on 56x56 10.1 -> 6.9
- * ms, 512 -> 128 on 28x28 6.9 -> 5.2, 1024 -> 256 on 14x14 5.3 -> 5.0;
- * fewer channels (64 -> 256 on 56x56) and 7x7 planes (2048 -> 512, whose
- * short tails share vectors only in place) lose. The weight gradient and
- * the data gradient gain nothing from it and stay in place. */
+ * row by row, which they do follow. That pays where fewer output channels
+ * than input ones (few panels of rows) share each group's lines: ResNet-50's
+ * forward at batch 16, 2 threads (mxbench, best of 3 alternated): 256 -> 64
+ * on 56x56 10.1 -> 6.9 ms, 512 -> 128 on 28x28 6.9 -> 5.2, 1024 -> 256 on
+ * 14x14 5.3 -> 5.0; its prediction at batch 16 438-443 -> 422-426 ms a
+ * batch. MobileNet v1's 256 -> 256 and 512 -> 512 layers lose (its
+ * prediction 84.0-85.6 -> 85.8-86.7 ms), and so do fewer channels (64 ->
+ * 256 on 56x56) and 7x7 planes (2048 -> 512, whose short tails share
+ * vectors only in place). The weight gradient and the data gradient gain
+ * nothing from it and stay in place. */
 static bool forward_packs_pointwise(const mx_conv_geom *g)
 {
-    return g->in_c >= 256 && g->in_h * g->in_w >= 196;
+    return g->in_c >= 256 && g->out_c < g->in_c && g->in_h * g->in_w >= 196;
 }
 
 static void fplan_init(fplan *p, const mx_conv_geom *g, int64_t images)
