@@ -792,6 +792,38 @@ START_TEST(supported_geometries)
 }
 END_TEST
 
+/* A 3x3 layer with few Winograd tiles in its batch (batch-1 prediction of
+ * 14x14 maps: 16) runs on the direct kernels where they run at full width
+ * (any lead), else on Winograd; 32 tiles (batch 2) keep Winograd anywhere.
+ * Checked bit for bit against each kernel called alone. */
+START_TEST(few_tiles_forward_path)
+{
+    mx_threadpool *pool;
+    ck_assert_int_eq(mx_threadpool_create(2, &pool), MX_OK);
+    for (int64_t batch = 1; batch <= 2; batch++) {
+        mx_conv_geom g = geom(batch, 32, 48, 14, 14, 3, 3, 1, 1, 1, 1);
+        const int64_t in_n = batch * 32 * 196, out_n = batch * 48 * 196, wn = 48 * 32 * 9;
+        float *x = test_rand_floats(in_n), *w = test_rand_floats(wn), *bias = test_rand_floats(48);
+        float *y = malloc((size_t)out_n * sizeof(float)), *want = malloc((size_t)out_n * sizeof(float));
+        float *packed = malloc(mx_direct_packed_bytes(&g)), *u = malloc(mx_winograd_filter_bytes(&g));
+        ck_assert(y && want && packed && u);
+        ck_assert_int_eq(mx_conv_forward(pool, &g, x, w, bias, y, MX_REQ_WRITE, NULL, 0), MX_OK);
+        const bool direct = batch == 1 && mx_direct_vector_lead() != MX_DIRECT_NO_LEAD && mx_direct_supported(&g);
+        if (direct) {
+            mx_direct_pack_weights(&g, w, packed);
+            ck_assert_int_eq(mx_direct_forward(&g, packed, x, batch, bias, false, want, NULL), MX_OK);
+        } else {
+            mx_winograd_transform_filter(&g, w, u);
+            ck_assert_int_eq(mx_winograd_forward(&g, u, x, batch, bias, false, want, NULL), MX_OK);
+        }
+        ck_assert_msg(memcmp(y, want, (size_t)out_n * sizeof(float)) == 0, "batch %lld: not the %s kernel's bits",
+                      (long long)batch, direct ? "direct" : "Winograd");
+        free(x), free(w), free(bias), free(y), free(want), free(packed), free(u);
+    }
+    mx_threadpool_free(pool);
+}
+END_TEST
+
 int main(void)
 {
     openblas_set_num_threads(1); /* the kernels run on one thread each, as under the pool */
@@ -803,6 +835,7 @@ int main(void)
     tcase_add_test(tc, pack_parts);
     tcase_add_test(tc, prepared_forward); /* every path: whichever this CPU runs */
     tcase_add_test(tc, weight_gradient_in_turn); /* likewise */
+    tcase_add_test(tc, few_tiles_forward_path);   /* likewise */
     const char *isa = getenv("MX_DIRECT_ISA");
     if (__builtin_cpu_supports("avx512f") && !(isa && strcmp(isa, "none") == 0)) {
         tcase_add_test(tc, image_ranges);

@@ -283,13 +283,19 @@ START_TEST(conv_scratch_is_held_once_per_pool)
     ck_assert_uint_eq(mx_scratch_held_bytes(pool), once);
     pool_release(&h);
     /* The caller's pieces take their buffers from the lease too (a pool of
-     * one thread: every piece is the caller's). */
+     * one thread: every piece is the caller's). 8 images, 32 tiles: a
+     * forward of fewer may take the direct kernels (im2col.c,
+     * direct_beats_few_tiles). */
     mx_threadpool *one;
     ck_assert(mx_threadpool_create(1, &one) == MX_OK);
-    float *y = calloc(nx, 4);
-    ck_assert_ptr_nonnull(y);
-    ck_assert_int_eq(mx_conv_forward(one, &g, a.x, a.w, NULL, y, MX_REQ_WRITE, NULL, 0), MX_OK);
-    ck_assert_uint_ge(mx_scratch_held_bytes(one), mx_winograd_filter_bytes(&g) + mx_winograd_scratch_bytes(&g, 4));
+    mx_conv_geom g8 = g;
+    g8.batch = 8;
+    ck_assert(mx_winograd_profitable(&g8));
+    float *x8 = calloc(2 * nx, 4), *y = calloc(2 * nx, 4);
+    ck_assert(x8 && y);
+    ck_assert_int_eq(mx_conv_forward(one, &g8, x8, a.w, NULL, y, MX_REQ_WRITE, NULL, 0), MX_OK);
+    ck_assert_uint_ge(mx_scratch_held_bytes(one), mx_winograd_filter_bytes(&g8) + mx_winograd_scratch_bytes(&g8, 8));
+    free(x8);
     free(y);
     mx_threadpool_free(one);
     /* A write request puts piece 0's weight gradient straight into dw: with

@@ -1,7 +1,7 @@
 /*
  * mxbench - per-layer timing of operators through the registry.
  *
- *   mxbench [--runs N] [--warmup N] [--only SUBSTRING | --index I] [--no-sgemm | --sgemm-only]
+ *   mxbench [--runs N] [--warmup N] [--batch N] [--only SUBSTRING | --index I] [--no-sgemm | --sgemm-only]
  *   mxbench --list
  *
  * For every layer of LeNet, ResNet-20 (32x32), AlexNet and ResNet-18
@@ -17,7 +17,8 @@
  * --list prints the layer table (index, net, layer, op, data, params) as
  * JSON lines for another framework to time the same shapes; --index
  * times only the layer with that index, --only those whose "net layer"
- * contains SUBSTRING.
+ * contains SUBSTRING; --batch runs every layer at that batch instead of
+ * its own (batch 1: prediction's latency).
  * Threads: the kernels split their work on a pool of OMP_NUM_THREADS
  * (default: the cores) with OpenBLAS single-threaded inside, as in the
  * engine; the raw SGEMM figures run on OpenBLAS's own threads (as many).
@@ -244,13 +245,14 @@ static mx_status bench_sgemm(int m, int n, int k, int runs, int warmup, int thre
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mxbench [--runs N] [--warmup N] [--only SUBSTRING | --index I] [--no-sgemm | --sgemm-only]\n"
+    fprintf(f, "usage: mxbench [--runs N] [--warmup N] [--batch N] [--only SUBSTRING | --index I] [--no-sgemm | "
+               "--sgemm-only]\n"
                "       mxbench --list\n");
 }
 
 int main(int argc, char **argv)
 {
-    int runs = 5, warmup = 2, index = -1;
+    int runs = 5, warmup = 2, index = -1, batch = 0;
     bool list = false, sgemm = true, sgemm_only = false;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -258,6 +260,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--index") && i + 1 < argc) index = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            batch = atoi(argv[++i]);
+            if (batch < 1) {
+                usage(stderr);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--list")) list = true;
         else if (!strcmp(argv[i], "--no-sgemm")) sgemm = false;
         else if (!strcmp(argv[i], "--sgemm-only")) sgemm_only = true;
@@ -278,7 +287,9 @@ int main(int argc, char **argv)
     int threads = mx_threadpool_default_size();
     mx_threadpool *pool = NULL;
     for (int i = 0; i < N_LAYERS && !sgemm_only; i++) {
-        const layer *l = &layers[i];
+        layer at_batch = layers[i];
+        if (batch > 0) at_batch.data[0] = batch;
+        const layer *l = &at_batch;
         char full[128];
         snprintf(full, sizeof(full), "%s %s", l->net, l->name);
         if ((only && !strstr(full, only)) || (index >= 0 && i != index)) continue;

@@ -1026,10 +1026,28 @@ static float *pack_direct(mx_threadpool *pool, mx_scratch_lease *lease, const mx
  * forward passes and for what mx_conv_prepare derives. */
 typedef enum forward_path { PATH_DEPTHWISE, PATH_WINOGRAD, PATH_DIRECT, PATH_IM2COL } forward_path;
 
+/* Tiles in a known batch below which the direct kernels, where they run
+ * at full width (mx_direct_vector_lead: not MX_DIRECT_NO_LEAD), beat
+ * Winograd's products on a layer they take: those are then a few rows per
+ * transform point against every transformed filter. ResNet-50's 256 -> 256
+ * 3x3 layers on 14x14 in batch-1 prediction (16 tiles; mxpredict, 2 Xeon
+ * cores, prepared weights either way) 1.6 -> 1.1 ms each, the network
+ * 41-43 -> 38.4-38.7 ms; its 128 -> 128 on 28x28 (49 tiles) keep Winograd
+ * (2.5 against 3.2 ms for the four). */
+#define DIRECT_BEFORE_TILES 32
+
+static bool direct_beats_few_tiles(const mx_conv_geom *g)
+{
+    if (g->batch <= 0 || mx_direct_vector_lead() == MX_DIRECT_NO_LEAD) return false;
+    const int64_t m = mx_winograd_tile(g);
+    const int64_t tiles = g->batch * ceil_div(g->out_h, m) * ceil_div(g->out_w, m);
+    return tiles < DIRECT_BEFORE_TILES && mx_direct_forward_profitable(g);
+}
+
 static forward_path pick_forward_path(const mx_conv_geom *g)
 {
     if (mx_depthwise_supported(g)) return PATH_DEPTHWISE;
-    if (mx_winograd_profitable(g)) return PATH_WINOGRAD;
+    if (mx_winograd_profitable(g) && !direct_beats_few_tiles(g)) return PATH_WINOGRAD;
     if (mx_direct_forward_profitable(g)) return PATH_DIRECT;
     return PATH_IM2COL;
 }
