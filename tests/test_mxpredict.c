@@ -867,6 +867,45 @@ START_TEST(no_overlap_and_batch_padding_keep_the_rows)
 }
 END_TEST
 
+/* --profile writes a Chrome-trace timeline: every layer's forward once a
+ * batch (relu folded into the layer before it), the same rows as without
+ * it; a file that cannot be written is an error (exit 1) after the rows. */
+START_TEST(profile_writes_a_timeline)
+{
+    write_subset(tpath("sub-idx3-ubyte"), 20);
+    char args[4096], *a, *b, *err;
+    snprintf(args, sizeof(args), "--model %s --batch-size 10 %s", fixture, tpath("sub-idx3-ubyte"));
+    ck_assert_msg(predict(args, &a, &err) == 0, "%s", err);
+    free(err);
+    snprintf(args, sizeof(args), "--model %s --batch-size 10 -v --profile %s %s", fixture, tpath("p.json"),
+             tpath("sub-idx3-ubyte"));
+    ck_assert_msg(predict(args, &b, &err) == 0, "%s", err);
+    ck_assert_str_eq(a, b);
+    ck_assert_msg(strstr(err, "timeline written to "), "%s", err);
+    free(err);
+    char *json = tool_slurp(tpath("p.json"), NULL);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_ptr_nonnull(strstr(json, "\"traceEvents\""));
+    /* two batches: each layer's forward twice */
+    static const char *const layers[] = {"\"fullyconnected0+activation0 (FullyConnected+Activation) fwd\"",
+                                         "\"fullyconnected2 (FullyConnected) fwd\"", "\"softmax (SoftmaxOutput) fwd\""};
+    for (size_t i = 0; i < sizeof(layers) / sizeof(layers[0]); i++) {
+        int n = 0;
+        for (const char *p = json; (p = strstr(p, layers[i])); p++) n++;
+        ck_assert_msg(n == 2, "%s: %d events", layers[i], n);
+    }
+    free(json);
+    free(a);
+    free(b);
+    snprintf(args, sizeof(args), "--model %s --profile %s %s", fixture, tpath("no-such-dir/p.json"),
+             tpath("sub-idx3-ubyte"));
+    ck_assert_int_eq(predict(args, &a, &err), 1);
+    ck_assert_msg(strstr(err, "no-such-dir/p.json"), "%s", err);
+    free(a);
+    free(err);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- names, errors */
 
 START_TEST(synset_names_classes)
@@ -998,6 +1037,7 @@ int main(void)
     tcase_add_test(tc, layer_features_equal_full_forward_with_less_memory);
     tcase_add_test(tc, every_input_kind_gives_the_same_answers);
     tcase_add_test(tc, no_overlap_and_batch_padding_keep_the_rows);
+    tcase_add_test(tc, profile_writes_a_timeline);
     tcase_add_test(tc, synset_names_classes);
     tcase_add_test(tc, usage_and_model_errors);
     suite_add_tcase(s, tc);

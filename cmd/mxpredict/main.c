@@ -53,6 +53,8 @@ static const char usage[] =
     "                        a line \"MXPREDICT-RAW float32 le shape=(d1,...)\" then\n"
     "                        each sample's float32 values, little-endian\n"
     "  --ids FILE            with --format raw: the rows' ids, one a line\n"
+    "  --profile FILE        write a timeline of every layer's run (Chrome trace\n"
+    "                        JSON: chrome://tracing, ui.perfetto.dev) to FILE\n"
     "  -v, --verbose         the model, the planned memory and timings on stderr\n"
     "  -q, --quiet           no progress or summary lines\n"
     "  -h, --help            this text\n"
@@ -61,7 +63,7 @@ static const char usage[] =
     "the run failed, 2 bad usage, config or input shape\n";
 
 typedef struct options {
-    const char *model, *config, *output, *synset, *layer, *format, *ids, *root, *ctx;
+    const char *model, *config, *output, *synset, *layer, *format, *ids, *root, *ctx, *profile;
     const char *data_shape, *mean, *std;
     int epoch;
     long batch_size, top_k, resize;
@@ -147,7 +149,7 @@ static int parse_args(int argc, char **argv, options *o)
     static const char *const with_value[] = {"--model", "--epoch", "--config", "--ctx", "--batch-size",
                                              "--data-shape", "--resize", "--mean", "--std", "--scale",
                                              "--root", "--output", "--top-k", "--synset", "--layer",
-                                             "--format", "--ids", NULL};
+                                             "--format", "--ids", "--profile", NULL};
     bool only_inputs = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -196,6 +198,7 @@ static int parse_args(int argc, char **argv, options *o)
             else if (!strcmp(name, "--layer")) o->layer = v;
             else if (!strcmp(name, "--format")) o->format = v;
             else if (!strcmp(name, "--ids")) o->ids = v;
+            else if (!strcmp(name, "--profile")) o->profile = v;
             else if (!strcmp(name, "--epoch")) {
                 if (!parse_long(v, 0, 9999, &n)) return usage_error("--epoch needs an epoch number 0..9999, got '%s'", v);
                 o->epoch = (int)n;
@@ -500,7 +503,16 @@ int main(int argc, char **argv)
                               .no_overlap = o.no_overlap, .on_failure = on_failure, .on_progress = on_progress,
                               .user = &pr};
     mx_predict_stats st;
+    if (o.profile && (s = mx_predictor_profile_begin(pred)) != MX_OK) {
+        code = fail(1, mx_last_error());
+        goto done;
+    }
     s = mx_predict_run(pred, writer, &ro, &st);
+    if (o.profile) {
+        mx_status ps = mx_predictor_profile_end(pred, o.profile);
+        if (s == MX_OK && ps != MX_OK) s = ps;
+        if (ps == MX_OK && o.verbose) fprintf(stderr, "mxpredict: timeline written to %s\n", o.profile);
+    }
     if (pr.tty && !o.quiet && pr.last > 0) fputc('\n', stderr);
     if (s != MX_OK) {
         code = fail(1, mx_last_error());

@@ -121,6 +121,15 @@ typedef struct mx_predictor mx_predictor;
 mx_status mx_predictor_load(const char *prefix, int epoch, mx_predictor **out);
 void mx_predictor_free(mx_predictor *p);
 
+/* A Chrome-trace timeline (profile/profile.h: chrome://tracing, Perfetto)
+ * of every operation the predictor's engine runs between the two calls:
+ * each layer's forward pass (folded layers under their joint name), the
+ * copies in and out. end waits for the engine, writes the file and stops
+ * recording; free stops it too, writing nothing. Errors: MX_ERR_INVALID
+ * (begin twice, end without begin), MX_ERR_NOMEM, MX_ERR_IO (the file). */
+mx_status mx_predictor_profile_begin(mx_predictor *p);
+mx_status mx_predictor_profile_end(mx_predictor *p, const char *path);
+
 int mx_predictor_epoch(const mx_predictor *p);
 const char *mx_predictor_data_name(const mx_predictor *p);
 const mx_graph *mx_predictor_graph(const mx_predictor *p);

@@ -6,6 +6,7 @@
 #include "predict/predict.h"
 
 #include "checkpoint/checkpoint.h"
+#include "profile/profile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -16,6 +17,7 @@
 
 struct mx_predictor {
     mx_runtime *rt;
+    mx_profiler *prof; /* between mx_predictor_profile_begin and _end */
     mx_graph *g;
     char *prefix;
     int epoch;
@@ -94,9 +96,43 @@ static void unbind(mx_predictor *p)
     p->folded = NULL;
 }
 
+/* Detaches and frees the profiler once the engine has run everything
+ * that might record into it. */
+static void profile_stop(mx_predictor *p)
+{
+    if (!p->prof) return;
+    mx_engine *e = mx_runtime_engine(p->rt);
+    mx_engine_wait_all(e);
+    mx_engine_set_profiler(e, NULL);
+    mx_profiler_free(p->prof);
+    p->prof = NULL;
+}
+
+mx_status mx_predictor_profile_begin(mx_predictor *p)
+{
+    if (p->prof) return MX_ERROR(MX_ERR_INVALID, "predictor: a timeline is already being recorded");
+    MX_TRY(mx_profiler_create(0, "mxpredict", &p->prof));
+    mx_profiler_set_active(p->prof, true);
+    mx_engine_set_profiler(mx_runtime_engine(p->rt), p->prof);
+    return MX_OK;
+}
+
+mx_status mx_predictor_profile_end(mx_predictor *p, const char *path)
+{
+    if (!p->prof) return MX_ERROR(MX_ERR_INVALID, "predictor: no timeline is being recorded");
+    mx_engine *e = mx_runtime_engine(p->rt);
+    mx_engine_wait_all(e);
+    mx_engine_set_profiler(e, NULL);
+    mx_status s = mx_profiler_write(p->prof, path);
+    if (s != MX_OK) mx_error_prefix(s, "timeline");
+    profile_stop(p);
+    return s;
+}
+
 void mx_predictor_free(mx_predictor *p)
 {
     if (!p) return;
+    profile_stop(p);
     unbind(p);
     mx_rng_free(p->rng);
     mx_name_index_free(&p->args_index);

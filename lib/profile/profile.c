@@ -296,7 +296,7 @@ mx_status mx_profiler_write(mx_profiler *p, const char *path)
     snprintf(tmp, len + 16, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) {
-        mx_status s = MX_ERROR(MX_ERR_IO, "fit.profile: cannot write %s: %s", path, strerror(errno));
+        mx_status s = MX_ERROR(MX_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         free(tmp);
         return s;
     }
@@ -342,9 +342,9 @@ mx_status mx_profiler_write(mx_profiler *p, const char *path)
     fprintf(f, "\n],\n\"displayTimeUnit\": \"ms\"}\n");
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0) bad = true;
-    if (st == MX_OK && bad) st = MX_ERROR(MX_ERR_IO, "fit.profile: writing %s failed: %s", path, strerror(errno));
+    if (st == MX_OK && bad) st = MX_ERROR(MX_ERR_IO, "writing %s failed: %s", path, strerror(errno));
     if (st == MX_OK && rename(tmp, path) != 0)
-        st = MX_ERROR(MX_ERR_IO, "fit.profile: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        st = MX_ERROR(MX_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (st != MX_OK) remove(tmp);
     free(tmp);
     return st;

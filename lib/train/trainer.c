@@ -623,7 +623,8 @@ static mx_status profile_finish(trainer *t)
     t->prof_done = true;
     mx_profile_summary sum;
     MX_TRY(mx_profiler_summary(t->prof, &sum));
-    MX_TRY(mx_profiler_write(t->prof, t->prof_path));
+    mx_status ws = mx_profiler_write(t->prof, t->prof_path);
+    if (ws != MX_OK) return mx_error_prefix(ws, "fit.profile");
     mx_comm *comm = t->opt->comm;
     int n = comm ? mx_comm_size(comm) : 1;
     int64_t mine[2] = {sum.comm_ns, sum.overlap_ns};
