@@ -411,6 +411,18 @@ START_TEST(specialised_kernels_odd_sizes_and_threads)
         run_big(MX_SHAPE(2, 3, 40, 70), (const char *[]){"kernel", "(5,7)", "stride", "(1,1)", "pad", "(2,3)",
                                                          "pooling_convention", "full", "pool_type", types[t], NULL},
                 sd + 19);
+        /* Padding on short rows (max: the -inf padded planes): Inception's
+         * 3x3/2 pad 1 on 28x28 and 14x14, full convention on 13x13, pads
+         * wider than the kernel's reach. */
+        run_big(MX_SHAPE(2, 16, 28, 28), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                          "pool_type", types[t], NULL}, sd + 20);
+        run_big(MX_SHAPE(3, 20, 14, 14), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                          "pool_type", types[t], NULL}, sd + 21);
+        run_big(MX_SHAPE(3, 20, 13, 13), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                          "pooling_convention", "full", "pool_type", types[t], NULL},
+                sd + 22);
+        run_big(MX_SHAPE(4, 20, 9, 11), (const char *[]){"kernel", "(2,3)", "stride", "(1,2)", "pad", "(1,2)",
+                                                         "pool_type", types[t], NULL}, sd + 23);
         /* Global pooling over planes that are not a multiple of 16. */
         run_big(MX_SHAPE(6, 7, 31, 33), (const char *[]){"global_pool", "True", "pool_type", types[t], NULL}, sd + 15);
     }

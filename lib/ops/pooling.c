@@ -200,6 +200,8 @@ typedef struct pool_job {
     bool direct; /* backward writes: windows tile the input, each element written once */
     bool fast;   /* 2-D, every window inside, rows of at most 2 vectors: pool_short */
     bool box;    /* 2-D avg / sum at stride 1 on rows of at most POOL_BOX_ROW: pool_box */
+    bool padded; /* 2-D max with padding, short rows: pool_padded on -inf padded copies of the planes */
+    int64_t pad_rows, pad_cols; /* pool_padded's planes: the rows and columns the windows span */
     int64_t in_plane, out_plane;
     int64_t c0, c1; /* output columns whose x window lies inside the row (vector path) */
     const float *x, *y, *dy, *xend;
@@ -335,6 +337,7 @@ static void box_col_divisors(const pool_job *j, float *cdiv, int64_t n)
 #define POOL_BOX_ROW 256 /* box path: rows (in and out) of at most this many columns */
 #define POOL_BOX_KMAX 8  /* box path: kernels of at most this many rows and columns */
 #define POOL_BOX_BUF (POOL_BOX_ROW + 2 * POOL_BOX_KMAX + 2 * 16)
+#define POOL_PAD_MAX 4096 /* padded path: floats of a padded plane */
 
 #define POOL_KERNELS(P, W, TARGET)                                                                                  \
     /* acc combined with the taps of one input row; s = the row at lane 0's                                         \
@@ -619,10 +622,53 @@ static void box_col_divisors(const pool_job *j, float *cdiv, int64_t n)
         else if (kx == 3 && sx == 1) P##_pool_fwd_short(j, x, out, 3, 1, is_max);                                   \
         else P##_pool_fwd_short(j, x, out, kx, sx, is_max);                                                         \
     }                                                                                                               \
+    /* Max pooling with padding on short rows (`padded`): each plane is       \
+     * copied into a buffer whose padding holds -inf, where every window lies  \
+     * inside, and runs pool_short there (Inception-BN's 3x3/1 pad-1 max pool  \
+     * on 7x7 maps and 3x3/2 pad-1 ones spent most of their time in the       \
+     * scalar border outputs). -inf never wins a max whose accumulator starts  \
+     * at -FLT_MAX, nor equals an output in backward, so the outputs and the   \
+     * positions of the first maxima are those of the generic path: the same  \
+     * bits. Backward (write requests only) scatters into a zeroed padded     \
+     * buffer whose inside becomes dx. */                                       \
+    TARGET static void pool_padded_##P(const pool_job *j, int64_t p0, int64_t p1, bool backward)                   \
+    {                                                                                                               \
+        const pool_geom *g = &j->g;                                                                                 \
+        const int64_t IH = g->in[1], IW = g->in[2], py = g->p[1], px = g->p[2];                                    \
+        const int64_t R = j->pad_rows, C = j->pad_cols;                                                             \
+        const int64_t rows = IH < R - py ? IH : R - py, cols = IW < C - px ? IW : C - px;                         \
+        _Alignas(64) float xb[POOL_PAD_MAX], db[POOL_PAD_MAX];                                                      \
+        pool_job jp = *j;                                                                                           \
+        jp.g.in[1] = R;                                                                                             \
+        jp.g.in[2] = C;                                                                                             \
+        jp.g.p[1] = jp.g.p[2] = 0;                                                                                  \
+        jp.xend = xb + R * C;                                                                                       \
+        jp.direct = false;                                                                                          \
+        for (int64_t i = 0; i < R * C; i++) xb[i] = -INFINITY; /* the inside is overwritten per plane */           \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                                      \
+            const float *x = j->x + pl * j->in_plane;                                                               \
+            for (int64_t r = 0; r < rows; r++)                                                                      \
+                memcpy(xb + (r + py) * C + px, x + r * IW, (size_t)cols * sizeof(float));                           \
+            if (!backward) {                                                                                        \
+                pool_short_##P(&jp, xb, NULL, NULL, j->out + pl * j->out_plane, false);                             \
+                continue;                                                                                           \
+            }                                                                                                       \
+            memset(db, 0, (size_t)(R * C) * sizeof(float));                                                         \
+            pool_short_##P(&jp, xb, j->y + pl * j->out_plane, j->dy + pl * j->out_plane, db, true);                \
+            float *dx = j->out + pl * j->in_plane;                                                                  \
+            memset(dx, 0, (size_t)j->in_plane * sizeof(float));                                                     \
+            for (int64_t r = 0; r < rows; r++)                                                                      \
+                memcpy(dx + r * IW, db + (r + py) * C + px, (size_t)cols * sizeof(float));                          \
+        }                                                                                                           \
+    }                                                                                                               \
     TARGET static void pool_forward_##P(const pool_job *j, int64_t p0, int64_t p1)                                 \
     {                                                                                                               \
         if (j->box) {                                                                                               \
             pool_box_fwd_##P(j, p0, p1);                                                                            \
+            return;                                                                                                 \
+        }                                                                                                           \
+        if (j->padded) {                                                                                            \
+            pool_padded_##P(j, p0, p1, false);                                                                      \
             return;                                                                                                 \
         }                                                                                                           \
         const pool_geom *g = &j->g;                                                                                 \
@@ -703,6 +749,10 @@ static void box_col_divisors(const pool_job *j, float *cdiv, int64_t n)
     {                                                                                                               \
         if (j->box) {                                                                                               \
             pool_box_bwd_##P(j, p0, p1);                                                                            \
+            return;                                                                                                 \
+        }                                                                                                           \
+        if (j->padded && !j->add) { /* an add would sum in another order */                                       \
+            pool_padded_##P(j, p0, p1, true);                                                                       \
             return;                                                                                                 \
         }                                                                                                           \
         const pool_geom *g = &j->g;                                                                                 \
@@ -920,6 +970,13 @@ static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_
     /* The box path's buffers: rows and output rows up to POOL_BOX_ROW,
      * kernels up to POOL_BOX_KMAX (pads below them), outputs no wider than
      * the padded input. */
+    /* Max with padding on short rows: padded copies of the planes (the
+     * windows' span fits POOL_PAD_MAX floats). */
+    j->pad_rows = g->out[1] > 0 ? (g->out[1] - 1) * g->s[1] + g->k[1] : 0;
+    j->pad_cols = OW > 0 ? (OW - 1) * sx + kx : 0;
+    j->padded = !j->whole && !j->fast && j->type == POOL_MAX && g->in[0] == 1 && g->k[0] == 1 &&
+                g->out[0] == 1 && (g->p[1] > 0 || px > 0) && sx <= 2 && OW > 0 && OW <= 2 * lanes &&
+                g->out[1] > 0 && j->pad_rows * j->pad_cols <= POOL_PAD_MAX;
     j->box = !j->whole && !j->fast && (j->type == POOL_AVG || j->type == POOL_SUM) && g->in[0] == 1 &&
              g->out[0] == 1 && g->k[0] == 1 && g->s[1] == 1 &&
              sx == 1 && g->k[1] <= POOL_BOX_KMAX && kx <= POOL_BOX_KMAX && g->p[1] < g->k[1] && px < kx &&
