@@ -967,9 +967,6 @@ static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_
     const int64_t lanes = j->level >= MX_SIMD_AVX512 ? 16 : j->level == MX_SIMD_AVX2 ? 8 : 4;
     j->fast = !j->whole && g->in[0] == 1 && g->k[0] == 1 && g->p[1] == 0 && c0 == 0 && c1 == OW && OW > 0 &&
               OW <= 2 * lanes && (g->out[1] - 1) * g->s[1] + g->k[1] <= g->in[1];
-    /* The box path's buffers: rows and output rows up to POOL_BOX_ROW,
-     * kernels up to POOL_BOX_KMAX (pads below them), outputs no wider than
-     * the padded input. */
     /* Max with padding on short rows: padded copies of the planes (the
      * windows' span fits POOL_PAD_MAX floats). */
     j->pad_rows = g->out[1] > 0 ? (g->out[1] - 1) * g->s[1] + g->k[1] : 0;
@@ -977,6 +974,9 @@ static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_
     j->padded = !j->whole && !j->fast && j->type == POOL_MAX && g->in[0] == 1 && g->k[0] == 1 &&
                 g->out[0] == 1 && (g->p[1] > 0 || px > 0) && sx <= 2 && OW > 0 && OW <= 2 * lanes &&
                 g->out[1] > 0 && j->pad_rows * j->pad_cols <= POOL_PAD_MAX;
+    /* The box path's buffers: rows and output rows up to POOL_BOX_ROW,
+     * kernels up to POOL_BOX_KMAX (pads below them), outputs no wider than
+     * the padded input. */
     j->box = !j->whole && !j->fast && (j->type == POOL_AVG || j->type == POOL_SUM) && g->in[0] == 1 &&
              g->out[0] == 1 && g->k[0] == 1 && g->s[1] == 1 &&
              sx == 1 && g->k[1] <= POOL_BOX_KMAX && kx <= POOL_BOX_KMAX && g->p[1] < g->k[1] && px < kx &&

@@ -96,14 +96,19 @@ static void unbind(mx_predictor *p)
     p->folded = NULL;
 }
 
-/* Detaches and frees the profiler once the engine has run everything
- * that might record into it. */
-static void profile_stop(mx_predictor *p)
+/* Detaches the profiler once the engine has run everything that might
+ * record into it. */
+static void profile_detach(mx_predictor *p)
 {
-    if (!p->prof) return;
     mx_engine *e = mx_runtime_engine(p->rt);
     mx_engine_wait_all(e);
     mx_engine_set_profiler(e, NULL);
+}
+
+static void profile_stop(mx_predictor *p)
+{
+    if (!p->prof) return;
+    profile_detach(p);
     mx_profiler_free(p->prof);
     p->prof = NULL;
 }
@@ -120,12 +125,11 @@ mx_status mx_predictor_profile_begin(mx_predictor *p)
 mx_status mx_predictor_profile_end(mx_predictor *p, const char *path)
 {
     if (!p->prof) return MX_ERROR(MX_ERR_INVALID, "predictor: no timeline is being recorded");
-    mx_engine *e = mx_runtime_engine(p->rt);
-    mx_engine_wait_all(e);
-    mx_engine_set_profiler(e, NULL);
+    profile_detach(p);
     mx_status s = mx_profiler_write(p->prof, path);
     if (s != MX_OK) mx_error_prefix(s, "timeline");
-    profile_stop(p);
+    mx_profiler_free(p->prof);
+    p->prof = NULL;
     return s;
 }
 

@@ -227,6 +227,15 @@ typedef struct dw_corr {
 MX_SIMD_INSTANTIATE(DW_KERNELS)
 
 #ifdef MX_SIMD_X86
+/* The lanes of a vector whose lane 0 is row column c that lie inside the
+ * row [0, w): what the masked loads below read (the others load zeros,
+ * the padding). */
+static __mmask16 lanes_in_row(int64_t c, int64_t w)
+{
+    const int64_t lo = c < 0 ? -c : 0, hi = w - c < 16 ? w - c : 16;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
 /* Forward of a 3x3, stride-1, pad-1 layer (MobileNet's) straight from the
  * plane x (H, W) with masked loads, no padded copy: lanes outside the row
  * and rows outside the plane load zeros, which is what the padded plane
@@ -243,11 +252,7 @@ MX_SIMD_TARGET_AVX512 static void dw_pad1_3x3_mx16(const float *x, int64_t h, in
     const __m512 zero = _mm512_setzero_ps();
     for (int64_t p = 0; p < w; p += 16) {
         /* tap column kw reads x columns p - 1 + kw + lane: those inside [0, w) */
-        __mmask16 m[3];
-        for (int kw = 0; kw < 3; kw++) {
-            const int64_t c0 = p - 1 + kw, lo = c0 < 0 ? -c0 : 0, hi = w - c0 < 16 ? w - c0 : 16;
-            m[kw] = hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-        }
+        const __mmask16 m[3] = {lanes_in_row(p - 1, w), lanes_in_row(p, w), lanes_in_row(p + 1, w)};
         for (int64_t o0 = 0; o0 < h; o0 += DW_ROWS) {
             mx16_f acc[DW_ROWS];
             for (int i = 0; i < DW_ROWS; i++) acc[i] = mx16_splat(bias);
@@ -274,9 +279,7 @@ MX_SIMD_TARGET_AVX512 static void dw_pad1_3x3_mx16(const float *x, int64_t h, in
         }
     }
 }
-#endif
 
-#ifdef MX_SIMD_X86
 /* Stride 2: e[j] = padded row column 2j, o[j] = column 2j + 1, j < q, the
  * padded row being the input row xr (w floats) at column pad, zeros around
  * it: read from xr with masked loads instead of padding a copy first
@@ -287,13 +290,8 @@ MX_SIMD_TARGET_AVX512 static void dw_split2_row_mx16(const float *xr, int64_t w,
     for (int64_t j = 0; j < q; j += 16) {
         /* padded columns 2j .. 2j + 31 are xr columns c0 .. c0 + 31 */
         const int64_t c0 = 2 * j - pad;
-        __mmask16 m[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t c = c0 + 16 * h, lo = c < 0 ? -c : 0, hi = w - c < 16 ? w - c : 16;
-            m[h] = hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-        }
-        const mx16_f a = (mx16_f)_mm512_maskz_loadu_ps(m[0], xr + c0);
-        const mx16_f b = (mx16_f)_mm512_maskz_loadu_ps(m[1], xr + c0 + 16);
+        const mx16_f a = (mx16_f)_mm512_maskz_loadu_ps(lanes_in_row(c0, w), xr + c0);
+        const mx16_f b = (mx16_f)_mm512_maskz_loadu_ps(lanes_in_row(c0 + 16, w), xr + c0 + 16);
         const int64_t n = q - j < 16 ? q - j : 16;
         mx16_store_part(e + j, mx16_even(a, b), n);
         mx16_store_part(o + j, mx16_odd(a, b), n);
@@ -399,13 +397,13 @@ static void forward_units(void *arg, int64_t lo, int64_t hi, int worker)
     (void)worker;
     dw_job *j = arg;
     const mx_conv_geom *g = j->g;
-    float *ph = mx_thread_scratch(0, fwd_floats(&j->l) * sizeof(float));
-    if (!ph) {
+    const bool direct = pad1_3x3(g, j->level); /* reads x itself: no phase planes */
+    float *ph = direct ? NULL : mx_thread_scratch(0, fwd_floats(&j->l) * sizeof(float));
+    if (!direct && !ph) {
         atomic_store(&j->failed, 1);
         return;
     }
     const int64_t kk = g->k_h * g->k_w;
-    const bool direct = pad1_3x3(g, j->level);
     for (int64_t u = lo; u < hi; u++) {
         const int64_t c = u % g->in_c;
         float *yu = j->y + u * plane_out(g);
