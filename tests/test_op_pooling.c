@@ -423,6 +423,16 @@ START_TEST(specialised_kernels_odd_sizes_and_threads)
                 sd + 22);
         run_big(MX_SHAPE(4, 20, 9, 11), (const char *[]){"kernel", "(2,3)", "stride", "(1,2)", "pad", "(1,2)",
                                                          "pool_type", types[t], NULL}, sd + 23);
+        /* 3x3/2 on long rows (the s2max path): ResNet's stem pool (pad 1,
+         * 112x112), Inception-BN's (no pad: the last column and row
+         * unread, 112 -> 55) and an odd width, full convention. */
+        run_big(MX_SHAPE(1, 3, 112, 112), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                           "pool_type", types[t], NULL}, sd + 24);
+        run_big(MX_SHAPE(1, 3, 112, 112), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pool_type", types[t],
+                                                           NULL}, sd + 25);
+        run_big(MX_SHAPE(2, 3, 19, 75), (const char *[]){"kernel", "(3,3)", "stride", "(2,2)", "pad", "(1,1)",
+                                                         "pooling_convention", "full", "pool_type", types[t], NULL},
+                sd + 26);
         /* Global pooling over planes that are not a multiple of 16. */
         run_big(MX_SHAPE(6, 7, 31, 33), (const char *[]){"global_pool", "True", "pool_type", types[t], NULL}, sd + 15);
     }

@@ -44,6 +44,8 @@ typedef struct layer {
 #define CONV(net, name, n, c, h, w, k, s, p, f)                                                          \
     {net, name, "Convolution", 4, {n, c, h, w}, {"kernel", "stride", "pad", "num_filter"}, {k, s, p, f}}
 #define FC(net, name, n, in, out) {net, name, "FullyConnected", 2, {n, in}, {"num_hidden"}, {out}}
+#define POOL(net, name, n, c, h, w, k, s, p, type)                                                       \
+    {net, name, "Pooling", 4, {n, c, h, w}, {"kernel", "stride", "pad", "pool_type"}, {k, s, p, type}}
 
 /* Batch: 64 for the small nets, 16 for AlexNet and ResNet-50 and 8 for ResNet-18. */
 static const layer layers[] = {
@@ -86,6 +88,20 @@ static const layer layers[] = {
     CONV("resnet50", "res4a 1x1/2 proj", 16, 512, 28, 28, "(1,1)", "(2,2)", "(0,0)", "1024"),
     CONV("resnet50", "res4 3x3", 16, 256, 14, 14, "(3,3)", "(1,1)", "(1,1)", "256"),
     CONV("resnet50", "res5 3x3", 16, 512, 7, 7, "(3,3)", "(1,1)", "(1,1)", "512"),
+    CONV("inception-bn", "conv_2_red 1x1 64->64", 16, 64, 55, 55, "(1,1)", "(1,1)", "(0,0)", "64"),
+    CONV("inception-bn", "3b 1x1 256->64", 16, 256, 27, 27, "(1,1)", "(1,1)", "(0,0)", "64"),
+    CONV("inception-bn", "3c 1x1 320->128", 16, 320, 27, 27, "(1,1)", "(1,1)", "(0,0)", "128"),
+    CONV("inception-bn", "4a 1x1 576->224", 16, 576, 14, 14, "(1,1)", "(1,1)", "(0,0)", "224"),
+    CONV("inception-bn", "4e 1x1 608->192", 16, 608, 14, 14, "(1,1)", "(1,1)", "(0,0)", "192"),
+    CONV("inception-bn", "5a 1x1 1056->352", 16, 1056, 7, 7, "(1,1)", "(1,1)", "(0,0)", "352"),
+    CONV("inception-bn", "5a 1x1 1056->128", 16, 1056, 7, 7, "(1,1)", "(1,1)", "(0,0)", "128"),
+    POOL("inception-bn", "pool_1 3x3/2 max", 16, 64, 112, 112, "(3,3)", "(2,2)", "(0,0)", "max"),
+    POOL("inception-bn", "pool_2 3x3/2 max", 16, 192, 55, 55, "(3,3)", "(2,2)", "(0,0)", "max"),
+    POOL("inception-bn", "max_pool_3c 3x3/2 pad 1", 16, 320, 28, 28, "(3,3)", "(2,2)", "(1,1)", "max"),
+    POOL("inception-bn", "avg_pool_3a 3x3/1 pad 1", 16, 192, 27, 27, "(3,3)", "(1,1)", "(1,1)", "avg"),
+    POOL("inception-bn", "avg_pool_4a 3x3/1 pad 1", 16, 576, 14, 14, "(3,3)", "(1,1)", "(1,1)", "avg"),
+    POOL("inception-bn", "avg_pool_5a 3x3/1 pad 1", 16, 1056, 7, 7, "(3,3)", "(1,1)", "(1,1)", "avg"),
+    POOL("resnet18", "pool1 3x3/2 pad 1 max", 8, 64, 112, 112, "(3,3)", "(2,2)", "(1,1)", "max"),
 };
 
 #define N_LAYERS ((int)(sizeof(layers) / sizeof(layers[0])))
@@ -190,8 +206,9 @@ static mx_status bench_layer(int index, const layer *l, int runs, int warmup, mx
     }
     if (st == MX_OK) {
         /* forward: 2 flops per multiply-add, one per output element and
-         * weight element of its output channel; backward twice that. */
-        double per_out = (double)mx_shape_size(&in_shapes[1]) / (double)in_shapes[1].dims[0];
+         * weight element of its output channel; backward twice that. Layers
+         * without a weight (pooling) count none. */
+        double per_out = n_in > 1 ? (double)mx_shape_size(&in_shapes[1]) / (double)in_shapes[1].dims[0] : 0.0;
         double gflop = 3.0 * 2.0 * (double)mx_shape_size(&out_shapes[0]) * per_out * 1e-9;
         double mf = median(tf, runs), mb = median(tb, runs), mt = median(tt, runs), best = tt[0]; /* sorted */
         printf("{");
