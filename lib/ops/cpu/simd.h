@@ -156,6 +156,8 @@ MX_SIMD_INLINE mx4_f mx4_even(mx4_f a, mx4_f b) { return __builtin_shufflevector
 MX_SIMD_INLINE mx4_f mx4_odd(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 1, 3, 5, 7); }
 MX_SIMD_INLINE mx4_f mx4_zip_lo(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 0, 4, 1, 5); }
 MX_SIMD_INLINE mx4_f mx4_zip_hi(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 2, 6, 3, 7); }
+MX_SIMD_INLINE mx4_f mx4_next(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 1, 2, 3, 4); }
+MX_SIMD_INLINE mx4_f mx4_prev(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 3, 4, 5, 6); }
 MX_SIMD_INLINE mx4_i mx4_iota(void) { return (mx4_i){0, 1, 2, 3}; }
 
 /* P##_max(a, b) = a > b ? a : b per lane, so a NaN in a is ignored
@@ -215,6 +217,14 @@ MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_zip_hi(mx8_f a, mx8_f b)
 {
     return __builtin_shufflevector(a, b, 4, 12, 5, 13, 6, 14, 7, 15);
 }
+MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_next(mx8_f a, mx8_f b)
+{
+    return __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8);
+}
+MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_prev(mx8_f a, mx8_f b)
+{
+    return __builtin_shufflevector(a, b, 7, 8, 9, 10, 11, 12, 13, 14);
+}
 
 typedef float mx16_f __attribute__((vector_size(64)));
 typedef int32_t mx16_i __attribute__((vector_size(64)));
@@ -261,12 +271,22 @@ MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_zip_hi(mx16_f a, mx16_f b)
 {
     return __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
 }
+MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_next(mx16_f a, mx16_f b)
+{
+    return __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+}
+MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_prev(mx16_f a, mx16_f b)
+{
+    return __builtin_shufflevector(a, b, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30);
+}
 #endif /* MX_SIMD_X86 */
 
 /* ------------------------------------------------------- per-width math */
 
 /* P##_even / _odd: lanes 0, 2, 4... / 1, 3, 5... of the 2W floats a:b;
- * P##_zip_lo / _hi: the inverse (a0 b0 a1 b1 ... of the low / high half). */
+ * P##_zip_lo / _hi: the inverse (a0 b0 a1 b1 ... of the low / high half);
+ * P##_next / _prev: lanes 1..W / W-1..2W-2 of a:b (lane i holds element
+ * i + 1 / i - 1 of the row a continues into b / b continues from a). */
 #define MX_SIMD_MATH(P, W, TARGET)                                                                                  \
     TARGET MX_SIMD_INLINE P##_f P##_splat(float s) { return (P##_f){0} + s; }                                       \
     TARGET MX_SIMD_INLINE P##_f P##_load(const float *p)                                                            \
