@@ -146,7 +146,15 @@ static float *random_floats(int64_t n, uint64_t *state)
 }
 
 /* Times one layer; prints its JSON line. */
-static mx_status bench_layer(int index, const layer *l, int runs, int warmup, mx_threadpool *pool)
+/* Writes `bytes` of `buf` (NULL: nothing), pushing a layer's arrays out of
+ * the caches as a network's other layers do between its passes. */
+static void evict_caches(char *buf, size_t bytes)
+{
+    if (buf) memset(buf, (int)(mx_time_seconds() * 1e6) & 0x7f, bytes);
+}
+
+static mx_status bench_layer(int index, const layer *l, int runs, int warmup, mx_threadpool *pool, char *evict,
+                             size_t evict_bytes)
 {
     const mx_op_def *op;
     MX_TRY(mx_op_lookup(l->op, &op));
@@ -193,15 +201,18 @@ static mx_status bench_layer(int index, const layer *l, int runs, int warmup, mx
     double *tf = mx_malloc(sizeof(double) * (size_t)runs), *tb = mx_malloc(sizeof(double) * (size_t)runs);
     double *tt = mx_malloc(sizeof(double) * (size_t)runs);
     for (int r = -warmup; r < runs && st == MX_OK; r++) {
+        evict_caches(evict, evict_bytes);
         double t0 = mx_time_seconds();
         st = op->forward(&ctx, params, in, req, out, NULL);
         double t1 = mx_time_seconds();
+        evict_caches(evict, evict_bytes);
+        double t1b = mx_time_seconds();
         if (st == MX_OK) st = op->backward(&ctx, params, ograd, in, out, req, grad, NULL);
         double t2 = mx_time_seconds();
         if (r >= 0) {
             tf[r] = t1 - t0;
-            tb[r] = t2 - t1;
-            tt[r] = t2 - t0;
+            tb[r] = t2 - t1b;
+            tt[r] = tf[r] + tb[r];
         }
     }
     if (st == MX_OK) {
@@ -262,14 +273,14 @@ static mx_status bench_sgemm(int m, int n, int k, int runs, int warmup, int thre
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mxbench [--runs N] [--warmup N] [--batch N] [--only SUBSTRING | --index I] [--no-sgemm | "
-               "--sgemm-only]\n"
+    fprintf(f, "usage: mxbench [--runs N] [--warmup N] [--batch N] [--evict MB] [--only SUBSTRING | --index I] "
+               "[--no-sgemm | --sgemm-only]\n"
                "       mxbench --list\n");
 }
 
 int main(int argc, char **argv)
 {
-    int runs = 5, warmup = 2, index = -1, batch = 0;
+    int runs = 5, warmup = 2, index = -1, batch = 0, evict_mb = 0;
     bool list = false, sgemm = true, sgemm_only = false;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -284,7 +295,13 @@ int main(int argc, char **argv)
                 return 2;
             }
         }
-        else if (!strcmp(argv[i], "--list")) list = true;
+        else if (!strcmp(argv[i], "--evict") && i + 1 < argc) {
+            evict_mb = atoi(argv[++i]);
+            if (evict_mb < 1) {
+                usage(stderr);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--list")) list = true;
         else if (!strcmp(argv[i], "--no-sgemm")) sgemm = false;
         else if (!strcmp(argv[i], "--sgemm-only")) sgemm_only = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -303,6 +320,14 @@ int main(int argc, char **argv)
      * cores), as inside mxtrain's engine. */
     int threads = mx_threadpool_default_size();
     mx_threadpool *pool = NULL;
+    /* --evict: written before every pass, so each starts as in a network,
+     * its arrays out of the caches. */
+    const size_t evict_bytes = (size_t)evict_mb << 20;
+    char *evict = evict_bytes ? mx_malloc(evict_bytes) : NULL;
+    if (evict_bytes && !evict) {
+        fprintf(stderr, "mxbench: --evict %d: out of memory\n", evict_mb);
+        return 1;
+    }
     for (int i = 0; i < N_LAYERS && !sgemm_only; i++) {
         layer at_batch = layers[i];
         if (batch > 0) at_batch.data[0] = batch;
@@ -318,11 +343,13 @@ int main(int argc, char **argv)
         }
         if (!pool && mx_threadpool_create(threads, &pool) != MX_OK) {
             fprintf(stderr, "mxbench: %s\n", mx_last_error());
+            free(evict);
             return 1;
         }
-        if (bench_layer(i, l, runs, warmup, pool) != MX_OK) {
+        if (bench_layer(i, l, runs, warmup, pool, evict, evict_bytes) != MX_OK) {
             fprintf(stderr, "mxbench: %s: %s\n", full, mx_last_error());
             mx_threadpool_free(pool);
+            free(evict);
             return 1;
         }
     }
@@ -332,9 +359,11 @@ int main(int argc, char **argv)
             bench_sgemm(128, 6272, 1152, runs, warmup, threads) != MX_OK) {
             fprintf(stderr, "mxbench: sgemm: %s\n", mx_last_error());
             mx_threadpool_free(pool);
+            free(evict);
             return 1;
         }
     }
     mx_threadpool_free(pool);
+    free(evict);
     return 0;
 }
