@@ -777,6 +777,99 @@ START_TEST(depthwise_folds_give_the_same_bits)
 }
 END_TEST
 
+/* Residual sums after convolutions, which prediction folds (with their
+ * relus) into the convolutions (mx_graph_fold_conv_sums): a 1x1 (the
+ * direct kernels where they lead), a 3x3 (Winograd) with an ElementWiseSum
+ * and no relu, a strided 3x3 beside a strided 1x1 projection (the later,
+ * the projection, takes the sum), a depthwise 3x3 (add, then the relu
+ * pass), one whose addend is read again later (not in place: copied), and
+ * one whose other input comes after it (stays). */
+static mx_graph *conv_sums(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    mx_entry r0 = test_entry(test_graph_op(g, "Convolution", "c0", "kernel=(3,3);pad=(1,1);num_filter=16", &x, 1));
+    r0 = test_entry(test_graph_op(g, "Activation", "r0", "act_type=relu", &r0, 1));
+    mx_entry c1 = test_entry(test_graph_op(g, "Convolution", "c1", "kernel=(1,1);num_filter=16", &r0, 1));
+    mx_entry in1[2] = {r0, c1};
+    x = test_entry(test_graph_op(g, "elemwise_add", "s1", NULL, in1, 2));
+    mx_entry a1 = test_entry(test_graph_op(g, "Activation", "a1", "act_type=relu", &x, 1));
+    mx_entry c2 = test_entry(test_graph_op(g, "Convolution", "c2", "kernel=(3,3);pad=(1,1);num_filter=16", &a1, 1));
+    mx_entry in2[2] = {a1, c2};
+    mx_entry s2 = test_entry(test_graph_op(g, "ElementWiseSum", "s2", "num_args=2", in2, 2));
+    mx_entry c3 = test_entry(
+        test_graph_op(g, "Convolution", "c3", "kernel=(3,3);stride=(2,2);pad=(1,1);num_filter=32;no_bias=True", &s2, 1));
+    mx_entry p3 = test_entry(test_graph_op(g, "Convolution", "p3", "kernel=(1,1);stride=(2,2);num_filter=32", &s2, 1));
+    mx_entry in3[2] = {c3, p3};
+    x = test_entry(test_graph_op(g, "elemwise_add", "s3", NULL, in3, 2));
+    mx_entry a3 = test_entry(test_graph_op(g, "Activation", "a3", "act_type=relu", &x, 1));
+    mx_entry dw = test_entry(
+        test_graph_op(g, "Convolution", "dw", "kernel=(3,3);pad=(1,1);num_filter=32;num_group=32", &a3, 1));
+    mx_entry in4[2] = {a3, dw};
+    x = test_entry(test_graph_op(g, "elemwise_add", "s4", NULL, in4, 2));
+    mx_entry a4 = test_entry(test_graph_op(g, "Activation", "a4", "act_type=relu", &x, 1));
+    mx_entry c5 = test_entry(test_graph_op(g, "Convolution", "c5", "kernel=(1,1);num_filter=32", &a4, 1));
+    mx_entry in5[2] = {a4, c5};
+    mx_entry s5 = test_entry(test_graph_op(g, "elemwise_add", "s5", NULL, in5, 2));
+    mx_entry in5b[2] = {s5, a4}; /* a4 read again: s5 cannot take its memory */
+    mx_entry m5 = test_entry(test_graph_op(g, "elemwise_add", "m5", NULL, in5b, 2));
+    mx_entry c6 = test_entry(test_graph_op(g, "Convolution", "c6", "kernel=(1,1);num_filter=32", &m5, 1));
+    mx_entry q6 = test_entry(test_graph_op(g, "Activation", "q6", "act_type=tanh", &m5, 1));
+    mx_entry in6[2] = {c6, q6}; /* q6 comes after c6: the sum stays */
+    x = test_entry(test_graph_op(g, "elemwise_add", "s6", NULL, in6, 2));
+    x = test_entry(test_graph_op(g, "Flatten", "flat", NULL, &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    return g;
+}
+
+/* Folded, the sums run inside the convolutions, and prediction gives the
+ * unfolded graph's outputs (the direct kernels' the same bits; the paths
+ * that add and then run the relu round as the unfolded layers do, but
+ * Winograd's and the lowered products may add in another order). */
+START_TEST(conv_sums_fold_in_prediction)
+{
+    bound b;
+    bind_net(&b, conv_sums(), MX_SHAPE(3, 5, 12, 14), 3, false, false, 17);
+    mx_layer_time *t;
+    int n;
+    ck_assert_int_eq(mx_executor_time_layers(b.ex, 1, &t, &n), MX_OK);
+    const char *want[] = {"c0+r0", "c1+s1+a1", "c2+s2", "c3", "p3+s3+a3", "dw+s4+a4", "c5+s5", "m5", "c6", "q6",
+                          "s6", "flat", "fc", "softmax"};
+    ck_assert_int_eq(n, (int)(sizeof(want) / sizeof(want[0])));
+    for (int i = 0; i < n; i++) ck_assert_str_eq(t[i].name, want[i]);
+    ck_assert_str_eq(t[1].op, "Convolution+elemwise_add+Activation");
+    ck_assert_str_eq(t[2].op, "Convolution+elemwise_add");
+    free(t);
+    unbind(&b);
+
+    float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000); /* 6 outputs: 32K floats */
+    const char *outs[] = {"a1_output", "s2_output", "a3_output", "a4_output", "m5_output", "s6_output"};
+    int f_off, f_on;
+    const char *flat[] = {"flat_output"}; /* every fold feeds it */
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    size_t nr = predict_once(conv_sums, MX_SHAPE(3, 5, 12, 14), 3, flat, 1, &f_off, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    ck_assert_int_eq(predict_once(conv_sums, MX_SHAPE(3, 5, 12, 14), 3, flat, 1, &f_on, got), nr);
+    ck_assert_int_eq(f_off - f_on, 9); /* 4 activations, 5 sums */
+    for (size_t i = 0; i < nr; i++)
+        ck_assert_msg(fabsf(ref[i] - got[i]) <= 1e-5f * (1.0f + fabsf(ref[i])), "output %zu: %.8g folded, %.8g not", i,
+                      got[i], ref[i]);
+    /* Every sum asked for as an output: nothing of theirs folds, the same bits. */
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1);
+    nr = predict_once(conv_sums, MX_SHAPE(3, 5, 12, 14), 3, outs, 6, &f_off, ref);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    ck_assert_int_eq(predict_once(conv_sums, MX_SHAPE(3, 5, 12, 14), 3, outs, 6, &f_on, got), nr);
+    ck_assert_int_eq(memcmp(ref, got, nr * sizeof(float)), 0);
+    int zeros = 0;
+    for (size_t i = 0; i < nr; i++) zeros += ref[i] == 0.0f;
+    ck_assert_msg(zeros > 0, "the test data must reach the relus' bound");
+    free(ref);
+    free(got);
+}
+END_TEST
+
 START_TEST(hidden_outputs_nobody_reads_get_no_memory)
 {
     /* conv -> LRN -> fc -> softmax: no op here has an in-place option, so
@@ -1089,6 +1182,7 @@ int main(void)
     tcase_add_test(tc, layer_timing_covers_every_layer);
     tcase_add_test(tc, folding_folds_only_what_nobody_else_reads);
     tcase_add_test(tc, depthwise_folds_give_the_same_bits);
+    tcase_add_test(tc, conv_sums_fold_in_prediction);
     tcase_add_test(tc, residual_sums_fold_into_batchnorm);
     tcase_add_test(tc, hidden_outputs_nobody_reads_get_no_memory);
     tcase_add_test(tc, bind_errors_are_clear);

@@ -2,6 +2,7 @@
 #include "executor/plan.h"
 #include "device/device.h"
 #include "ops/batch_norm.h"
+#include "ops/convolution.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -292,14 +293,15 @@ static mx_req output_req(const mx_executor *ex, uint32_t e)
 
 /* A node's layer and op names with what was folded into it: "bn1+relu1"
  * (BatchNorm+Activation), "bn2c+res2a+res2a_relu"
- * (BatchNorm+ElementWiseSum+Activation). */
+ * (BatchNorm+ElementWiseSum+Activation), "conv3+plus0+relu2"
+ * (Convolution+elemwise_add+Activation, in prediction). */
 static void folded_names(const mx_graph *g, const mx_node *f, const char *layer, char *name, size_t name_size,
                          char *op_name, size_t op_size)
 {
     int at = snprintf(name, name_size, "%s", layer);
     snprintf(op_name, op_size, "%s", f->op->name); /* the fused op's name lists the sum */
     const mx_node *last = f;
-    if (f->op == &mx_op_batch_norm_add) {
+    if (f->op == &mx_op_batch_norm_add || f->op == &mx_op_convolution_add) {
         last = mx_graph_node(g, f->folded_node);
         if (at >= 0 && (size_t)at < name_size) at += snprintf(name + at, name_size - (size_t)at, "+%s", last->name);
     }

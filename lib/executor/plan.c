@@ -310,6 +310,9 @@ static mx_status prepare_graph(const mx_graph *src, const char *const *outputs, 
     int n_folded;
     if (s == MX_OK && fold) s = mx_graph_fold_activations(g, NULL, &n_folded);
     if (s == MX_OK && fold) s = mx_graph_fold_residual_sums(g, NULL, &n_folded);
+    /* Prediction: the sums BatchNorm left (folded into the convolutions) go
+     * into the convolutions. */
+    if (s == MX_OK && fold && !for_training) s = mx_graph_fold_conv_sums(g, NULL, &n_folded);
     int n_fwd = mx_graph_num_nodes(g);
     eg->n_forward = n_fwd;
     if (s == MX_OK) {

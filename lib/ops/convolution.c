@@ -236,6 +236,64 @@ static mx_status conv_backward(const mx_op_ctx *ctx, const void *vp, const mx_te
 
 static const char *const conv_aliases[] = {"conv", NULL};
 
+/* ------------------------------------------- Convolution + residual sum */
+
+static int conva_list_inputs(const void *vp, const char **names)
+{
+    names[0] = "addend";
+    return 1 + conv_list_inputs(vp, names + 1);
+}
+
+static mx_status conva_infer_shape(const void *vp, mx_shape *in, int n_in, mx_shape *out, int n_out)
+{
+    MX_TRY(conv_infer_shape(vp, in + 1, n_in - 1, out, n_out));
+    return expect_shape("addend", &in[0], out[0]);
+}
+
+static size_t conva_workspace(const void *vp, const mx_shape *in, const mx_shape *out, bool backward)
+{
+    return conv_workspace(vp, in + 1, out, backward);
+}
+
+static mx_status conva_forward(const mx_op_ctx *ctx, const void *vp, const mx_tensor *in, const mx_req *req,
+                               mx_tensor *out, mx_tensor *aux)
+{
+    (void)aux;
+    const conv_params *p = vp;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    if (req[0] == MX_REQ_ADD)
+        return MX_ERROR(MX_ERR_INVALID, "Convolution+elemwise_add: the folded sum writes its output (req %d)", req[0]);
+    mx_conv_geom g = conv_geom(p, &in[1].shape);
+    mx_conv_prepared *prep = NULL;
+    if (ctx->state && (ctx->fixed_inputs & (1u << 2))) {
+        if (!*ctx->state) MX_TRY(mx_conv_prepare(mx_op_pool(ctx), &g, in[2].data, (mx_conv_prepared **)ctx->state));
+        prep = *ctx->state;
+    }
+    return mx_conv_forward_residual(mx_op_pool(ctx), &g, prep, in[1].data, in[2].data, p->no_bias ? NULL : in[3].data,
+                                    in[0].data, &ctx->fold, out[0].data, ctx->workspace, usable_ws(ctx, p, &g));
+}
+
+/* The output may take the addend's memory: then the kernels add onto it. */
+static const mx_inplace conva_forward_inplace[] = {{0, 0}, {-1, -1}};
+
+const mx_op_def mx_op_convolution_add = {
+    .name = "Convolution+elemwise_add",
+    .doc = "A residual sum folded into the Convolution before it: Convolution(data) + addend (prediction folding "
+           "only; no backward).",
+    .params = conv_param_table,
+    .n_params = N_CONV_PARAMS,
+    .params_size = sizeof(conv_params),
+    .check = conv_check,
+    .list_inputs = conva_list_inputs,
+    .list_outputs = conv_list_outputs,
+    .infer_shape = conva_infer_shape,
+    .workspace = conva_workspace,
+    .forward_inplace = conva_forward_inplace,
+    .folds_elementwise = true,
+    .forward = conva_forward,
+    .state_free = conv_state_free,
+};
+
 MX_OP_GPU_DECLARE(convolution);
 
 const mx_op_def mx_op_convolution = {

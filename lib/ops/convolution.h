@@ -21,4 +21,10 @@ typedef struct conv_params {
 enum { CONV_TUNE_NONE, CONV_TUNE_OFF, CONV_TUNE_LIMITED, CONV_TUNE_FASTEST };
 enum { LAYOUT_NONE, LAYOUT_NCW, LAYOUT_NCHW };
 
+/* A residual sum folded into the convolution before it (symbol.h's
+ * mx_graph_fold_conv_sums; prediction only, no backward): inputs addend,
+ * data, weight [, bias]; out = Convolution(data) + addend, then the sum's
+ * folded activation. The output may take the addend's memory. */
+extern const struct mx_op_def mx_op_convolution_add;
+
 #endif /* MX_OPS_CONVOLUTION_H */

@@ -393,3 +393,76 @@ mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_fold_pair **pairs, i
     else free(found);
     return MX_OK;
 }
+
+/* Input k of the sum s is output 0 of a Convolution that nothing else
+ * reads, with no fold of its own, not a head, after the other input. */
+static bool foldable_conv(const mx_graph *g, const mx_node *s, int k, const int *readers, const bool *head)
+{
+    const mx_entry in = s->inputs[k], other = s->inputs[1 - k];
+    const mx_node *c = &g->nodes[in.node];
+    return in.index == 0 && is_op(c, "Convolution") && c->fold.kind == MX_FOLD_NONE && readers[in.node] == 1 &&
+           !head[in.node] && other.node < in.node;
+}
+
+mx_status mx_graph_fold_conv_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
+{
+    if (pairs) *pairs = NULL;
+    *n_pairs = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].kind == MX_NODE_BACKWARD)
+            return MX_ERROR(MX_ERR_INVALID, "folding: the graph already has a backward pass");
+    int *readers;
+    bool *head;
+    MX_TRY(count_readers(g, &readers, &head));
+    mx_graph_fold_pair *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
+    if (!found) {
+        free(readers);
+        free(head);
+        return MX_ERR_NOMEM;
+    }
+    mx_status st = MX_OK;
+    int n = 0;
+    for (int si = 0; si < g->n_nodes && st == MX_OK; si++) {
+        mx_node *s = &g->nodes[si];
+        const bool esum = is_op(s, "ElementWiseSum") && ((const esum_params *)s->params)->num_args == 2;
+        if (!(esum || is_op(s, "elemwise_add")) || s->n_inputs != 2 || head[si] ||
+            s->inputs[0].node == s->inputs[1].node)
+            continue;
+        /* The later convolution of the two, when both could take it. */
+        int k = -1;
+        for (int c = 0; c < 2; c++)
+            if (foldable_conv(g, s, c, readers, head) && (k < 0 || s->inputs[c].node > s->inputs[k].node)) k = c;
+        if (k < 0) continue;
+        const uint32_t ci = s->inputs[k].node;
+        mx_node *conv = &g->nodes[ci];
+        mx_entry *inputs = mx_malloc(sizeof(mx_entry) * (size_t)(conv->n_inputs + 1));
+        if (!inputs) {
+            st = MX_ERR_NOMEM;
+            break;
+        }
+        /* addend, then the convolution's data, weight and bias */
+        inputs[0] = s->inputs[1 - k];
+        memcpy(inputs + 1, conv->inputs, sizeof(mx_entry) * (size_t)conv->n_inputs);
+        free(conv->inputs);
+        conv->inputs = inputs;
+        conv->n_inputs++;
+        conv->op = &mx_op_convolution_add;
+        conv->fold = s->fold; /* the sum's folded relu, if any */
+        conv->folded_node = (uint32_t)si;
+        for (int i = si + 1; i < g->n_nodes; i++)
+            for (int j = 0; j < g->nodes[i].n_inputs; j++)
+                if (g->nodes[i].inputs[j].node == (uint32_t)si) g->nodes[i].inputs[j] = (mx_entry){ci, 0};
+        readers[si] = 0;
+        found[n++] = (mx_graph_fold_pair){ci, (uint32_t)si};
+    }
+    free(readers);
+    free(head);
+    if (st != MX_OK) {
+        free(found);
+        return st;
+    }
+    *n_pairs = n;
+    if (pairs) *pairs = found;
+    else free(found);
+    return MX_OK;
+}

@@ -232,6 +232,19 @@ mx_status mx_graph_fold_activations(mx_graph *g, mx_graph_fold_pair **pairs, int
  * count. */
 mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs);
 
+/* The prediction pass, after the other two (forward-only graphs: the
+ * folded op has no backward): a two-input ElementWiseSum or elemwise_add
+ * whose input is output 0 of a Convolution that nothing else reads (no
+ * fold of its own, not a head, after the other input) is folded into that
+ * convolution: the node becomes mx_op_convolution_add (ops/convolution.h),
+ * its inputs the sum's other input (the addend) and then its own, with
+ * the sum's fold (its relu); the sum's readers read the node's output 0
+ * and the sum is left with no reader. Of two convolutions, the later one
+ * takes the sum. With BatchNorm folded into the convolutions first
+ * (mx_graph_fold_batchnorm), ResNet's residual sums take the place of a
+ * pass over their outputs. *pairs as above. */
+mx_status mx_graph_fold_conv_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs);
+
 /* ---------------------------------------------------------------- JSON */
 
 /* Writes MXNet's symbol JSON (nnvm, version 10901), byte-compatible with

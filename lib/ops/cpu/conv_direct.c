@@ -239,9 +239,10 @@ TARGET static void pack_band(const core *p, const dband *b, float *planes)
 /* ------------------------------------------------------ forward kernel */
 
 /* How the forward kernels store a tile: written, added to what is there,
- * or written through a relu (a folded Activation: max(t, 0) is Activation's
- * select(t > 0, t, 0) bit for bit, NaN and -0 included). */
-typedef enum store_mode { STORE_WRITE = 0, STORE_ADD, STORE_RELU } store_mode;
+ * written through a relu (a folded Activation: max(t, 0) is Activation's
+ * select(t > 0, t, 0) bit for bit, NaN and -0 included), or added to what
+ * is there and then through a relu (a folded residual sum and its relu). */
+typedef enum store_mode { STORE_WRITE = 0, STORE_ADD, STORE_RELU, STORE_ADD_RELU } store_mode;
 
 /* R rows x V vectors: acc[r][v] = sum over k of w[k*R + r] * view_k(vector v),
  * then dst (+ bias), stored per `store`. */
@@ -298,8 +299,9 @@ INLINE void fwd_tile(const float *w, const int64_t *koff, int64_t kn, const dvec
         for (int r = 0; r < R; r++) {
             __m512 t = acc[r][v];
             if (bias) t = _mm512_add_ps(t, _mm512_set1_ps(bias[r]));
-            if (store == STORE_ADD) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m[v], d + r * ldc));
-            else if (store == STORE_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
+            if (store == STORE_ADD || store == STORE_ADD_RELU)
+                t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m[v], d + r * ldc));
+            if (store == STORE_RELU || store == STORE_ADD_RELU) t = _mm512_max_ps(t, _mm512_setzero_ps());
             _mm512_mask_storeu_ps(d + r * ldc, m[v], t);
         }
     }
@@ -461,9 +463,10 @@ static tail_stage tail_stage_at(const core *c, char *at)
 
 /* The tails recorded in ts->recs[0, n): gathered into vectors of 16 (each
  * tail whole in one), run as whole vectors on their own tap offsets, and
- * their rows [first_row, end_row) copied out, or added for STORE_ADD (the
- * staged t is added to what is there, as the kernel's store adds: the same
- * bits). Unused lanes compute zeros and are not copied. */
+ * their rows [first_row, end_row) copied out, or added for STORE_ADD and
+ * STORE_ADD_RELU (the staged t is added to what is there, as the kernel's
+ * store adds: the same bits; then the relu). Unused lanes compute zeros
+ * and are not copied. */
 TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, const float *wp, const tail_stage *ts,
                              int64_t n, int64_t ldc, const float *bias, int store)
 {
@@ -483,13 +486,19 @@ TARGET static void run_tails(const core *p, int64_t first_row, int64_t end_row, 
     }
     vlist l = {.v = ts->vl, .cap = vecs};
     for (int64_t v = 0; v < vecs; v++) vlist_add(&l, ts->x + v * LANES, ts->y + v * LANES, LANES, 0);
+    const bool add = store == STORE_ADD || store == STORE_ADD_RELU;
     run_vectors_from(first_row, end_row, p->k, p->r, p->v, wp, ts->koff, &l, width, bias,
-                     store == STORE_ADD ? STORE_WRITE : store);
+                     add ? STORE_WRITE : store);
     for (int64_t i = 0; i < n; i++)
         for (int64_t r = first_row; r < end_row; r++) {
             float *d = ts->recs[i].dst + r * ldc;
             const float *t = ts->y + r * width + ts->recs[i].at;
-            if (store == STORE_ADD)
+            if (store == STORE_ADD_RELU)
+                for (int64_t j = 0; j < ts->recs[i].n; j++) {
+                    const float v = d[j] + t[j];
+                    d[j] = v > 0.0f ? v : 0.0f; /* Activation's relu: NaN and -0 give 0 */
+                }
+            else if (add)
                 for (int64_t j = 0; j < ts->recs[i].n; j++) d[j] += t[j];
             else
                 memcpy(d, t, (size_t)ts->recs[i].n * sizeof(float));
@@ -716,9 +725,11 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
                                float *y, char *base)
 {
     /* A folded relu goes into the kernels' stores; other folded layers run
-     * on each chunk's rows while they are in cache. */
-    const int store = accumulate ? STORE_ADD : fold && mx_fold_is_relu(fold) ? STORE_RELU : STORE_WRITE;
-    if (store == STORE_RELU) fold = NULL;
+     * on each chunk's rows while they are in cache. With accumulate, on
+     * the sums (a residual sum's relu). */
+    const bool relu = fold && mx_fold_is_relu(fold);
+    const int store = accumulate ? (relu ? STORE_ADD_RELU : STORE_ADD) : relu ? STORE_RELU : STORE_WRITE;
+    if (relu) fold = NULL;
     const int level = fold ? mx_simd_level() : 0;
     const core *c = &p->c;
     int64_t *koff = (int64_t *)(base + p->off_koff);
@@ -767,7 +778,6 @@ mx_status mx_direct_forward_part_fold(const mx_conv_geom *g, const float *packed
                                       const mx_fold *fold, float *y, void *scratch)
 {
     if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
-    MX_TRY(mx_fold_check_req(fold, accumulate ? MX_REQ_ADD : MX_REQ_WRITE, "Convolution"));
     if (!mx_direct_supported(g)) return MX_ERROR(MX_ERR_INVALID, "conv_direct: unsupported convolution geometry");
     if (images <= 0) return MX_OK;
     fplan p;

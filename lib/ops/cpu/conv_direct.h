@@ -150,10 +150,11 @@ int64_t mx_direct_forward_panels(const mx_conv_geom *g);
 mx_status mx_direct_forward_part(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
                                  int64_t part, int64_t parts, const float *bias, bool accumulate, float *y,
                                  void *scratch);
-/* mx_direct_forward_part, then the folded layer `fold` (NULL: none; not
- * with accumulate) on each chunk's output rows right after they are
- * written, while they are in cache: what mx_fold_rows over the whole
- * output would give. */
+/* mx_direct_forward_part, then the folded layer `fold` (NULL: none) on
+ * each chunk's output rows right after they are written, while they are
+ * in cache: what mx_fold_rows over the whole output would give. With
+ * accumulate the fold applies to the sums, y = fold(y + conv) (a residual
+ * sum folded into the convolution, and its relu). */
 mx_status mx_direct_forward_part_fold(const mx_conv_geom *g, const float *packed, const float *x, int64_t images,
                                       int64_t part, int64_t parts, const float *bias, bool accumulate,
                                       const mx_fold *fold, float *y, void *scratch);

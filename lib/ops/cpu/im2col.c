@@ -1142,8 +1142,15 @@ static mx_status conv_forward_act(mx_threadpool *pool, mx_scratch_lease *lease, 
 {
     if (req == MX_REQ_NULL || g->batch == 0) return MX_OK;
     if (fold && fold->kind == MX_FOLD_NONE) fold = NULL;
-    MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
     const forward_path path = pick_forward_path(g);
+    /* A fold with an add request is a residual sum's (y = fold(y + conv),
+     * mx_conv_forward_residual): the direct kernels apply it as they store;
+     * the other paths add, then run it over y. */
+    if (fold && req == MX_REQ_ADD && path != PATH_DIRECT) {
+        MX_TRY(conv_forward_act(pool, lease, g, prep, x, w, bias, NULL, y, req, ws, ws_bytes));
+        mx_fold_forward(pool, fold, y, g->batch * out_image(g));
+        return MX_OK;
+    }
     if (path == PATH_DEPTHWISE) {
         return mx_depthwise_forward(pool, g, x, w, bias, fold, y, req);
     }
@@ -1337,9 +1344,25 @@ mx_status mx_conv_forward_prepared(mx_threadpool *pool, const mx_conv_geom *g, c
                                    const float *x, const float *w, const float *bias, const mx_fold *fold, float *y,
                                    mx_req req, void *ws, size_t ws_bytes)
 {
+    MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
     mx_scratch_lease *lease;
     MX_TRY(mx_scratch_take(pool, &lease));
     mx_status s = conv_forward_act(pool, lease, g, prep, x, w, bias, fold, y, req, ws, ws_bytes);
+    mx_scratch_give(pool, lease);
+    return s;
+}
+
+mx_status mx_conv_forward_residual(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
+                                   const float *x, const float *w, const float *bias, const float *addend,
+                                   const mx_fold *fold, float *y, void *ws, size_t ws_bytes)
+{
+    if (g->batch == 0) return MX_OK;
+    /* Only where the shortcut is read again later (the planner gives the
+     * output the shortcut's memory otherwise). */
+    if (addend != y) memcpy(y, addend, (size_t)(g->batch * out_image(g)) * sizeof(float));
+    mx_scratch_lease *lease;
+    MX_TRY(mx_scratch_take(pool, &lease));
+    mx_status s = conv_forward_act(pool, lease, g, prep, x, w, bias, fold, y, MX_REQ_ADD, ws, ws_bytes);
     mx_scratch_give(pool, lease);
     return s;
 }

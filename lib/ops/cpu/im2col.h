@@ -84,6 +84,14 @@ void mx_conv_prepared_free(mx_conv_prepared *p);
 mx_status mx_conv_forward_prepared(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
                                    const float *x, const float *w, const float *bias, const mx_fold *fold, float *y,
                                    mx_req req, void *ws, size_t ws_bytes);
+/* A residual sum folded into the convolution: y = fold(conv(x) + addend),
+ * conv(x) with its bias; addend has y's shape and may be y itself (then
+ * nothing is copied). The direct kernels add and apply a relu as they
+ * store (the unfolded layers' bits); the other paths add into y, then run
+ * the fold over it. */
+mx_status mx_conv_forward_residual(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
+                                   const float *x, const float *w, const float *bias, const float *addend,
+                                   const mx_fold *fold, float *y, void *ws, size_t ws_bytes);
 
 /* From dy (N, F, OH, OW): dx (per req_dx, skipped when MX_REQ_NULL or dx
  * NULL) and dw (per req_dw, likewise). x is read only for dw, w only for
