@@ -326,76 +326,7 @@ static bool foldable_bn(const mx_graph *g, const mx_node *s, int k, const int *r
            readers[in.node] == 1 && !head[in.node] && other.node < in.node;
 }
 
-mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
-{
-    if (pairs) *pairs = NULL;
-    *n_pairs = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].kind == MX_NODE_BACKWARD)
-            return MX_ERROR(MX_ERR_INVALID, "folding: the graph already has a backward pass");
-    int *readers;
-    bool *head;
-    MX_TRY(count_readers(g, &readers, &head));
-    mx_graph_fold_pair *found = mx_malloc(sizeof(*found) * (size_t)(g->n_nodes + 1));
-    if (!found) {
-        free(readers);
-        free(head);
-        return MX_ERR_NOMEM;
-    }
-    mx_status st = MX_OK;
-    int n = 0;
-    for (int si = 0; si < g->n_nodes && st == MX_OK; si++) {
-        mx_node *s = &g->nodes[si];
-        if (!is_op(s, "ElementWiseSum") || s->n_inputs != 2 || ((const esum_params *)s->params)->num_args != 2 ||
-            head[si] || s->inputs[0].node == s->inputs[1].node)
-            continue;
-        /* The later BatchNorm of the two, when both could take it. */
-        int k = -1;
-        for (int c = 0; c < 2; c++)
-            if (foldable_bn(g, s, c, readers, head) && (k < 0 || s->inputs[c].node > s->inputs[k].node)) k = c;
-        if (k < 0) continue;
-        const uint32_t bi = s->inputs[k].node;
-        mx_node *bn = &g->nodes[bi];
-        mx_entry *inputs = mx_malloc(sizeof(mx_entry) * 6);
-        if (!inputs) {
-            st = MX_ERR_NOMEM;
-            break;
-        }
-        /* data, gamma, beta, addend, moving_mean, moving_var */
-        inputs[0] = bn->inputs[0];
-        inputs[1] = bn->inputs[1];
-        inputs[2] = bn->inputs[2];
-        inputs[3] = s->inputs[1 - k];
-        inputs[4] = bn->inputs[3];
-        inputs[5] = bn->inputs[4];
-        free(bn->inputs);
-        bn->inputs = inputs;
-        bn->n_inputs = 6;
-        bn->op = &mx_op_batch_norm_add;
-        bn->fold = s->fold; /* the sum's folded relu, if any */
-        bn->folded_node = (uint32_t)si;
-        /* The sum's readers read the BatchNorm's output 0; the sum is left
-         * with no reader (it no longer runs). */
-        for (int i = si + 1; i < g->n_nodes; i++)
-            for (int j = 0; j < g->nodes[i].n_inputs; j++)
-                if (g->nodes[i].inputs[j].node == (uint32_t)si) g->nodes[i].inputs[j] = (mx_entry){bi, 0};
-        readers[si] = 0;
-        found[n++] = (mx_graph_fold_pair){bi, (uint32_t)si};
-    }
-    free(readers);
-    free(head);
-    if (st != MX_OK) {
-        free(found);
-        return st;
-    }
-    *n_pairs = n;
-    if (pairs) *pairs = found;
-    else free(found);
-    return MX_OK;
-}
-
-/* Input k of the sum s is output 0 of a Convolution that nothing else
- * reads, with no fold of its own, not a head, after the other input. */
+/* The same for a Convolution (its only output). */
 static bool foldable_conv(const mx_graph *g, const mx_node *s, int k, const int *readers, const bool *head)
 {
     const mx_entry in = s->inputs[k], other = s->inputs[1 - k];
@@ -404,7 +335,44 @@ static bool foldable_conv(const mx_graph *g, const mx_node *s, int k, const int 
            !head[in.node] && other.node < in.node;
 }
 
-mx_status mx_graph_fold_conv_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
+/* A two-input sum: ElementWiseSum of two, or (with elemwise) elemwise_add. */
+static bool two_input_sum(const mx_node *s, bool elemwise)
+{
+    const bool esum = is_op(s, "ElementWiseSum") && ((const esum_params *)s->params)->num_args == 2;
+    return (esum || (elemwise && is_op(s, "elemwise_add"))) && s->n_inputs == 2 &&
+           s->inputs[0].node != s->inputs[1].node;
+}
+
+/* The node `into` takes the sum s (its input 1 - k the addend): op, the
+ * inputs (addend at `at` among its own, which keep their order), the
+ * sum's fold; the sum's readers read `into`'s output 0 instead. */
+static mx_status absorb_sum(mx_graph *g, uint32_t into, uint32_t si, int k, const mx_op_def *op, int at)
+{
+    mx_node *n = &g->nodes[into];
+    const mx_node *s = &g->nodes[si];
+    mx_entry *inputs = mx_malloc(sizeof(mx_entry) * (size_t)(n->n_inputs + 1));
+    if (!inputs) return MX_ERR_NOMEM;
+    memcpy(inputs, n->inputs, sizeof(mx_entry) * (size_t)at);
+    inputs[at] = s->inputs[1 - k];
+    memcpy(inputs + at + 1, n->inputs + at, sizeof(mx_entry) * (size_t)(n->n_inputs - at));
+    free(n->inputs);
+    n->inputs = inputs;
+    n->n_inputs++;
+    n->op = op;
+    n->fold = s->fold; /* the sum's folded relu, if any */
+    n->folded_node = si;
+    for (uint32_t i = si + 1; i < (uint32_t)g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            if (g->nodes[i].inputs[j].node == si) g->nodes[i].inputs[j] = (mx_entry){into, 0};
+    return MX_OK;
+}
+
+/* Every two-input sum (elemwise_add too with `elemwise`) one of whose
+ * inputs `foldable` accepts goes into that node (the later of two) as
+ * `op`, the addend its input `at`. */
+static mx_status fold_sums(mx_graph *g, bool elemwise,
+                           bool (*foldable)(const mx_graph *, const mx_node *, int, const int *, const bool *),
+                           const mx_op_def *op, int at, mx_graph_fold_pair **pairs, int *n_pairs)
 {
     if (pairs) *pairs = NULL;
     *n_pairs = 0;
@@ -423,37 +391,16 @@ mx_status mx_graph_fold_conv_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *
     mx_status st = MX_OK;
     int n = 0;
     for (int si = 0; si < g->n_nodes && st == MX_OK; si++) {
-        mx_node *s = &g->nodes[si];
-        const bool esum = is_op(s, "ElementWiseSum") && ((const esum_params *)s->params)->num_args == 2;
-        if (!(esum || is_op(s, "elemwise_add")) || s->n_inputs != 2 || head[si] ||
-            s->inputs[0].node == s->inputs[1].node)
-            continue;
-        /* The later convolution of the two, when both could take it. */
+        const mx_node *s = &g->nodes[si];
+        if (!two_input_sum(s, elemwise) || head[si]) continue;
         int k = -1;
         for (int c = 0; c < 2; c++)
-            if (foldable_conv(g, s, c, readers, head) && (k < 0 || s->inputs[c].node > s->inputs[k].node)) k = c;
+            if (foldable(g, s, c, readers, head) && (k < 0 || s->inputs[c].node > s->inputs[k].node)) k = c;
         if (k < 0) continue;
-        const uint32_t ci = s->inputs[k].node;
-        mx_node *conv = &g->nodes[ci];
-        mx_entry *inputs = mx_malloc(sizeof(mx_entry) * (size_t)(conv->n_inputs + 1));
-        if (!inputs) {
-            st = MX_ERR_NOMEM;
-            break;
-        }
-        /* addend, then the convolution's data, weight and bias */
-        inputs[0] = s->inputs[1 - k];
-        memcpy(inputs + 1, conv->inputs, sizeof(mx_entry) * (size_t)conv->n_inputs);
-        free(conv->inputs);
-        conv->inputs = inputs;
-        conv->n_inputs++;
-        conv->op = &mx_op_convolution_add;
-        conv->fold = s->fold; /* the sum's folded relu, if any */
-        conv->folded_node = (uint32_t)si;
-        for (int i = si + 1; i < g->n_nodes; i++)
-            for (int j = 0; j < g->nodes[i].n_inputs; j++)
-                if (g->nodes[i].inputs[j].node == (uint32_t)si) g->nodes[i].inputs[j] = (mx_entry){ci, 0};
-        readers[si] = 0;
-        found[n++] = (mx_graph_fold_pair){ci, (uint32_t)si};
+        const uint32_t into = s->inputs[k].node;
+        st = absorb_sum(g, into, (uint32_t)si, k, op, at);
+        readers[si] = 0; /* left with no reader: it no longer runs */
+        if (st == MX_OK) found[n++] = (mx_graph_fold_pair){into, (uint32_t)si};
     }
     free(readers);
     free(head);
@@ -465,4 +412,17 @@ mx_status mx_graph_fold_conv_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *
     if (pairs) *pairs = found;
     else free(found);
     return MX_OK;
+}
+
+/* BatchNorm+ElementWiseSum's inputs: data, gamma, beta, addend, then the
+ * moving statistics. */
+mx_status mx_graph_fold_residual_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
+{
+    return fold_sums(g, false, foldable_bn, &mx_op_batch_norm_add, 3, pairs, n_pairs);
+}
+
+/* Convolution+elemwise_add's inputs: the addend, then the convolution's. */
+mx_status mx_graph_fold_conv_sums(mx_graph *g, mx_graph_fold_pair **pairs, int *n_pairs)
+{
+    return fold_sums(g, true, foldable_conv, &mx_op_convolution_add, 0, pairs, n_pairs);
 }
