@@ -201,19 +201,26 @@ static size_t usable_ws(const mx_op_ctx *ctx, const conv_params *p, const mx_con
     return ctx->workspace_bytes < want ? ctx->workspace_bytes : want;
 }
 
+/* Fixed weights (a predictor's; input `slot`): derived for the forward
+ * kernel once, kept in the node's state; else *prep NULL. */
+static mx_status prepared_weights(const mx_op_ctx *ctx, const mx_conv_geom *g, int slot, const float *w,
+                                  mx_conv_prepared **prep)
+{
+    *prep = NULL;
+    if (!ctx->state || !(ctx->fixed_inputs & (1u << slot))) return MX_OK;
+    if (!*ctx->state) MX_TRY(mx_conv_prepare(mx_op_pool(ctx), g, w, (mx_conv_prepared **)ctx->state));
+    *prep = *ctx->state;
+    return MX_OK;
+}
+
 static mx_status conv_forward(const mx_op_ctx *ctx, const void *vp, const mx_tensor *in, const mx_req *req,
                               mx_tensor *out, mx_tensor *aux)
 {
     (void)aux;
     const conv_params *p = vp;
     mx_conv_geom g = conv_geom(p, &in[0].shape);
-    /* Fixed weights (a predictor's): derived for the forward kernel once,
-     * kept in the node's state. */
-    mx_conv_prepared *prep = NULL;
-    if (ctx->state && (ctx->fixed_inputs & (1u << 1))) {
-        if (!*ctx->state) MX_TRY(mx_conv_prepare(mx_op_pool(ctx), &g, in[1].data, (mx_conv_prepared **)ctx->state));
-        prep = *ctx->state;
-    }
+    mx_conv_prepared *prep;
+    MX_TRY(prepared_weights(ctx, &g, 1, in[1].data, &prep));
     return mx_conv_forward_prepared(mx_op_pool(ctx), &g, prep, in[0].data, in[1].data, p->no_bias ? NULL : in[2].data,
                                     &ctx->fold, out[0].data, req[0], ctx->workspace, usable_ws(ctx, p, &g));
 }
@@ -264,11 +271,8 @@ static mx_status conva_forward(const mx_op_ctx *ctx, const void *vp, const mx_te
     if (req[0] == MX_REQ_ADD)
         return MX_ERROR(MX_ERR_INVALID, "Convolution+elemwise_add: the folded sum writes its output (req %d)", req[0]);
     mx_conv_geom g = conv_geom(p, &in[1].shape);
-    mx_conv_prepared *prep = NULL;
-    if (ctx->state && (ctx->fixed_inputs & (1u << 2))) {
-        if (!*ctx->state) MX_TRY(mx_conv_prepare(mx_op_pool(ctx), &g, in[2].data, (mx_conv_prepared **)ctx->state));
-        prep = *ctx->state;
-    }
+    mx_conv_prepared *prep;
+    MX_TRY(prepared_weights(ctx, &g, 2, in[2].data, &prep));
     return mx_conv_forward_residual(mx_op_pool(ctx), &g, prep, in[1].data, in[2].data, p->no_bias ? NULL : in[3].data,
                                     in[0].data, &ctx->fold, out[0].data, ctx->workspace, usable_ws(ctx, p, &g));
 }
