@@ -770,10 +770,7 @@ static void box_col_divisors(const pool_job *j, float *cdiv, int64_t n)
                 for (int64_t v = 0; v < nv; v++) {                                                                  \
                     P##_f acc = lo;                                                                                 \
                     for (int r = 0; r < nh; r++) acc = P##_max(P##_load(h[r] + v * W), acc);                        \
-                    const int64_t cnt = OW - v * W < W ? OW - v * W : W;                                            \
-                    if (add) acc += P##_load_part(y + v * W, cnt);                                                  \
-                    if (cnt == W) P##_store(y + v * W, acc);                                                        \
-                    else P##_store_part(y + v * W, acc, cnt);                                                       \
+                    P##_pool_put(y + v * W, acc, OW - v * W < W ? OW - v * W : W, false, 0.0f, add);                \
                 }                                                                                                   \
             }                                                                                                       \
         }                                                                                                           \
@@ -1175,23 +1172,23 @@ static void pool_job_init(const pool_params *pp, const mx_shape *data, const mx_
     const int64_t lanes = j->level >= MX_SIMD_AVX512 ? 16 : j->level == MX_SIMD_AVX2 ? 8 : 4;
     j->fast = !j->whole && g->in[0] == 1 && g->k[0] == 1 && g->p[1] == 0 && c0 == 0 && c1 == OW && OW > 0 &&
               OW <= 2 * lanes && (g->out[1] - 1) * g->s[1] + g->k[1] <= g->in[1];
+    /* The paths below run on 2-D planes: one depth slice in and out. */
+    const bool planar = g->in[0] == 1 && g->k[0] == 1 && g->out[0] == 1;
     /* Max with padding on short rows: padded copies of the planes (the
      * windows' span fits POOL_PAD_MAX floats). */
     j->pad_rows = g->out[1] > 0 ? (g->out[1] - 1) * g->s[1] + g->k[1] : 0;
     j->pad_cols = OW > 0 ? (OW - 1) * sx + kx : 0;
-    j->padded = !j->whole && !j->fast && j->type == POOL_MAX && g->in[0] == 1 && g->k[0] == 1 &&
-                g->out[0] == 1 && (g->p[1] > 0 || px > 0) && sx <= 2 && OW > 0 && OW <= 2 * lanes &&
-                g->out[1] > 0 && j->pad_rows * j->pad_cols <= POOL_PAD_MAX;
+    j->padded = !j->whole && !j->fast && j->type == POOL_MAX && planar && (g->p[1] > 0 || px > 0) && sx <= 2 &&
+                OW > 0 && OW <= 2 * lanes && g->out[1] > 0 && j->pad_rows * j->pad_cols <= POOL_PAD_MAX;
     /* 3x3 max at stride 2 on longer rows (ResNet's and Inception-BN's stem
      * pools); its buffers take rows of up to POOL_S2_MAX_OW outputs. */
-    j->s2max = !j->whole && !j->fast && !j->padded && j->type == POOL_MAX && g->in[0] == 1 && g->k[0] == 1 &&
-               g->out[0] == 1 && g->k[1] == 3 && kx == 3 && g->s[1] == 2 && sx == 2 && g->p[1] <= 1 && px <= 1 &&
-               OW > 0 && OW <= POOL_S2_MAX_OW && IW <= 2 * OW + 2 && g->out[1] > 0;
+    j->s2max = !j->whole && !j->fast && !j->padded && j->type == POOL_MAX && planar && g->k[1] == 3 && kx == 3 &&
+               g->s[1] == 2 && sx == 2 && g->p[1] <= 1 && px <= 1 && OW > 0 && OW <= POOL_S2_MAX_OW &&
+               IW <= 2 * OW + 2 && g->out[1] > 0;
     /* The box path's buffers: rows and output rows up to POOL_BOX_ROW,
      * kernels up to POOL_BOX_KMAX (pads below them), outputs no wider than
      * the padded input. */
-    j->box = !j->whole && !j->fast && (j->type == POOL_AVG || j->type == POOL_SUM) && g->in[0] == 1 &&
-             g->out[0] == 1 && g->k[0] == 1 && g->s[1] == 1 &&
+    j->box = !j->whole && !j->fast && (j->type == POOL_AVG || j->type == POOL_SUM) && planar && g->s[1] == 1 &&
              sx == 1 && g->k[1] <= POOL_BOX_KMAX && kx <= POOL_BOX_KMAX && g->p[1] < g->k[1] && px < kx &&
              IW <= POOL_BOX_ROW && OW <= POOL_BOX_ROW && OW <= IW + 2 * px && OW > 0 && g->out[1] > 0 &&
              g->out[1] <= POOL_BOX_ROW;

@@ -1340,16 +1340,24 @@ mx_status mx_conv_forward_act(mx_threadpool *pool, const mx_conv_geom *g, const 
     return mx_conv_forward_prepared(pool, g, NULL, x, w, bias, fold, y, req, ws, ws_bytes);
 }
 
-mx_status mx_conv_forward_prepared(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
-                                   const float *x, const float *w, const float *bias, const mx_fold *fold, float *y,
-                                   mx_req req, void *ws, size_t ws_bytes)
+/* conv_forward_act under a lease of its own. */
+static mx_status conv_forward_leased(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
+                                     const float *x, const float *w, const float *bias, const mx_fold *fold,
+                                     float *y, mx_req req, void *ws, size_t ws_bytes)
 {
-    MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
     mx_scratch_lease *lease;
     MX_TRY(mx_scratch_take(pool, &lease));
     mx_status s = conv_forward_act(pool, lease, g, prep, x, w, bias, fold, y, req, ws, ws_bytes);
     mx_scratch_give(pool, lease);
     return s;
+}
+
+mx_status mx_conv_forward_prepared(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
+                                   const float *x, const float *w, const float *bias, const mx_fold *fold, float *y,
+                                   mx_req req, void *ws, size_t ws_bytes)
+{
+    MX_TRY(mx_fold_check_req(fold, req, "Convolution"));
+    return conv_forward_leased(pool, g, prep, x, w, bias, fold, y, req, ws, ws_bytes);
 }
 
 mx_status mx_conv_forward_residual(mx_threadpool *pool, const mx_conv_geom *g, const mx_conv_prepared *prep,
@@ -1360,11 +1368,7 @@ mx_status mx_conv_forward_residual(mx_threadpool *pool, const mx_conv_geom *g, c
     /* Only where the shortcut is read again later (the planner gives the
      * output the shortcut's memory otherwise). */
     if (addend != y) memcpy(y, addend, (size_t)(g->batch * out_image(g)) * sizeof(float));
-    mx_scratch_lease *lease;
-    MX_TRY(mx_scratch_take(pool, &lease));
-    mx_status s = conv_forward_act(pool, lease, g, prep, x, w, bias, fold, y, MX_REQ_ADD, ws, ws_bytes);
-    mx_scratch_give(pool, lease);
-    return s;
+    return conv_forward_leased(pool, g, prep, x, w, bias, fold, y, MX_REQ_ADD, ws, ws_bytes);
 }
 
 mx_status mx_conv_backward(mx_threadpool *pool, const mx_conv_geom *g, const float *x, const float *w,
