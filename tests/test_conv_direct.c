@@ -106,7 +106,9 @@ static void check_geom(const mx_conv_geom *gp, bool use_bias)
     const int64_t nx = n * in_img, ny = n * out_img, nw = F * C * g.k_h * g.k_w;
     float *x = test_rand_floats(nx), *w = test_rand_floats(nw), *bias = use_bias ? test_rand_floats(F) : NULL;
     float *dy = test_rand_floats(ny), *y0 = test_rand_floats(ny), *dx0 = test_rand_floats(nx), *dw0 = test_rand_floats(nw);
-    float *y = malloc((size_t)ny * sizeof(float)), *dx = malloc((size_t)nx * sizeof(float));
+    /* y on 64-byte lines, as the executor places tensors: large outputs'
+     * whole vectors are then stored past the caches */
+    float *y = aligned_alloc(64, (size_t)(ny + 15) / 16 * 64), *dx = malloc((size_t)nx * sizeof(float));
     float *dw = malloc((size_t)nw * sizeof(float)), *packed = malloc(mx_direct_packed_bytes(&g));
     float *packed_b = malloc(mx_direct_packed_bytes(&g));
     double *ref_y = doubles(ny), *abs_y = doubles(ny), *ref_dx = doubles(nx), *abs_dx = doubles(nx);
@@ -310,7 +312,9 @@ START_TEST(target_layers)
         {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0},   /* ResNet-20 stage2 1x1/2 projection */
         {1, 3, 64, 224, 224, 7, 7, 2, 2, 3, 3},  /* ResNet-18 conv1 7x7/2 */
         {1, 3, 64, 224, 224, 11, 11, 4, 4, 2, 2}, /* AlexNet conv1 11x11/4 */
-        {2, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 1x1 (x read in place, several bands) */
+        {2, 64, 256, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 1x1 (x read in place, several bands; 6.4 MB
+                                                     of output: the stores go past the caches) */
+        {2, 24, 600, 30, 30, 1, 1, 1, 1, 0, 0},   /* 4.3 MB streamed, on and off the 64-byte lines (900 pixels) */
         {1, 256, 24, 56, 56, 1, 1, 1, 1, 0, 0},   /* ResNet-50 res2 256 -> 64, fewer filters (forward packs x) */
         {2, 256, 20, 14, 14, 1, 1, 1, 1, 0, 0},   /* the smallest planes forward packs */
         {1, 512, 48, 7, 7, 1, 1, 1, 1, 0, 0},     /* a ResNet-50 res5 1x1, fewer filters */
@@ -438,7 +442,8 @@ END_TEST
 START_TEST(folded_activation_forward)
 {
     mx_conv_geom gs[] = {geom(16, 32, 48, 7, 7, 1, 1, 1, 1, 0, 0), geom(16, 24, 40, 14, 14, 1, 1, 1, 1, 0, 0),
-                         geom(2, 24, 40, 19, 21, 3, 3, 2, 2, 1, 1), geom(1, 3, 17, 30, 30, 7, 7, 2, 2, 3, 3)};
+                         geom(2, 24, 40, 19, 21, 3, 3, 2, 2, 1, 1), geom(1, 3, 17, 30, 30, 7, 7, 2, 2, 3, 3),
+                         geom(2, 16, 180, 56, 56, 1, 1, 1, 1, 0, 0) /* 4.5 MB: the relu'd stores streamed */};
     const int acts[] = {ACT_RELU, ACT_SIGMOID};
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
         for (size_t a = 0; a < sizeof(acts) / sizeof(acts[0]); a++) {
