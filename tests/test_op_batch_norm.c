@@ -265,6 +265,69 @@ START_TEST(threaded_forward_matches_serial)
 }
 END_TEST
 
+/* Outputs of 4 MB or more go past the caches (non-temporal stores of the
+ * whole vectors on aligned lines): with and without a folded relu, and
+ * through BatchNorm+ElementWiseSum, every width gives the portable width's
+ * bits (which stores plainly). Rows of 65544 floats start on 64-byte lines
+ * and 32 bytes off them by turns, and end in an 8-float tail. */
+START_TEST(large_outputs_stream_the_same_bits)
+{
+    const mx_op_def *ops[] = {mx_op_find("BatchNorm"), &mx_op_batch_norm_add};
+    enum { N = 2, C = 8, S = 65536 + 8 }; /* 4.2 MB */
+    const size_t bytes = (size_t)N * C * S * sizeof(float);
+    float *x = aligned_alloc(64, bytes), *a = aligned_alloc(64, bytes), *y[3];
+    ck_assert(x && a);
+    uint64_t rng = 13;
+    for (int64_t i = 0; i < (int64_t)N * C * S; i++) {
+        x[i] = (float)opcheck_uniform(&rng, -2, 3);
+        a[i] = (float)opcheck_uniform(&rng, -1, 1);
+    }
+    float gamma[C], beta[C], mm[C], mv[C], mean[C], invstd[C];
+    for (int c = 0; c < C; c++) {
+        gamma[c] = (float)opcheck_uniform(&rng, 0.5, 2);
+        beta[c] = (float)opcheck_uniform(&rng, -1, 1);
+    }
+    for (int k = 0; k < 3; k++) {
+        y[k] = aligned_alloc(64, bytes);
+        ck_assert_ptr_nonnull(y[k]);
+    }
+    const mx_fold relu = {.kind = MX_FOLD_ACTIVATION, .act_type = ACT_RELU}, none = {0};
+    for (int op_i = 0; op_i < 2; op_i++)
+        for (int f = 0; f < 2; f++) {
+            const mx_op_def *op = ops[op_i];
+            _Alignas(16) char params[16384];
+            ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
+            for (int k = 0; k < 3; k++) {
+                setenv("MX_SIMD", widths[k], 1);
+                for (int c = 0; c < C; c++) mm[c] = 0.0f, mv[c] = 1.0f;
+                memset(y[k], 0xff, bytes);
+                const mx_tensor data = {.data = x, .shape = MX_SHAPE(N, C, S)};
+                const mx_tensor g = {.data = gamma, .shape = MX_SHAPE(C)}, b = {.data = beta, .shape = MX_SHAPE(C)};
+                const mx_tensor m0 = {.data = mm, .shape = MX_SHAPE(C)}, v0 = {.data = mv, .shape = MX_SHAPE(C)};
+                mx_tensor in[6] = {data, g, b, m0, v0};
+                if (op_i == 1) {
+                    in[3] = (mx_tensor){.data = a, .shape = MX_SHAPE(N, C, S)};
+                    in[4] = m0;
+                    in[5] = v0;
+                }
+                mx_tensor out[3] = {{.data = y[k], .shape = MX_SHAPE(N, C, S)},
+                                    {.data = mean, .shape = MX_SHAPE(C)},
+                                    {.data = invstd, .shape = MX_SHAPE(C)}};
+                mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
+                mx_exec_ctx exec = {.ctx = mx_cpu()};
+                mx_op_ctx ctx = {.exec = &exec, .is_train = 1, .fold = f ? relu : none};
+                ck_assert_int_eq(op->forward(&ctx, params, in, req, out, &in[op_i ? 4 : 3]), MX_OK);
+            }
+            unsetenv("MX_SIMD");
+            for (int k = 1; k < 3; k++)
+                ck_assert_msg(!memcmp(y[0], y[k], bytes), "%s, fold %d: %s", ops[op_i]->name, f, widths[k]);
+        }
+    for (int k = 0; k < 3; k++) free(y[k]);
+    free(x);
+    free(a);
+}
+END_TEST
+
 /* Backward splits channels the same way: dx, dgamma and dbeta are bit for
  * bit those of one thread, with batch statistics and with global ones. */
 START_TEST(threaded_backward_matches_serial)
@@ -639,6 +702,7 @@ int main(void)
     tcase_add_test(tc, output_mean_var_shows_three_outputs);
     tcase_add_test(tc, training_forward_updates_moving_statistics);
     tcase_add_test(tc, threaded_forward_matches_serial);
+    tcase_add_test(tc, large_outputs_stream_the_same_bits);
     tcase_add_test(tc, threaded_backward_matches_serial);
     tcase_add_test(tc, folded_gradient_ignores_the_output);
     tcase_add_test(tc, batch_norm_add_through_finite_differences);

@@ -308,12 +308,12 @@ enum { BN_CLAMP_NONE = 0, BN_CLAMP_RELU, BN_CLAMP_CLIP };
  * gives the bits of the scalar loop. */
 #define BN_NORM_KERNELS(P, W, TARGET)                                                                               \
     TARGET static void bn_normalize_##P(const float *x, float *y, int64_t n, float scale, float shift, bool add,   \
-                                        int clamp, float lo, float hi)                                              \
+                                        bool nt, int clamp, float lo, float hi)                                     \
     {                                                                                                               \
         const P##_f s = P##_splat(scale), b = P##_splat(shift), l = P##_splat(lo), h = P##_splat(hi);               \
-        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP1(P, W, x, y, 0, n, add, P##_relu(v * s + b));                      \
-        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP1(P, W, x, y, 0, n, add, P##_clip(v * s + b, l, h));           \
-        else MX_SIMD_MAP1(P, W, x, y, 0, n, add, v * s + b);                                                       \
+        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP1_NT(P, W, x, y, 0, n, add, nt, P##_relu(v * s + b));               \
+        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP1_NT(P, W, x, y, 0, n, add, nt, P##_clip(v * s + b, l, h));    \
+        else MX_SIMD_MAP1_NT(P, W, x, y, 0, n, add, nt, v * s + b);                                                \
     }
 MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)
 
@@ -322,12 +322,12 @@ MX_SIMD_INSTANTIATE(BN_NORM_KERNELS)
  * sum of two terms is the same either way round), so the same bits. */
 #define BN_NORM_ADD_KERNELS(P, W, TARGET)                                                                           \
     TARGET static void bn_normalize_add_##P(const float *x, const float *a, float *y, int64_t n, float scale,      \
-                                            float shift, bool add, int clamp, float lo, float hi)                   \
+                                            float shift, bool add, bool nt, int clamp, float lo, float hi)          \
     {                                                                                                               \
         const P##_f s = P##_splat(scale), b = P##_splat(shift), l = P##_splat(lo), h = P##_splat(hi);               \
-        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP2(P, W, x, a, y, 0, n, add, P##_relu(v * s + b + u));               \
-        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP2(P, W, x, a, y, 0, n, add, P##_clip(v * s + b + u, l, h));    \
-        else MX_SIMD_MAP2(P, W, x, a, y, 0, n, add, v * s + b + u);                                                \
+        if (clamp == BN_CLAMP_RELU) MX_SIMD_MAP2_NT(P, W, x, a, y, 0, n, add, nt, P##_relu(v * s + b + u));        \
+        else if (clamp == BN_CLAMP_CLIP) MX_SIMD_MAP2_NT(P, W, x, a, y, 0, n, add, nt, P##_clip(v * s + b + u, l, h)); \
+        else MX_SIMD_MAP2_NT(P, W, x, a, y, 0, n, add, nt, v * s + b + u);                                         \
     }
 MX_SIMD_INSTANTIATE(BN_NORM_ADD_KERNELS)
 
@@ -360,6 +360,10 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
     const int level = mx_simd_level();
     const mx_fold *f = &j->fold;
     const int clamp = bn_clamp_of(f);
+    /* A large output written (not added to, and not read back by a fold
+     * pass) goes past the caches. */
+    const bool stream = j->req[0] != MX_REQ_ADD && (clamp != BN_CLAMP_NONE || f->kind == MX_FOLD_NONE) &&
+                        outer * C * inner * (int64_t)sizeof(float) >= MX_SIMD_STREAM_MIN_BYTES;
     for (int64_t c = lo; c < hi; c++) {
         double mean, invstd;
         if (j->train) {
@@ -394,13 +398,14 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
             const int64_t off = (o * C + c) * inner;
             if (j->addend)
                 MX_SIMD_DISPATCH(level, bn_normalize_add, x + off, j->addend + off, y + off, inner, scale, shift,
-                                 j->req[0] == MX_REQ_ADD, clamp, f->lo, f->hi);
+                                 j->req[0] == MX_REQ_ADD, stream, clamp, f->lo, f->hi);
             else
                 MX_SIMD_DISPATCH(level, bn_normalize, x + off, y + off, inner, scale, shift, j->req[0] == MX_REQ_ADD,
-                                 clamp, f->lo, f->hi);
+                                 stream, clamp, f->lo, f->hi);
             if (clamp == BN_CLAMP_NONE) mx_fold_rows_at(f, level, y + off, inner);
         }
     }
+    if (stream) mx_simd_store_fence();
 }
 
 /* Elements below which forward stays on the calling thread (a hand-over

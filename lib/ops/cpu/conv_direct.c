@@ -246,12 +246,11 @@ typedef enum store_mode { STORE_WRITE = 0, STORE_ADD, STORE_RELU, STORE_ADD_RELU
 
 /* Or'ed into STORE_WRITE or STORE_RELU: whole vectors on 64-byte lines
  * are stored past the caches (non-temporal), the rest as usual. For
- * outputs of STREAM_OUT_BYTES or more, which leave the caches before the
+ * outputs of MX_SIMD_STREAM_MIN_BYTES or more, which leave the caches before the
  * next layer reads them: a written line is then not first read from
  * memory for ownership. ResNet-50 training at batch 16 (mxtrain --time, 3
  * alternated pairs, Xeon): 1692/1666/1680 -> 1647/1621/1612 ms a batch. */
 #define STORE_STREAM 8
-#define STREAM_OUT_BYTES ((int64_t)4 << 20)
 
 /* Whether a tile's vector goes past the caches: a whole one (all 16
  * lanes stored) filling one 64-byte line. */
@@ -781,7 +780,7 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
                 for (int64_t r = first_row; r < end_row; r++) mx_fold_rows_at(fold, level, bl[i].dst + r * P, np);
         }
     }
-    if (stream) _mm_sfence(); /* the streamed lines reach memory before the caller hands the output on */
+    if (stream) mx_simd_store_fence(); /* the streamed lines reach memory before the caller hands the output on */
 }
 
 int64_t mx_direct_forward_panels(const mx_conv_geom *g)
@@ -817,7 +816,7 @@ mx_status mx_direct_forward_part_fold(const mx_conv_geom *g, const float *packed
     /* the whole layer's output (a call may run some of its images) */
     const int64_t out_bytes = max64(g->batch, images) * g->out_c * g->out_h * g->out_w * (int64_t)sizeof(float);
     forward_run(&p, lo * p.c.r, min64(hi * p.c.r, p.c.rows), packed, x, images, bias, accumulate, fold,
-                out_bytes >= STREAM_OUT_BYTES, y, base);
+                out_bytes >= MX_SIMD_STREAM_MIN_BYTES, y, base);
     free(owned);
     return MX_OK;
 }

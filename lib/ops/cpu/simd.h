@@ -152,6 +152,28 @@ MX_SIMD_INLINE void mx4_store_part(float *p, mx4_f v, int64_t n)
     for (int64_t i = 0; i < n; i++) p[i] = b[i];
 }
 
+/* P##_store_nt(p, v, nt): with nt, a vector filling whole cache lines
+ * goes past the caches (non-temporal; P##_store else): for outputs far
+ * larger than the caches, whose lines are then not first read for
+ * ownership. A kernel that streamed calls mx_simd_store_fence() before
+ * its output is handed on. The portable width stores plainly. */
+MX_SIMD_INLINE void mx4_store_nt(float *p, mx4_f v, bool nt)
+{
+    (void)nt;
+    memcpy(p, &v, sizeof(v));
+}
+
+/* Outputs this large stream (they leave the caches before the next layer
+ * reads them). */
+#define MX_SIMD_STREAM_MIN_BYTES ((int64_t)4 << 20)
+
+static inline void mx_simd_store_fence(void)
+{
+#ifdef __SSE__
+    _mm_sfence();
+#endif
+}
+
 MX_SIMD_INLINE mx4_f mx4_even(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 0, 2, 4, 6); }
 MX_SIMD_INLINE mx4_f mx4_odd(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 1, 3, 5, 7); }
 MX_SIMD_INLINE mx4_f mx4_zip_lo(mx4_f a, mx4_f b) { return __builtin_shufflevector(a, b, 0, 4, 1, 5); }
@@ -194,6 +216,12 @@ MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE void mx8_store_part(float *p, mx8_f v, int64_
 {
     mx8_i m = mx8_iota() < (int32_t)n;
     _mm256_maskstore_ps(p, (__m256i)m, (__m256)v);
+}
+
+MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE void mx8_store_nt(float *p, mx8_f v, bool nt)
+{
+    if (nt && ((uintptr_t)p & 31) == 0) _mm256_stream_ps(p, (__m256)v);
+    else _mm256_storeu_ps(p, (__m256)v);
 }
 
 MX_SIMD_TARGET_AVX2 MX_SIMD_INLINE mx8_f mx8_max(mx8_f a, mx8_f b)
@@ -248,6 +276,12 @@ MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_load_part(const float *p, int64
 MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE void mx16_store_part(float *p, mx16_f v, int64_t n)
 {
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), (__m512)v);
+}
+
+MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE void mx16_store_nt(float *p, mx16_f v, bool nt)
+{
+    if (nt && ((uintptr_t)p & 63) == 0) _mm512_stream_ps(p, (__m512)v);
+    else _mm512_storeu_ps(p, (__m512)v);
 }
 
 MX_SIMD_TARGET_AVX512 MX_SIMD_INLINE mx16_f mx16_max(mx16_f a, mx16_f b)
@@ -385,15 +419,17 @@ MX_SIMD_INSTANTIATE(MX_SIMD_MATH)
 /* ------------------------------------------------- element-wise loops */
 
 /* Inside a kernel of width (P, W): y[i] = EXPR over i in [lo, hi), where
- * EXPR reads the vector `v` = x[i..]; added to y when `add`. y may be x. */
-#define MX_SIMD_MAP1(P, W, x, y, lo, hi, add, EXPR)                                                                 \
+ * EXPR reads the vector `v` = x[i..]; added to y when `add`. y may be x.
+ * The _NT forms store through P##_store_nt(.., nt). */
+#define MX_SIMD_MAP1(P, W, x, y, lo, hi, add, EXPR) MX_SIMD_MAP1_NT(P, W, x, y, lo, hi, add, false, EXPR)
+#define MX_SIMD_MAP1_NT(P, W, x, y, lo, hi, add, nt, EXPR)                                                          \
     do {                                                                                                            \
         int64_t i_ = (lo);                                                                                          \
         for (; i_ + (W) <= (hi); i_ += (W)) {                                                                       \
             P##_f v = P##_load((x) + i_);                                                                           \
             P##_f r_ = (EXPR);                                                                                      \
             if (add) r_ += P##_load((y) + i_);                                                                      \
-            P##_store((y) + i_, r_);                                                                                \
+            P##_store_nt((y) + i_, r_, nt);                                                                         \
         }                                                                                                           \
         if (i_ < (hi)) {                                                                                            \
             int64_t n_ = (hi) - i_;                                                                                 \
@@ -405,14 +441,15 @@ MX_SIMD_INSTANTIATE(MX_SIMD_MATH)
     } while (0)
 
 /* The same with two inputs: `v` = a[i..], `u` = b[i..]. */
-#define MX_SIMD_MAP2(P, W, a, b, y, lo, hi, add, EXPR)                                                              \
+#define MX_SIMD_MAP2(P, W, a, b, y, lo, hi, add, EXPR) MX_SIMD_MAP2_NT(P, W, a, b, y, lo, hi, add, false, EXPR)
+#define MX_SIMD_MAP2_NT(P, W, a, b, y, lo, hi, add, nt, EXPR)                                                       \
     do {                                                                                                            \
         int64_t i_ = (lo);                                                                                          \
         for (; i_ + (W) <= (hi); i_ += (W)) {                                                                       \
             P##_f v = P##_load((a) + i_), u = P##_load((b) + i_);                                                   \
             P##_f r_ = (EXPR);                                                                                      \
             if (add) r_ += P##_load((y) + i_);                                                                      \
-            P##_store((y) + i_, r_);                                                                                \
+            P##_store_nt((y) + i_, r_, nt);                                                                         \
         }                                                                                                           \
         if (i_ < (hi)) {                                                                                            \
             int64_t n_ = (hi) - i_;                                                                                 \
