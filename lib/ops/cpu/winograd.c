@@ -21,6 +21,7 @@
  * different variants.
  */
 #include "ops/cpu/winograd.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/transpose16.h"
 
 #include <cblas.h>
@@ -75,6 +76,8 @@ typedef struct wplan {
     int64_t y_img;                 /* floats between images of y: F*OH*OW, or the whole layer's for a slice */
     int64_t c_lo, c_hi;            /* the input channels pack and the input transform make: [0, Cp), or a
                                       LANES-aligned block of them (the weight gradient's dU blocks) */
+    bool stream_y;                 /* unpack writes y's whole 64-byte lines past the caches (a large layer's
+                                      output, written: see conv_direct.c's STORE_STREAM) */
     /* scratch parts, in floats from the aligned base */
     int64_t off_v, off_m, off_y, off_b, total;
 } wplan;
@@ -851,7 +854,10 @@ INLINE void unpack_body(const wplan *p, const float *yt, int64_t n, bool accumul
                     for (int l = 0; l < 16; l++)
                         if (l < nf) {
                             float *d = dst + l * ohw + p0;
-                            vstore(d, accumulate ? vload(d) + r[l] : r[l]);
+                            if (p->stream_y && !accumulate && ((uintptr_t)d & 63) == 0)
+                                stream_avx512(d, &r[l]); /* xpose 16: the AVX-512 variant */
+                            else
+                                vstore(d, accumulate ? vload(d) + r[l] : r[l]);
                         }
                 }
             for (; p0 < ohw; p0++) {
@@ -1372,6 +1378,9 @@ mx_status mx_winograd_forward_slice(const mx_conv_geom *g, int64_t o0, int64_t o
     wplan p;
     plan_init(&p, &gs, images);
     p.y_img = g->out_c * p.oh * p.ow;
+    /* the whole layer's output (a call may run some of its images) */
+    p.stream_y = !accumulate && (g->batch > images ? g->batch : images) * p.y_img * (int64_t)sizeof(float) >=
+                                    MX_SIMD_STREAM_MIN_BYTES;
     y += o0 * p.oh * p.ow;
     void *owned = NULL;
     if (!scratch) {
@@ -1399,6 +1408,7 @@ mx_status mx_winograd_forward_slice(const mx_conv_geom *g, int64_t o0, int64_t o
         }
         k->unpack(&p, yt, ni, accumulate, y + i0 * p.y_img);
     }
+    if (p.stream_y) mx_simd_store_fence(); /* the streamed lines reach memory before y is handed on */
     free(owned);
     return MX_OK;
 }
