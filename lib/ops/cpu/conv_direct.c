@@ -768,8 +768,8 @@ TARGET static void forward_run(const fplan *p, int64_t first_row, int64_t end_ro
         }
         tail_stage ts;
         if (p->tails) ts = tail_stage_at(c, base + p->off_tail);
-        core_chunk_rows(c, first_row, end_row, packed, koff, bl, nb, P, bias, store | (stream ? STORE_STREAM : 0), (float *)base, vl,
-                        p->nvmax, p->tails ? &ts : NULL);
+        core_chunk_rows(c, first_row, end_row, packed, koff, bl, nb, P, bias, store | (stream ? STORE_STREAM : 0),
+                        (float *)base, vl, p->nvmax, p->tails ? &ts : NULL);
         /* The folded layer on the rows just written, while the chunk's
          * outputs are still in cache. */
         for (int64_t i = 0; fold && i < nb; i++) {
@@ -813,10 +813,8 @@ mx_status mx_direct_forward_part_fold(const mx_conv_geom *g, const float *packed
     char *base = take_scratch(scratch, p.total, &owned);
     if (!base) return MX_ERR_NOMEM;
     fwd_taps(g, &p.c, (int64_t *)(base + p.off_koff));
-    /* the whole layer's output (a call may run some of its images) */
-    const int64_t out_bytes = max64(g->batch, images) * g->out_c * g->out_h * g->out_w * (int64_t)sizeof(float);
     forward_run(&p, lo * p.c.r, min64(hi * p.c.r, p.c.rows), packed, x, images, bias, accumulate, fold,
-                out_bytes >= MX_SIMD_STREAM_MIN_BYTES, y, base);
+                mx_conv_output_streams(g, images), y, base);
     free(owned);
     return MX_OK;
 }

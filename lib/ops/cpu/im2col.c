@@ -19,6 +19,7 @@
 #include "blas/blas.h"
 #include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/conv_direct.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/winograd.h"
 
 #include <sched.h>
@@ -53,6 +54,12 @@ void mx_conv_transposed_geom(const mx_conv_geom *g, mx_conv_geom *gt)
     gt->out_w = g->in_w;
     gt->pad_h = g->k_h - 1 - g->pad_h;
     gt->pad_w = g->k_w - 1 - g->pad_w;
+}
+
+bool mx_conv_output_streams(const mx_conv_geom *g, int64_t images)
+{
+    const int64_t n = g->batch > images ? g->batch : images;
+    return n * g->out_c * g->out_h * g->out_w * (int64_t)sizeof(float) >= MX_SIMD_STREAM_MIN_BYTES;
 }
 
 /* ---------------------------------------------------------------- loops */

@@ -49,6 +49,11 @@ typedef struct mx_dw_turn {
  * k_h-1-pad_h and k_w-1-pad_w, giving (C, H, W); same batch. */
 void mx_conv_transposed_geom(const mx_conv_geom *g, mx_conv_geom *gt);
 
+/* Whether a forward call on `images` of g's images that writes y (not adds)
+ * stores y past the caches: the whole layer's output (g's batch, or the
+ * call's images) is MX_SIMD_STREAM_MIN_BYTES or more (simd.h). */
+bool mx_conv_output_streams(const mx_conv_geom *g, int64_t images);
+
 /* Images lowered per chunk when `limit_bytes` of workspace may be used
  * (at least 1, at most the batch). */
 int64_t mx_conv_chunk(const mx_conv_geom *g, size_t limit_bytes);

@@ -1378,9 +1378,7 @@ mx_status mx_winograd_forward_slice(const mx_conv_geom *g, int64_t o0, int64_t o
     wplan p;
     plan_init(&p, &gs, images);
     p.y_img = g->out_c * p.oh * p.ow;
-    /* the whole layer's output (a call may run some of its images) */
-    p.stream_y = !accumulate && (g->batch > images ? g->batch : images) * p.y_img * (int64_t)sizeof(float) >=
-                                    MX_SIMD_STREAM_MIN_BYTES;
+    p.stream_y = !accumulate && mx_conv_output_streams(g, images);
     y += o0 * p.oh * p.ow;
     void *owned = NULL;
     if (!scratch) {
