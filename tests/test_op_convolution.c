@@ -104,8 +104,9 @@ START_TEST(conv2d_against_reference)
 END_TEST
 
 /* Strided 1x1 layers without padding (ResNet's projections): where the
- * direct kernels lead, their data gradient is made on the sampled pixels
- * and scattered onto the stride grid (im2col.c, strided_pointwise): odd
+ * direct kernels lead (on a pointwise lead, as these small layers are
+ * there), their data gradient is made on the sampled pixels and scattered
+ * onto the stride grid (im2col.c, strided_pointwise): odd
  * sizes whose last row or column is off the grid, unequal strides, more
  * channels than a vector, batches split in pieces, write and add. */
 START_TEST(strided_pointwise)

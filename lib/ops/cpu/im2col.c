@@ -1243,12 +1243,20 @@ static mx_status conv_backward(mx_threadpool *pool, mx_scratch_lease *lease, con
     c.piece = backward_piece_images(g, mx_threadpool_size(pool), need_dw);
     bool wino = mx_winograd_profitable(g), direct = !wino && mx_direct_profitable(g);
     /* A strided 1x1 layer's data gradient runs on its sampled pixels
-     * (strided_pointwise), where the direct kernels win, ragged or not: its
-     * weight gradient goes with them. ResNet-50 at batch 16, 2 threads
-     * (mxtrain --time): res5a's 1x1/2 projection, lowered before, backward
-     * 28.4 -> 21.6 ms; the six strided 1x1 layers' 90.9 -> 70.6 ms. */
+     * (strided_pointwise), where the direct kernels win: its weight
+     * gradient goes with them. With a full lead, ragged or not: ResNet-50
+     * at batch 16, 2 threads (mxtrain --time): res5a's 1x1/2 projection,
+     * lowered before, backward 28.4 -> 21.6 ms; the six strided 1x1
+     * layers' 90.9 -> 70.6 ms. With a pointwise lead (Xeon), where the
+     * sampled layer is one the direct kernels win on (not ragged), instead
+     * of their strided backward-data by phases: res3a's and res4a's four
+     * 1x1/2 layers' backward 88.9 -> 76.5 ms, the six 113.6-117.3 ->
+     * 105.6-109.2 (3 alternated runs); res5a's (7x7, ragged) would lose
+     * (24.6 + 8.0 -> 41.0 + 10.2 ms). */
+    const mx_direct_lead lead = mx_direct_vector_lead();
     c.sampled_dx = need_dx && !wino && strided_pointwise(g, &c.sampled) && mx_direct_supported(&c.sampled) &&
-                   mx_direct_supported(g) && mx_direct_vector_lead() == MX_DIRECT_LEAD;
+                   mx_direct_supported(g) &&
+                   (lead == MX_DIRECT_LEAD || (lead == MX_DIRECT_POINTWISE_LEAD && mx_direct_profitable(&c.sampled)));
     if (c.sampled_dx) direct = true;
     if (wino || direct) { /* whole images per thread, never lowered */
         c.wino_dw = wino && need_dw;
