@@ -108,6 +108,47 @@ static mx_graph *inception(void)
     return g;
 }
 
+/* Inception-BN's block: branches ending in BatchNorm joined by a Concat
+ * (MXC_CONCAT_IN_PLACE). Written inside the Concat's output when folding
+ * is on: b0 (BatchNorm+relu), b1 (a BatchNorm alone, also unfolded) and
+ * b3 (pool, convolution, BatchNorm+relu); in prediction b2 too. Not: b2
+ * in training (its folded tanh's gradient reads the output), b4 (a max
+ * pool) and b5 (two readers: the Concat and a relu feeding a second head,
+ * added to the first). Its relus keep it from finite differences (kinks);
+ * it is checked bit for bit against the plan that copies. */
+static mx_graph *inception_bn(void)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    mx_entry b[6], t;
+    t = test_entry(test_graph_op(g, "Convolution", "c0", "kernel=(1,1);num_filter=3;no_bias=True", &x, 1));
+    t = test_entry(test_graph_op(g, "BatchNorm", "bn0", "fix_gamma=False", &t, 1));
+    b[0] = test_entry(test_graph_op(g, "Activation", "r0", "act_type=relu", &t, 1));
+    t = test_entry(test_graph_op(g, "Convolution", "c1", "kernel=(1,1);num_filter=2", &x, 1));
+    b[1] = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=False", &t, 1));
+    t = test_entry(test_graph_op(g, "Convolution", "c2", "kernel=(3,3);pad=(1,1);num_filter=2", &x, 1));
+    t = test_entry(test_graph_op(g, "BatchNorm", "bn2", "fix_gamma=False", &t, 1));
+    b[2] = test_entry(test_graph_op(g, "Activation", "t2", "act_type=tanh", &t, 1));
+    t = test_entry(test_graph_op(g, "Pooling", "p3", "kernel=(3,3);stride=(1,1);pad=(1,1);pool_type=avg", &x, 1));
+    t = test_entry(test_graph_op(g, "Convolution", "c3", "kernel=(1,1);num_filter=2", &t, 1));
+    t = test_entry(test_graph_op(g, "BatchNorm", "bn3", "fix_gamma=False", &t, 1));
+    b[3] = test_entry(test_graph_op(g, "Activation", "r3", "act_type=relu", &t, 1));
+    b[4] = test_entry(test_graph_op(g, "Pooling", "p4", "kernel=(3,3);stride=(1,1);pad=(1,1);pool_type=max", &x, 1));
+    t = test_entry(test_graph_op(g, "Convolution", "c5", "kernel=(1,1);num_filter=2", &x, 1));
+    b[5] = test_entry(test_graph_op(g, "BatchNorm", "bn5", "fix_gamma=False", &t, 1));
+    mx_entry side = test_entry(test_graph_op(g, "Activation", "r5", "act_type=relu", &b[5], 1));
+    side = test_entry(test_graph_op(g, "FullyConnected", "fc_side", "num_hidden=3", &side, 1));
+    t = test_entry(test_graph_op(g, "Concat", "concat", "num_args=6;dim=1", b, 6));
+    t = test_entry(test_graph_op(g, "BatchNorm", "bn_top", "fix_gamma=False", &t, 1));
+    t = test_entry(test_graph_op(g, "Activation", "top", "act_type=softrelu", &t, 1));
+    t = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &t, 1));
+    mx_entry heads[2] = {t, side};
+    t = test_entry(test_graph_op(g, "ElementWiseSum", "sum", "num_args=2", heads, 2));
+    finish(g, t.node);
+    return g;
+}
+
 /* Every kind of producer an Activation or clip folds into (BatchNorm,
  * Convolution through im2col and the depthwise kernel, ElementWiseSum,
  * elemwise_add, FullyConnected), every act_type, a clip, and a BatchNorm
@@ -343,7 +384,8 @@ START_TEST(planner_and_engine_modes_are_bit_identical)
     } nets[] = {{lenet, MX_SHAPE(3, 1, 14, 14), 4},
                 {residual, MX_SHAPE(4, 2, 5, 5), 3},
                 {inception, MX_SHAPE(2, 3, 6, 6), 3},
-                {folding, MX_SHAPE(3, 2, 6, 6), 3}};
+                {folding, MX_SHAPE(3, 2, 6, 6), 3},
+                {inception_bn, MX_SHAPE(3, 3, 5, 5), 3}};
     for (size_t k = 0; k < sizeof(nets) / sizeof(nets[0]); k++) {
         float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000);
         setenv("MXNET_EXEC_ENABLE_INPLACE", "0", 1);
@@ -369,6 +411,80 @@ START_TEST(planner_and_engine_modes_are_bit_identical)
         free(ref);
         free(got);
     }
+}
+END_TEST
+
+/* Concat inputs written inside the Concat's output (MXC_CONCAT_IN_PLACE,
+ * on by default on CPU): the branches inception_bn names go in place and
+ * no other; a training step (outputs, gradients, moving statistics) and a
+ * prediction give the same bits as with copies, in every planner mode and
+ * with recomputation; the plans shrink. */
+static void concat_views_of(bool training, const char *in_place, int *views, int *inputs, size_t *plan)
+{
+    setenv("MXC_CONCAT_IN_PLACE", in_place, 1);
+    bound b;
+    bind_net(&b, inception_bn(), MX_SHAPE(3, 3, 5, 5), 3, false, training, 3);
+    mx_memory_plan_stats st;
+    mx_executor_memory(b.ex, &st);
+    *views = st.n_concat_views;
+    *inputs = st.n_concat_inputs;
+    *plan = st.both;
+    unbind(&b);
+    unsetenv("MXC_CONCAT_IN_PLACE");
+}
+
+START_TEST(concat_inputs_go_inside_the_concat_output)
+{
+    int views, inputs;
+    size_t with, without;
+    for (int training = 0; training <= 1; training++) {
+        concat_views_of(training, "1", &views, &inputs, &with);
+        ck_assert_int_eq(views, training ? 3 : 4);
+        ck_assert_int_eq(inputs, 6);
+        concat_views_of(training, "0", &views, &inputs, &without);
+        ck_assert_int_eq(views, 0);
+        ck_assert_uint_lt(with, without);
+    }
+    setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1); /* relus of their own: only bn1 feeds the Concat itself */
+    concat_views_of(true, "1", &views, &inputs, &with);
+    unsetenv("MXNET_EXEC_ENABLE_FOLDING");
+    ck_assert_int_eq(views, 1);
+
+    float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000);
+    const char *modes[][3] = {{"1", "1", "0"}, {"1", "0", "0"}, {"0", "1", "0"}, {"0", "0", "0"}, {"1", "1", "1"},
+                              {"1", "1", "2"}};
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
+        for (int naive = 0; naive <= 1; naive++) {
+            setenv("MXNET_EXEC_ENABLE_INPLACE", modes[m][0], 1);
+            setenv("MXNET_EXEC_ENABLE_COSHARE", modes[m][1], 1);
+            setenv("MXNET_BACKWARD_DO_MIRROR", modes[m][2], 1);
+            setenv("MXC_CONCAT_IN_PLACE", "0", 1);
+            size_t n = run_step(inception_bn, MX_SHAPE(3, 3, 5, 5), 3, naive, ref);
+            setenv("MXC_CONCAT_IN_PLACE", "1", 1);
+            ck_assert_int_eq(run_step(inception_bn, MX_SHAPE(3, 3, 5, 5), 3, naive, got), n);
+            ck_assert_msg(memcmp(ref, got, n * sizeof(float)) == 0,
+                          "in place and copied differ: inplace %s coshare %s mirror %s naive %d", modes[m][0],
+                          modes[m][1], modes[m][2], naive);
+        }
+    unsetenv("MXNET_EXEC_ENABLE_INPLACE");
+    unsetenv("MXNET_EXEC_ENABLE_COSHARE");
+    unsetenv("MXNET_BACKWARD_DO_MIRROR");
+    /* Prediction: the output, with and without. */
+    size_t bytes = 0;
+    for (int k = 0; k < 2; k++) {
+        setenv("MXC_CONCAT_IN_PLACE", k ? "1" : "0", 1);
+        bound b;
+        bind_net(&b, inception_bn(), MX_SHAPE(3, 3, 5, 5), 3, false, false, 11);
+        ck_assert_int_eq(mx_executor_forward(b.ex, false), MX_OK);
+        mx_ndarray *o = mx_executor_output(b.ex, 0);
+        bytes = mx_ndarray_nbytes(o);
+        ck_assert_int_eq(mx_ndarray_to_host(o, k ? got : ref, bytes), MX_OK);
+        unbind(&b);
+    }
+    unsetenv("MXC_CONCAT_IN_PLACE");
+    ck_assert_int_eq(memcmp(ref, got, bytes), 0);
+    free(ref);
+    free(got);
 }
 END_TEST
 
@@ -1182,6 +1298,7 @@ int main(void)
     tcase_add_test(tc, lenet_gradients_match_finite_differences);
     tcase_add_test(tc, residual_bn_gradients_match_finite_differences);
     tcase_add_test(tc, inception_gradients_match_finite_differences);
+    tcase_add_test(tc, concat_inputs_go_inside_the_concat_output);
     tcase_add_test(tc, planner_and_engine_modes_are_bit_identical);
     tcase_add_test(tc, gradient_sums_become_adds);
     tcase_add_test(tc, prediction_and_feature_extraction_are_pruned);

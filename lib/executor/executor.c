@@ -2,6 +2,7 @@
 #include "executor/plan.h"
 #include "device/device.h"
 #include "ops/batch_norm.h"
+#include "ops/concat.h"
 #include "ops/convolution.h"
 
 #include <math.h>
@@ -96,6 +97,14 @@ bool mx_executor_folds(mx_context ctx)
     return ctx.dev_type == MX_DEV_CPU && env_flag("MXNET_EXEC_ENABLE_FOLDING");
 }
 
+/* Concat inputs written in place inside the Concat's output (plan.c's
+ * plan_concat_views): CPU binds, unless MXC_CONCAT_IN_PLACE=0 (the GPU
+ * kernels take dense tensors only). */
+static bool concat_views(mx_context ctx)
+{
+    return ctx.dev_type == MX_DEV_CPU && env_flag("MXC_CONCAT_IN_PLACE");
+}
+
 static mx_tensor tensor_of(mx_ndarray *a, mx_shape shape)
 {
     if (!a) return (mx_tensor){.data = NULL, .shape = shape, .dtype = MX_FLOAT32};
@@ -113,6 +122,19 @@ static mx_status buffer_view(mx_ndarray *buffer, size_t offset, const mx_shape *
     mx_status s = mx_ndarray_reshape(head, *shape, out);
     mx_ndarray_free(head);
     return s;
+}
+
+/* A Concat input inside the Concat's output (plan.h's batch_stride): the
+ * flat run of the buffer from its first element to its last, so that the
+ * engine variable and the checks see it; kernels get its tensor with the
+ * stride (its items lie `stride` elements apart, the other inputs'
+ * channels between them). */
+static mx_status strided_view(mx_ndarray *buffer, size_t offset, const mx_shape *shape, int64_t stride,
+                              mx_ndarray **out)
+{
+    const int64_t items = shape->ndim > 0 ? shape->dims[0] : 1, item = items > 0 ? mx_shape_size(shape) / items : 0;
+    const int64_t first = (int64_t)(offset / sizeof(float)), span = items > 0 ? (items - 1) * stride + item : 0;
+    return mx_ndarray_slice(buffer, first, first + span, out);
 }
 
 /* Frees for real once the caller and every pushed job let go. */
@@ -208,6 +230,12 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     for (int i = 0; eg->deferred_from && i < eg->n_nodes; i++) st->n_deferred += eg->needed[i] && eg->deferred_from[i] >= 0;
     for (int a = 0; eg->update_after && a < eg->n_args; a++)
         if (eg->update_after[a] >= 0) st->grads_in_plan += exec_entry_bytes(eg, exec_entry_id(eg, eg->grads[a]));
+    st->n_concat_views = both->n_views;
+    for (int i = 0; i < eg->n_forward; i++) {
+        const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
+        if (eg->needed[i] && n->kind == MX_NODE_OP && n->op == &mx_op_concat && !exec_node_is_mirror(n))
+            st->n_concat_inputs += n->n_inputs;
+    }
     for (int i = eg->n_forward; i < eg->n_nodes; i++) {
         if (!eg->needed[i] || !exec_node_is_grad_sum(eg, (uint32_t)i)) continue;
         st->n_sums++;
@@ -222,6 +250,7 @@ static mx_status plan_memory(const mx_graph *g, const char *const *names, const 
     exec_graph eg;
     MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, mirror, NULL, names, shapes, n, mx_executor_folds(mx_cpu()),
                               in_backward, &eg));
+    eg.concat_views = concat_views(mx_cpu());
     memory_plan both;
     mx_status s = memory_plan_build(&eg, true, true, plans_addto(mx_cpu()), &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
@@ -516,6 +545,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     if (s == MX_OK)
         s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, mirror, grad_needed, names, shapes,
                                n_args + n_aux_list, !cfg->no_folding && mx_executor_folds(cfg->ctx), updated, &ex->eg);
+    if (s == MX_OK) ex->eg.concat_views = concat_views(cfg->ctx);
     /* Their gradients join the plan; one the outputs do not depend on is
      * zeros, in an array of the executor's own, handed over at the end. */
     if (s == MX_OK && updated) memcpy(ex->update_after, ex->eg.update_after, sizeof(int32_t) * (size_t)n_args);
@@ -600,7 +630,10 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         mx_ndarray **slot = &ex->entry_arrays[e];
         switch (eg->kind[e]) {
         case ENTRY_INTERNAL:
-            if (ex->plan.storage[e] >= 0)
+            if (ex->plan.storage[e] >= 0 && ex->plan.batch_stride[e])
+                s = strided_view(ex->buffers[ex->plan.storage[e]], ex->plan.offset[e], &eg->shapes.shapes[e],
+                                 ex->plan.batch_stride[e], slot);
+            else if (ex->plan.storage[e] >= 0)
                 s = buffer_view(ex->buffers[ex->plan.storage[e]], ex->plan.offset[e], &eg->shapes.shapes[e], slot);
             break;
         case ENTRY_ARG: *slot = mx_ndarray_retain(cfg->args[k]); break;
@@ -610,6 +643,10 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         default: break;
         }
         if (s == MX_OK) ex->entry_tensors[e] = tensor_of(*slot, eg->shapes.shapes[e]);
+        if (s == MX_OK && eg->kind[e] == ENTRY_INTERNAL && ex->plan.batch_stride[e]) {
+            ex->entry_tensors[e].shape = eg->shapes.shapes[e];
+            ex->entry_tensors[e].batch_stride = ex->plan.batch_stride[e];
+        }
     }
     for (int h = 0; h < ex->n_outputs && s == MX_OK; h++) {
         mx_ndarray *a = ex->entry_arrays[exec_entry_id(eg, mx_graph_head(eg->g, h))];
@@ -866,6 +903,30 @@ static mx_status scan_array(mx_ndarray *a, nonfinite *r)
     return MX_OK;
 }
 
+/* An entry's values: scan_array's, but for a Concat input inside the
+ * Concat's output (CPU, float32) its own items only, indices as if dense. */
+static mx_status scan_entry(const mx_executor *ex, uint32_t e, nonfinite *r)
+{
+    mx_ndarray *a = ex->entry_arrays[e];
+    const int64_t stride = ex->eg.kind[e] == ENTRY_INTERNAL ? ex->plan.batch_stride[e] : 0;
+    if (!stride) return scan_array(a, r);
+    *r = (nonfinite){.first = -1};
+    MX_TRY(mx_ndarray_wait_to_read(a));
+    const mx_shape *shape = &ex->eg.shapes.shapes[e];
+    const int64_t items = shape->dims[0], item = items > 0 ? mx_shape_size(shape) / items : 0;
+    const float *data = mx_ndarray_data(a);
+    r->size = items * item;
+    for (int64_t o = 0; o < items; o++)
+        for (int64_t k = 0; k < item; k++) {
+            const float v = data[o * stride + k];
+            if (isfinite(v)) continue;
+            if (r->first < 0) r->first = o * item + k;
+            if (isnan(v)) r->n_nan++;
+            else r->n_inf++;
+        }
+    return MX_OK;
+}
+
 /* "NaN (3 of 12 values, first at index 5)", "NaN and Inf (2 NaN, 1 Inf of
  * 12 values, first at index 0)". */
 static const char *nonfinite_str(const nonfinite *nf, char *buf, size_t size)
@@ -949,7 +1010,7 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
         uint32_t e = exec_entry_id(eg, reads[r]);
         mx_ndarray *a = ex->entry_arrays[e];
         if (!a || ex->finite_pass[e] == ex->check_pass) continue;
-        MX_TRY(scan_array(a, &nf));
+        MX_TRY(scan_entry(ex, e, &nf));
         if (nf.first < 0) {
             ex->finite_pass[e] = ex->check_pass;
             continue;
@@ -991,7 +1052,7 @@ static mx_status run_node_checked(mx_executor *ex, node_info *ni, bool is_train)
         uint32_t e = base + (uint32_t)k;
         mx_ndarray *a = ex->entry_arrays[e];
         if (!a || ni->req[k] == MX_REQ_NULL) continue;
-        MX_TRY(scan_array(a, &nf));
+        MX_TRY(scan_entry(ex, e, &nf));
         if (nf.first < 0) {
             ex->finite_pass[e] = ex->check_pass;
             continue;

@@ -14,6 +14,7 @@
  */
 #include "executor/plan.h"
 #include "ops/batch_norm.h"
+#include "ops/concat.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -751,6 +752,7 @@ void memory_plan_free(memory_plan *p)
     free(p->inplace);
     free(p->addto);
     free(p->sum_done);
+    free(p->batch_stride);
     free(p->buffer_bytes);
     memset(p, 0, sizeof(*p));
 }
@@ -848,6 +850,65 @@ static void plan_addto(const exec_graph *eg, const int *refs, int32_t *join, mem
     }
 }
 
+/* A new slot of `bytes` for colour c: in its arena, or a buffer of its own. */
+static void new_slot(memory_plan *p, arena *arenas, bool enable_coshare, int c, size_t bytes, int sid,
+                     int *slot_color, size_t *slot_bytes, size_t *slot_off, int *slot_buffer)
+{
+    slot_color[sid] = c;
+    slot_bytes[sid] = arena_round(bytes);
+    if (enable_coshare) {
+        arena *a = &arenas[c];
+        if (a->buffer < 0) a->buffer = p->n_buffers++;
+        slot_buffer[sid] = a->buffer;
+        slot_off[sid] = arena_take(a, slot_bytes[sid]);
+    } else {
+        slot_buffer[sid] = p->n_buffers;
+        slot_off[sid] = 0;
+        p->buffer_bytes[p->n_buffers++] = bytes;
+    }
+}
+
+/* Concat inputs written in place inside the Concat's output
+ * (exec_graph.concat_views): a Concat along axis 1 of a forward pass whose
+ * output is planned here, and an input that is its producer's output 0,
+ * read by nothing but this Concat, planned here too, from an op whose CPU
+ * kernels write that output at a stride between items (strided_output).
+ * The input is then the Concat's channels [c0, c0 + C_i) of every item:
+ * per entry, the Concat node whose output it lies in (view_of, else -1) and
+ * its first element there (view_at); p->batch_stride gets the Concat
+ * output's elements per item. Inception's branches end in BatchNorm (with
+ * its relu folded), whose output only the Concat reads: they write their
+ * channels of the Concat's output, which has nothing left to copy. */
+static void plan_concat_views(const exec_graph *eg, const int *refs, int32_t *view_of, int64_t *view_at,
+                              memory_plan *p)
+{
+    for (int i = 0; i < eg->n_forward; i++) {
+        const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
+        if (!eg->needed[i] || n->kind != MX_NODE_OP || n->op != &mx_op_concat || exec_node_is_mirror(n)) continue;
+        const uint32_t ec = eg->shapes.entry_offset[i];
+        const mx_shape *os = &eg->shapes.shapes[ec];
+        const concat_params *cp = n->params;
+        if (eg->kind[ec] != ENTRY_INTERNAL || os->ndim < 2 || os->dims[0] <= 0 || os->dims[1] <= 0 ||
+            (cp->dim < 0 ? cp->dim + os->ndim : cp->dim) != 1)
+            continue;
+        const int64_t item = mx_shape_size(os) / os->dims[0], inner = item / os->dims[1];
+        int64_t c0 = 0;
+        for (int j = 0; j < n->n_inputs; c0 += mx_graph_entry_shape(&eg->shapes, n->inputs[j])->dims[1], j++) {
+            const mx_entry in = n->inputs[j];
+            const uint32_t e = exec_entry_id(eg, in);
+            const mx_node *f = mx_graph_node(eg->g, in.node);
+            if (in.index != 0 || eg->kind[e] != ENTRY_INTERNAL || refs[e] != 1 || view_of[e] >= 0 ||
+                f->kind != MX_NODE_OP || exec_node_is_mirror(f) || (int)in.node >= eg->n_forward ||
+                !f->op->strided_output || !f->op->strided_output(f->params, &eg->shapes.shapes[e]))
+                continue;
+            view_of[e] = i;
+            view_at[e] = c0 * inner;
+            p->batch_stride[e] = item;
+            p->n_views++;
+        }
+    }
+}
+
 static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_inplace, bool enable_coshare,
                             bool enable_addto, memory_plan *p)
 {
@@ -861,6 +922,9 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
     p->inplace = mx_calloc((size_t)n_entries + 1, 1);
     p->addto = mx_calloc((size_t)n_entries + 1, 1);
     p->sum_done = mx_calloc((size_t)eg->n_nodes + 1, 1);
+    p->batch_stride = mx_calloc((size_t)n_entries + 1, sizeof(int64_t));
+    int32_t *view_of = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
+    int64_t *view_at = mx_calloc((size_t)n_entries + 1, sizeof(int64_t));
     int32_t *join = mx_malloc(sizeof(int32_t) * ((size_t)n_entries + 1));
     p->buffer_bytes = mx_calloc((size_t)n_entries + (size_t)n_colors + 1, sizeof(size_t));
     int *refs = mx_calloc((size_t)n_entries + 1, sizeof(int));
@@ -875,10 +939,11 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
     arena *arenas = mx_calloc((size_t)n_colors, sizeof(arena));
     int n_slots = 0;
     mx_status st = MX_OK;
-    if (!p->storage || !p->offset || !p->inplace || !p->addto || !p->sum_done || !join || !p->buffer_bytes || !refs ||
-        !slot_of || !users || !slot_color || !slot_bytes || !slot_off || !slot_buffer || !arenas)
+    if (!p->storage || !p->offset || !p->inplace || !p->addto || !p->sum_done || !p->batch_stride || !view_of ||
+        !view_at || !join || !p->buffer_bytes || !refs || !slot_of || !users || !slot_color || !slot_bytes ||
+        !slot_off || !slot_buffer || !arenas)
         st = MX_ERR_NOMEM;
-    for (int e = 0; e < n_entries && st == MX_OK; e++) p->storage[e] = slot_of[e] = join[e] = -1;
+    for (int e = 0; e < n_entries && st == MX_OK; e++) p->storage[e] = slot_of[e] = join[e] = view_of[e] = -1;
     for (int c = 0; c < n_colors && st == MX_OK; c++) arenas[c].buffer = -1;
     mx_entry reads[3 * MX_OP_MAX_IO];
     for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
@@ -896,6 +961,7 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
             refs[e]++;
         }
     if (st == MX_OK && enable_addto) plan_addto(eg, refs, join, p);
+    if (st == MX_OK && eg->concat_views) plan_concat_views(eg, refs, view_of, view_at, p);
 
     for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
@@ -906,6 +972,28 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
         for (int j = 0; j < n->n_outputs; j++) {
             uint32_t e = eg->shapes.entry_offset[i] + (uint32_t)j;
             if (eg->kind[e] != ENTRY_INTERNAL) continue;
+            /* A Concat input inside the Concat's output: that output's slot
+             * is made with its first input (and held for the Concat from
+             * then on, by one user that becomes the output's own). */
+            const bool view = view_of[e] >= 0;
+            const uint32_t ec = view ? eg->shapes.entry_offset[view_of[e]] : e;
+            if (view && slot_of[ec] < 0) {
+                const int sid = n_slots++;
+                new_slot(p, arenas, enable_coshare, color[view_of[e]], exec_entry_bytes(eg, ec), sid, slot_color,
+                         slot_bytes, slot_off, slot_buffer);
+                slot_of[ec] = sid;
+                users[sid]++;
+            }
+            if (view || slot_of[e] >= 0) { /* a view, or the Concat's output made with its first view */
+                const int sid = slot_of[ec];
+                p->storage[e] = slot_buffer[sid];
+                p->offset[e] = slot_off[sid] + (size_t)view_at[e] * sizeof(float);
+                if (view) {
+                    slot_of[e] = sid;
+                    users[sid]++;
+                }
+                continue;
+            }
             size_t bytes = exec_entry_bytes(eg, e);
             /* A later term of a gradient sum, or the sum: the first term's memory. */
             int sid = join[e] >= 0 ? slot_of[join[e]] : -1;
@@ -924,18 +1012,8 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
             }
             if (sid < 0) { /* a new slot: in its colour's arena, or a buffer of its own */
                 sid = n_slots++;
-                slot_color[sid] = color[i];
-                slot_bytes[sid] = arena_round(bytes);
-                arena *a = &arenas[color[i]];
-                if (enable_coshare) {
-                    if (a->buffer < 0) a->buffer = p->n_buffers++;
-                    slot_buffer[sid] = a->buffer;
-                    slot_off[sid] = arena_take(a, slot_bytes[sid]);
-                } else {
-                    slot_buffer[sid] = p->n_buffers;
-                    slot_off[sid] = 0;
-                    p->buffer_bytes[p->n_buffers++] = bytes;
-                }
+                new_slot(p, arenas, enable_coshare, color[i], bytes, sid, slot_color, slot_bytes, slot_off,
+                         slot_buffer);
             }
             /* In place or not, the slot's memory. */
             p->storage[e] = slot_buffer[sid];
@@ -975,6 +1053,8 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
     free(refs);
     free(held);
     free(join);
+    free(view_of);
+    free(view_at);
     free(slot_of);
     free(users);
     free(slot_color);

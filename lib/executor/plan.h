@@ -57,6 +57,9 @@ typedef struct exec_graph {
     int32_t *held_until;
     int32_t *update_after;
     int32_t *deferred_from;
+    /* Concat inputs placed inside the Concat's output (memory_plan's
+     * batch_stride): set by the caller for CPU binds (MXC_CONCAT_IN_PLACE). */
+    bool concat_views;
 } exec_graph;
 
 /* A recomputation copy of a forward node, run in the backward pass. */
@@ -113,6 +116,11 @@ typedef struct memory_plan {
     uint8_t *inplace;        /* per entry: written in place over an input */
     uint8_t *addto;          /* per entry: added (MX_REQ_ADD) onto the first term of its gradient sum */
     uint8_t *sum_done;       /* per node: a gradient sum whose terms are added in its output: nothing to run */
+    /* Per entry: 0, or the elements from one item of axis 0 to the next of
+     * a Concat input written in place inside the Concat's output (its
+     * offset is where its first item starts): exec_graph.concat_views. */
+    int64_t *batch_stride;
+    int n_views;             /* such entries */
     size_t *buffer_bytes;    /* per buffer */
     int n_buffers;
     size_t workspace;

@@ -295,6 +295,7 @@ typedef struct bn_fwd_job {
     const float *x, *gamma, *beta;
     const float *addend; /* BatchNorm+ElementWiseSum: added to each output; else NULL */
     float *mm, *mv, *y, *save_mean, *save_invstd;
+    int64_t y_item; /* elements from one item of y's axis 0 to the next (strided_output) */
 } bn_fwd_job;
 
 /* A folded relu or clip done in the normalize pass itself (one pass over
@@ -396,13 +397,14 @@ static void bn_forward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         bn_affine(bp, j->gamma, j->beta, c, (float)mean, (float)invstd, &scale, &shift);
         for (int64_t o = 0; o < outer; o++) {
             const int64_t off = (o * C + c) * inner;
+            float *yr = y + o * j->y_item + c * inner;
             if (j->addend)
-                MX_SIMD_DISPATCH(level, bn_normalize_add, x + off, j->addend + off, y + off, inner, scale, shift,
+                MX_SIMD_DISPATCH(level, bn_normalize_add, x + off, j->addend + off, yr, inner, scale, shift,
                                  j->req[0] == MX_REQ_ADD, stream, clamp, f->lo, f->hi);
             else
-                MX_SIMD_DISPATCH(level, bn_normalize, x + off, y + off, inner, scale, shift, j->req[0] == MX_REQ_ADD,
+                MX_SIMD_DISPATCH(level, bn_normalize, x + off, yr, inner, scale, shift, j->req[0] == MX_REQ_ADD,
                                  stream, clamp, f->lo, f->hi);
-            if (clamp == BN_CLAMP_NONE) mx_fold_rows_at(f, level, y + off, inner);
+            if (clamp == BN_CLAMP_NONE) mx_fold_rows_at(f, level, yr, inner);
         }
     }
     if (stream) mx_simd_store_fence();
@@ -421,6 +423,7 @@ static mx_status bn_forward_run(const mx_op_ctx *ctx, const bn_params *bp, const
                     .gamma = in[1].data, .beta = in[2].data, .mm = aux[0].data, .mv = aux[1].data,
                     .y = out[0].data, .save_mean = out[1].data, .save_invstd = out[2].data};
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
+    j.y_item = out[0].batch_stride ? out[0].batch_stride : j.C * j.inner;
     mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
     mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_forward_channels, &j);
     return MX_OK;
@@ -472,6 +475,7 @@ typedef struct bn_bwd_job {
     bool train;
     mx_fold fold; /* mx_op_ctx's: the folded layer's gradient is taken here */
     const float *x, *gamma, *beta, *dy, *y, *mm, *mv, *save_mean, *save_invstd;
+    int64_t y_item; /* as bn_fwd_job's */
     float *dx, *dgamma, *dbeta;
     /* BatchNorm+ElementWiseSum: the addend's gradient (the sum's, as the
      * unfolded sum hands it on) and its req */
@@ -500,7 +504,8 @@ static const float *bn_addend_grad(const bn_bwd_job *j, int level, int64_t c)
     if (fold) g = req_writes(j->req_addend) ? j->daddend : req_writes(j->req[0]) ? j->dx : (float *)j->dy;
     for (int64_t o = 0; o < outer; o++) {
         const int64_t off = (o * C + c) * inner;
-        if (fold) mx_fold_backward_rows_at(&j->fold, level, j->dy + off, j->y + off, g + off, inner);
+        if (fold)
+            mx_fold_backward_rows_at(&j->fold, level, j->dy + off, j->y + o * j->y_item + c * inner, g + off, inner);
         if (j->req_addend == MX_REQ_ADD) MX_SIMD_DISPATCH(level, bn_add_rows, g + off, j->daddend + off, inner);
         else if (req_writes(j->req_addend) && g != j->daddend)
             memcpy(j->daddend + off, g + off, (size_t)inner * sizeof(float));
@@ -544,7 +549,8 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
                 if (clamp != BN_CLAMP_NONE)
                     MX_SIMD_DISPATCH(level, bn_fold_grad, x + off, dy + off, dst + off, inner, scale, shift, clamp,
                                      j->fold.lo, j->fold.hi);
-                else mx_fold_backward_rows_at(&j->fold, level, dy + off, j->y + off, dst + off, inner);
+                else mx_fold_backward_rows_at(&j->fold, level, dy + off, j->y + o * j->y_item + c * inner, dst + off,
+                                              inner);
             }
             g_rows = dst;
         }
@@ -593,6 +599,7 @@ static mx_status bn_backward_run(const mx_op_ctx *ctx, const bn_params *bp, cons
         j.req_addend = req[3];
     }
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
+    j.y_item = out[0].batch_stride ? out[0].batch_stride : j.C * j.inner;
     mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
     mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_backward_channels, &j);
     return MX_OK;
@@ -602,6 +609,13 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
     return bn_backward_run(ctx, p, out_grad, in, out, req, in_grad, aux, false);
+}
+
+/* Output 0 item by item along axis 0 at any stride: the channel axis is 1,
+ * so a row (item, channel) is contiguous (its statistics come from x). */
+static bool bn_strided_output(const void *p, const mx_shape *out0)
+{
+    return out0->ndim >= 2 && bn_axis(p, out0) == 1;
 }
 
 MX_OP_GPU_DECLARE(batch_norm);
@@ -623,6 +637,7 @@ const mx_op_def mx_op_batch_norm = {
     .folds_elementwise = true,
     .folds_backward = true,
     .fold_mask_from_inputs = true,
+    .strided_output = bn_strided_output,
     .forward = bn_forward,
     .backward = bn_backward,
     .gpu = MX_OP_GPU(batch_norm),

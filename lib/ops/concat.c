@@ -89,6 +89,7 @@ typedef struct concat_job {
     mx_dtype dtype;
     size_t es;
     int64_t row, slab[MX_OP_MAX_IO], at[MX_OP_MAX_IO]; /* at: the slab's offset in a row */
+    int64_t item[MX_OP_MAX_IO]; /* elements between a part's slabs: its batch_stride, else its slab */
     char *whole;                                        /* output / its gradient */
     char *part[MX_OP_MAX_IO];                           /* inputs / their gradients (NULL: skip) */
     bool add[MX_OP_MAX_IO];
@@ -102,12 +103,14 @@ static void concat_units(void *arg, int64_t lo, int64_t hi, int worker)
         int64_t o = u / j->n;
         int i = (int)(u % j->n);
         if (!j->part[i]) continue;
-        char *w = j->whole + (size_t)(o * j->row + j->at[i]) * j->es, *p = j->part[i] + (size_t)(o * j->slab[i]) * j->es;
+        char *w = j->whole + (size_t)(o * j->row + j->at[i]) * j->es;
+        char *p = j->part[i] + (size_t)(o * j->item[i]) * j->es;
         char *dst = j->backward ? p : w;
         const char *src = j->backward ? w : p;
         int64_t m = j->slab[i];
         if (!j->add[i]) {
-            memcpy(dst, src, (size_t)m * j->es);
+            /* An input the executor placed inside the output (strided_output) is there already. */
+            if (dst != src) memcpy(dst, src, (size_t)m * j->es);
         } else if (j->dtype == MX_FLOAT32) {
             float *d = (float *)dst;
             const float *sv = (const float *)src;
@@ -152,6 +155,7 @@ static mx_status concat_forward(const mx_op_ctx *ctx, const void *p, const mx_te
     int64_t outer = concat_geometry(cp, &in[0].shape, j.n, in, j.slab);
     for (int i = 0; i < j.n; i++) {
         j.part[i] = in[i].data;
+        j.item[i] = in[i].batch_stride ? in[i].batch_stride : j.slab[i];
         j.add[i] = req[0] == MX_REQ_ADD;
     }
     return concat_run(ctx, &j, outer);
@@ -169,6 +173,7 @@ static mx_status concat_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     int64_t outer = concat_geometry(cp, &in_grad[0].shape, j.n, in_grad, j.slab);
     for (int i = 0; i < j.n; i++) {
         j.part[i] = req[i] == MX_REQ_NULL ? NULL : in_grad[i].data;
+        j.item[i] = j.slab[i];
         j.add[i] = req[i] == MX_REQ_ADD;
     }
     return concat_run(ctx, &j, outer);

@@ -12,4 +12,6 @@ typedef struct concat_params {
     int64_t dim;
 } concat_params;
 
+extern const struct mx_op_def mx_op_concat;
+
 #endif /* MX_OPS_CONCAT_H */
