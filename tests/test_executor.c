@@ -414,12 +414,14 @@ START_TEST(planner_and_engine_modes_are_bit_identical)
 }
 END_TEST
 
-/* Concat inputs written inside the Concat's output (MXC_CONCAT_IN_PLACE,
- * on by default on CPU): the branches inception_bn names go in place and
- * no other; a training step (outputs, gradients, moving statistics) and a
- * prediction give the same bits as with copies, in every planner mode and
- * with recomputation; the plans shrink. */
-static void concat_views_of(bool training, const char *in_place, int *views, int *inputs, size_t *plan)
+/* Concat inputs written inside the Concat's output, and their gradients
+ * read inside its gradient (MXC_CONCAT_IN_PLACE, on by default on CPU):
+ * the branches inception_bn names go in place and no other; a training
+ * step (outputs, gradients, moving statistics) and a prediction give the
+ * same bits as with copies, in every planner and engine mode and with
+ * recomputation; the plans shrink. */
+static void concat_views_of(bool training, const char *in_place, int *views, int *grad_views, int *inputs,
+                            size_t *plan)
 {
     setenv("MXC_CONCAT_IN_PLACE", in_place, 1);
     bound b;
@@ -427,6 +429,7 @@ static void concat_views_of(bool training, const char *in_place, int *views, int
     mx_memory_plan_stats st;
     mx_executor_memory(b.ex, &st);
     *views = st.n_concat_views;
+    *grad_views = st.n_concat_grad_views;
     *inputs = st.n_concat_inputs;
     *plan = st.both;
     unbind(&b);
@@ -435,20 +438,22 @@ static void concat_views_of(bool training, const char *in_place, int *views, int
 
 START_TEST(concat_inputs_go_inside_the_concat_output)
 {
-    int views, inputs;
+    int views, grad_views, inputs;
     size_t with, without;
     for (int training = 0; training <= 1; training++) {
-        concat_views_of(training, "1", &views, &inputs, &with);
+        concat_views_of(training, "1", &views, &grad_views, &inputs, &with);
         ck_assert_int_eq(views, training ? 3 : 4);
+        ck_assert_int_eq(grad_views, training ? 4 : 0); /* b0 to b3: BatchNorm reads its gradient at the stride */
         ck_assert_int_eq(inputs, 6);
-        concat_views_of(training, "0", &views, &inputs, &without);
-        ck_assert_int_eq(views, 0);
+        concat_views_of(training, "0", &views, &grad_views, &inputs, &without);
+        ck_assert_int_eq(views + grad_views, 0);
         ck_assert_uint_lt(with, without);
     }
     setenv("MXNET_EXEC_ENABLE_FOLDING", "0", 1); /* relus of their own: only bn1 feeds the Concat itself */
-    concat_views_of(true, "1", &views, &inputs, &with);
+    concat_views_of(true, "1", &views, &grad_views, &inputs, &with);
     unsetenv("MXNET_EXEC_ENABLE_FOLDING");
     ck_assert_int_eq(views, 1);
+    ck_assert_int_eq(grad_views, 1);
 
     float *ref = malloc(sizeof(float) * 100000), *got = malloc(sizeof(float) * 100000);
     const char *modes[][3] = {{"1", "1", "0"}, {"1", "0", "0"}, {"0", "1", "0"}, {"0", "0", "0"}, {"1", "1", "1"},

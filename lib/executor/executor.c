@@ -231,6 +231,7 @@ static mx_status plan_stats(const exec_graph *eg, const memory_plan *both, mx_me
     for (int a = 0; eg->update_after && a < eg->n_args; a++)
         if (eg->update_after[a] >= 0) st->grads_in_plan += exec_entry_bytes(eg, exec_entry_id(eg, eg->grads[a]));
     st->n_concat_views = both->n_views;
+    st->n_concat_grad_views = both->n_grad_views;
     for (int i = 0; i < eg->n_forward; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
         if (eg->needed[i] && n->kind == MX_NODE_OP && n->op == &mx_op_concat && !exec_node_is_mirror(n))

@@ -177,6 +177,7 @@ typedef struct mx_memory_plan_stats {
     int n_sums, n_sums_added; /* gradient sums, and those done by adds (MXNET_EXEC_ENABLE_ADDTO) */
     int n_concat_views, n_concat_inputs; /* Concat inputs written inside the Concat's output (MXC_CONCAT_IN_PLACE),
                                             of all Concat inputs */
+    int n_concat_grad_views;             /* their gradients read inside the Concat's output gradient */
     size_t grads_in_plan; /* gradients of the arguments updated in backward, planned inside */
     int n_deferred;       /* backward nodes whose updated gradients run at the end of the pass */
     int n_colors;         /* colours of the kept plan's co-sharing (0: none) */

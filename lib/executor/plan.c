@@ -868,6 +868,22 @@ static void new_slot(memory_plan *p, arena *arenas, bool enable_coshare, int c, 
     }
 }
 
+/* A Concat input's extent along axis 1. */
+static int64_t channels_of(const exec_graph *eg, mx_entry e) { return mx_graph_entry_shape(&eg->shapes, e)->dims[1]; }
+
+/* Whether the backward node of forward node f reads `entry` as its output
+ * gradient 0. */
+static bool backward_takes_grad(const exec_graph *eg, uint32_t f, uint32_t entry)
+{
+    for (int i = eg->n_forward; i < eg->n_nodes; i++) {
+        const mx_node *b = mx_graph_node(eg->g, (uint32_t)i);
+        if (eg->needed[i] && b->kind == MX_NODE_BACKWARD && b->forward_node == f && b->inputs[0].node != MX_NO_NODE &&
+            exec_entry_id(eg, b->inputs[0]) == entry)
+            return true;
+    }
+    return false;
+}
+
 /* Concat inputs written in place inside the Concat's output
  * (exec_graph.concat_views): a Concat along axis 1 of a forward pass whose
  * output is planned here, and an input that is its producer's output 0,
@@ -879,8 +895,8 @@ static void new_slot(memory_plan *p, arena *arenas, bool enable_coshare, int c, 
  * output's elements per item. Inception's branches end in BatchNorm (with
  * its relu folded), whose output only the Concat reads: they write their
  * channels of the Concat's output, which has nothing left to copy. */
-static void plan_concat_views(const exec_graph *eg, const int *refs, int32_t *view_of, int64_t *view_at,
-                              memory_plan *p)
+static void plan_concat_views(const exec_graph *eg, const int *refs, const int32_t *join, int32_t *view_of,
+                              int64_t *view_at, memory_plan *p)
 {
     for (int i = 0; i < eg->n_forward; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
@@ -893,7 +909,7 @@ static void plan_concat_views(const exec_graph *eg, const int *refs, int32_t *vi
             continue;
         const int64_t item = mx_shape_size(os) / os->dims[0], inner = item / os->dims[1];
         int64_t c0 = 0;
-        for (int j = 0; j < n->n_inputs; c0 += mx_graph_entry_shape(&eg->shapes, n->inputs[j])->dims[1], j++) {
+        for (int j = 0; j < n->n_inputs; c0 += channels_of(eg, n->inputs[j]), j++) {
             const mx_entry in = n->inputs[j];
             const uint32_t e = exec_entry_id(eg, in);
             const mx_node *f = mx_graph_node(eg->g, in.node);
@@ -905,6 +921,39 @@ static void plan_concat_views(const exec_graph *eg, const int *refs, int32_t *vi
             view_at[e] = c0 * inner;
             p->batch_stride[e] = item;
             p->n_views++;
+        }
+    }
+    /* The backward: the Concat's input gradient j is its output gradient's
+     * channels of input j, where that input's producer (an op whose
+     * kernels take the stride) reads it as its own output gradient, when
+     * nothing else does (no sum of gradients): the Concat's backward has
+     * nothing to copy either. */
+    for (int i = eg->n_forward; i < eg->n_nodes; i++) {
+        const mx_node *b = mx_graph_node(eg->g, (uint32_t)i);
+        if (!eg->needed[i] || b->kind != MX_NODE_BACKWARD) continue;
+        const mx_node *n = mx_graph_node(eg->g, b->forward_node);
+        if (n->kind != MX_NODE_OP || n->op != &mx_op_concat || b->inputs[0].node == MX_NO_NODE) continue;
+        const uint32_t dy = exec_entry_id(eg, b->inputs[0]);
+        const mx_shape *os = &eg->shapes.shapes[dy];
+        const concat_params *cp = n->params;
+        if (eg->kind[dy] != ENTRY_INTERNAL || os->ndim < 2 || os->dims[0] <= 0 || os->dims[1] <= 0 ||
+            (cp->dim < 0 ? cp->dim + os->ndim : cp->dim) != 1)
+            continue;
+        const int64_t item = mx_shape_size(os) / os->dims[0], inner = item / os->dims[1];
+        int64_t c0 = 0;
+        for (int j = 0; j < b->n_outputs && j < n->n_inputs; c0 += channels_of(eg, n->inputs[j]), j++) {
+            const uint32_t g = eg->shapes.entry_offset[i] + (uint32_t)j;
+            const mx_entry in = n->inputs[j];
+            const mx_node *f = mx_graph_node(eg->g, in.node);
+            if (in.index != 0 || eg->kind[g] != ENTRY_INTERNAL || refs[g] != 1 || join[g] >= 0 || p->addto[g] ||
+                f->kind != MX_NODE_OP || !f->op->strided_output ||
+                !f->op->strided_output(f->params, mx_graph_entry_shape(&eg->shapes, in)) ||
+                !backward_takes_grad(eg, in.node, g))
+                continue;
+            view_of[g] = i;
+            view_at[g] = c0 * inner;
+            p->batch_stride[g] = item;
+            p->n_grad_views++;
         }
     }
 }
@@ -961,7 +1010,7 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
             refs[e]++;
         }
     if (st == MX_OK && enable_addto) plan_addto(eg, refs, join, p);
-    if (st == MX_OK && eg->concat_views) plan_concat_views(eg, refs, view_of, view_at, p);
+    if (st == MX_OK && eg->concat_views) plan_concat_views(eg, refs, join, view_of, view_at, p);
 
     for (int i = 0; i < eg->n_nodes && st == MX_OK; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
@@ -976,7 +1025,10 @@ static mx_status plan_build(const exec_graph *eg, const int *color, bool enable_
              * is made with its first input (and held for the Concat from
              * then on, by one user that becomes the output's own). */
             const bool view = view_of[e] >= 0;
-            const uint32_t ec = view ? eg->shapes.entry_offset[view_of[e]] : e;
+            /* the Concat's output, or for a gradient its output gradient */
+            const uint32_t ec = !view ? e
+                                : n->kind == MX_NODE_BACKWARD ? exec_entry_id(eg, n->inputs[0])
+                                                              : eg->shapes.entry_offset[view_of[e]];
             if (view && slot_of[ec] < 0) {
                 const int sid = n_slots++;
                 new_slot(p, arenas, enable_coshare, color[view_of[e]], exec_entry_bytes(eg, ec), sid, slot_color,

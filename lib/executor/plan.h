@@ -117,10 +117,11 @@ typedef struct memory_plan {
     uint8_t *addto;          /* per entry: added (MX_REQ_ADD) onto the first term of its gradient sum */
     uint8_t *sum_done;       /* per node: a gradient sum whose terms are added in its output: nothing to run */
     /* Per entry: 0, or the elements from one item of axis 0 to the next of
-     * a Concat input written in place inside the Concat's output (its
+     * a Concat input written in place inside the Concat's output, or of
+     * its gradient read in place inside the Concat's output gradient (its
      * offset is where its first item starts): exec_graph.concat_views. */
     int64_t *batch_stride;
-    int n_views;             /* such entries */
+    int n_views, n_grad_views; /* such inputs, and such gradients */
     size_t *buffer_bytes;    /* per buffer */
     int n_buffers;
     size_t workspace;

@@ -475,7 +475,7 @@ typedef struct bn_bwd_job {
     bool train;
     mx_fold fold; /* mx_op_ctx's: the folded layer's gradient is taken here */
     const float *x, *gamma, *beta, *dy, *y, *mm, *mv, *save_mean, *save_invstd;
-    int64_t y_item; /* as bn_fwd_job's */
+    int64_t y_item, dy_item; /* as bn_fwd_job's, for y and for dy */
     float *dx, *dgamma, *dbeta;
     /* BatchNorm+ElementWiseSum: the addend's gradient (the sum's, as the
      * unfolded sum hands it on) and its req */
@@ -536,29 +536,36 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
         /* A folded layer's gradient first, a channel's rows at a time, into
          * dx where it is written (else over dy, as the executor's pass
          * would): the rows are then in cache for both passes below. */
+        /* The gradient's rows: dy's at its stride between items (a Concat's
+         * output gradient, strided_output), else dense. */
         const float *g_rows = dy;
+        int64_t g_item = j->dy_item;
         if (j->with_addend) {
             g_rows = bn_addend_grad(j, level, c);
+            g_item = C * inner;
         } else if (j->fold.kind != MX_FOLD_NONE) {
             float *dst = req_writes(req[0]) ? j->dx : (float *)dy;
+            const int64_t dst_item = dst == j->dx ? C * inner : j->dy_item;
             const int clamp = bn_clamp_of(&j->fold);
             float scale = 0.0f, shift = 0.0f;
             if (clamp != BN_CLAMP_NONE) bn_affine(bp, j->gamma, j->beta, c, (float)mean, (float)invstd, &scale, &shift);
             for (int64_t o = 0; o < outer; o++) {
-                const int64_t off = (o * C + c) * inner;
+                const int64_t off = (o * C + c) * inner, dyo = o * j->dy_item + c * inner;
+                const int64_t dso = o * dst_item + c * inner;
                 if (clamp != BN_CLAMP_NONE)
-                    MX_SIMD_DISPATCH(level, bn_fold_grad, x + off, dy + off, dst + off, inner, scale, shift, clamp,
+                    MX_SIMD_DISPATCH(level, bn_fold_grad, x + off, dy + dyo, dst + dso, inner, scale, shift, clamp,
                                      j->fold.lo, j->fold.hi);
-                else mx_fold_backward_rows_at(&j->fold, level, dy + off, j->y + o * j->y_item + c * inner, dst + off,
+                else mx_fold_backward_rows_at(&j->fold, level, dy + dyo, j->y + o * j->y_item + c * inner, dst + dso,
                                               inner);
             }
             g_rows = dst;
+            g_item = dst_item;
         }
         double sum_dy = 0, dotp = 0;
         for (int64_t o = 0; o < outer; o++) {
             const int64_t off = (o * C + c) * inner;
             double s, d;
-            reduce_sum_dot(level, x + off, g_rows + off, inner, mean, &s, &d);
+            reduce_sum_dot(level, x + off, g_rows + o * g_item + c * inner, inner, mean, &s, &d);
             sum_dy += s;
             dotp += d;
         }
@@ -571,8 +578,8 @@ static void bn_backward_channels(void *arg, int64_t lo, int64_t hi, int worker)
             const float iw = (float)(invstd * w), fmean = (float)mean;
             for (int64_t o = 0; o < outer; o++) {
                 const int64_t off = (o * C + c) * inner;
-                MX_SIMD_DISPATCH(level, bn_dx, x + off, g_rows + off, j->dx + off, inner, gmean, fmean, k, iw,
-                                 req[0] == MX_REQ_ADD);
+                MX_SIMD_DISPATCH(level, bn_dx, x + off, g_rows + o * g_item + c * inner, j->dx + off, inner, gmean,
+                                 fmean, k, iw, req[0] == MX_REQ_ADD);
             }
         }
         if (bp->fix_gamma) {
@@ -600,6 +607,9 @@ static mx_status bn_backward_run(const mx_op_ctx *ctx, const bn_params *bp, cons
     }
     mx_bn_dims(bp, &in[0].shape, &j.outer, &j.C, &j.inner);
     j.y_item = out[0].batch_stride ? out[0].batch_stride : j.C * j.inner;
+    j.dy_item = out_grad[0].batch_stride ? out_grad[0].batch_stride : j.C * j.inner;
+    if (with_addend && j.dy_item != j.C * j.inner)
+        return MX_ERROR(MX_ERR_INVALID, "BatchNorm+ElementWiseSum: a strided output gradient is not supported");
     mx_threadpool *pool = j.outer * j.C * j.inner >= BN_PARALLEL_MIN ? mx_op_pool(ctx) : NULL;
     mx_parallel_for(pool, j.C, mx_parallel_grain(pool, j.C, 4, 1), bn_backward_channels, &j);
     return MX_OK;
@@ -611,8 +621,10 @@ static mx_status bn_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     return bn_backward_run(ctx, p, out_grad, in, out, req, in_grad, aux, false);
 }
 
-/* Output 0 item by item along axis 0 at any stride: the channel axis is 1,
- * so a row (item, channel) is contiguous (its statistics come from x). */
+/* Output 0 and its gradient item by item along axis 0 at any stride: the
+ * channel axis is 1, so a row (item, channel) is contiguous (forward's
+ * statistics come from x; backward reads the gradient's rows, and writes
+ * a folded layer's gradient over them, at the stride). */
 static bool bn_strided_output(const void *p, const mx_shape *out0)
 {
     return out0->ndim >= 2 && bn_axis(p, out0) == 1;

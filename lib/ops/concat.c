@@ -109,7 +109,8 @@ static void concat_units(void *arg, int64_t lo, int64_t hi, int worker)
         const char *src = j->backward ? w : p;
         int64_t m = j->slab[i];
         if (!j->add[i]) {
-            /* An input the executor placed inside the output (strided_output) is there already. */
+            /* An input the executor placed inside the output (strided_output),
+             * or a gradient inside the output's gradient, is there already. */
             if (dst != src) memcpy(dst, src, (size_t)m * j->es);
         } else if (j->dtype == MX_FLOAT32) {
             float *d = (float *)dst;
@@ -173,7 +174,7 @@ static mx_status concat_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     int64_t outer = concat_geometry(cp, &in_grad[0].shape, j.n, in_grad, j.slab);
     for (int i = 0; i < j.n; i++) {
         j.part[i] = req[i] == MX_REQ_NULL ? NULL : in_grad[i].data;
-        j.item[i] = j.slab[i];
+        j.item[i] = in_grad[i].batch_stride ? in_grad[i].batch_stride : j.slab[i];
         j.add[i] = req[i] == MX_REQ_ADD;
     }
     return concat_run(ctx, &j, outer);

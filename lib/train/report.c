@@ -421,9 +421,9 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
               addto < 0 ? "unset: unless that grows the plan by more than 1%" : addto ? "=1: wherever it can" : "=0: never");
     }
     if (r.train.n_concat_inputs)
-        logf_(opt, "  concatenation in place: %d of %d Concat inputs written inside the Concat's output, which has "
-                   "nothing to copy for them (MXC_CONCAT_IN_PLACE %s)",
-              r.train.n_concat_views, r.train.n_concat_inputs,
+        logf_(opt, "  concatenation in place: %d of %d Concat inputs written inside the Concat's output, %d of their "
+                   "gradients read inside its gradient: nothing to copy for them (MXC_CONCAT_IN_PLACE %s)",
+              r.train.n_concat_views, r.train.n_concat_inputs, r.train.n_concat_grad_views,
               mx_env_long("MXC_CONCAT_IN_PLACE", 1) ? "unset or 1" : "=0: off");
     MX_TRY(report_folding(s, opt));
     if (s->val && s->train) {
