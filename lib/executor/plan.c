@@ -895,20 +895,29 @@ static bool backward_takes_grad(const exec_graph *eg, uint32_t f, uint32_t entry
  * output's elements per item. Inception's branches end in BatchNorm (with
  * its relu folded), whose output only the Concat reads: they write their
  * channels of the Concat's output, which has nothing left to copy. */
+/* Whether Concat node n joins along axis 1 into entry e (its output, or
+ * that output's gradient), planned here: then its elements per item of
+ * axis 0, and per channel. */
+static bool concat_channels(const exec_graph *eg, const mx_node *n, uint32_t e, int64_t *item, int64_t *inner)
+{
+    const mx_shape *os = &eg->shapes.shapes[e];
+    const concat_params *cp = n->params;
+    if (eg->kind[e] != ENTRY_INTERNAL || os->ndim < 2 || os->dims[0] <= 0 || os->dims[1] <= 0 ||
+        (cp->dim < 0 ? cp->dim + os->ndim : cp->dim) != 1)
+        return false;
+    *item = mx_shape_size(os) / os->dims[0];
+    *inner = *item / os->dims[1];
+    return true;
+}
+
 static void plan_concat_views(const exec_graph *eg, const int *refs, const int32_t *join, int32_t *view_of,
                               int64_t *view_at, memory_plan *p)
 {
     for (int i = 0; i < eg->n_forward; i++) {
         const mx_node *n = mx_graph_node(eg->g, (uint32_t)i);
         if (!eg->needed[i] || n->kind != MX_NODE_OP || n->op != &mx_op_concat || exec_node_is_mirror(n)) continue;
-        const uint32_t ec = eg->shapes.entry_offset[i];
-        const mx_shape *os = &eg->shapes.shapes[ec];
-        const concat_params *cp = n->params;
-        if (eg->kind[ec] != ENTRY_INTERNAL || os->ndim < 2 || os->dims[0] <= 0 || os->dims[1] <= 0 ||
-            (cp->dim < 0 ? cp->dim + os->ndim : cp->dim) != 1)
-            continue;
-        const int64_t item = mx_shape_size(os) / os->dims[0], inner = item / os->dims[1];
-        int64_t c0 = 0;
+        int64_t item, inner, c0 = 0;
+        if (!concat_channels(eg, n, eg->shapes.entry_offset[i], &item, &inner)) continue;
         for (int j = 0; j < n->n_inputs; c0 += channels_of(eg, n->inputs[j]), j++) {
             const mx_entry in = n->inputs[j];
             const uint32_t e = exec_entry_id(eg, in);
@@ -933,14 +942,8 @@ static void plan_concat_views(const exec_graph *eg, const int *refs, const int32
         if (!eg->needed[i] || b->kind != MX_NODE_BACKWARD) continue;
         const mx_node *n = mx_graph_node(eg->g, b->forward_node);
         if (n->kind != MX_NODE_OP || n->op != &mx_op_concat || b->inputs[0].node == MX_NO_NODE) continue;
-        const uint32_t dy = exec_entry_id(eg, b->inputs[0]);
-        const mx_shape *os = &eg->shapes.shapes[dy];
-        const concat_params *cp = n->params;
-        if (eg->kind[dy] != ENTRY_INTERNAL || os->ndim < 2 || os->dims[0] <= 0 || os->dims[1] <= 0 ||
-            (cp->dim < 0 ? cp->dim + os->ndim : cp->dim) != 1)
-            continue;
-        const int64_t item = mx_shape_size(os) / os->dims[0], inner = item / os->dims[1];
-        int64_t c0 = 0;
+        int64_t item, inner, c0 = 0;
+        if (!concat_channels(eg, n, exec_entry_id(eg, b->inputs[0]), &item, &inner)) continue;
         for (int j = 0; j < b->n_outputs && j < n->n_inputs; c0 += channels_of(eg, n->inputs[j]), j++) {
             const uint32_t g = eg->shapes.entry_offset[i] + (uint32_t)j;
             const mx_entry in = n->inputs[j];
