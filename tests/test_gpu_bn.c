@@ -212,10 +212,10 @@ static void drop_run(drop_env *e, bool train, const float *x, const float *dy, c
     mx_shape s = MX_SHAPE(n);
     float *x_d = dev_alloc_copy(e, x, n), *y_d = dev_alloc_copy(e, NULL, n), *m_d = dev_alloc_copy(e, NULL, n);
     float *dy_d = dev_alloc_copy(e, dy, n), *g_d = dev_alloc_copy(e, dx_init, n);
-    mx_tensor in = {x_d, s, MX_FLOAT32, mx_gpu(0)};
-    mx_tensor out[2] = {{y_d, s, MX_FLOAT32, mx_gpu(0)}, {m_d, s, MX_FLOAT32, mx_gpu(0)}};
-    mx_tensor og[2] = {{dy_d, s, MX_FLOAT32, mx_gpu(0)}, {NULL, s, MX_FLOAT32, mx_gpu(0)}};
-    mx_tensor ig = {g_d, s, MX_FLOAT32, mx_gpu(0)};
+    mx_tensor in = {x_d, s, MX_FLOAT32, mx_gpu(0), 0};
+    mx_tensor out[2] = {{y_d, s, MX_FLOAT32, mx_gpu(0), 0}, {m_d, s, MX_FLOAT32, mx_gpu(0), 0}};
+    mx_tensor og[2] = {{dy_d, s, MX_FLOAT32, mx_gpu(0), 0}, {NULL, s, MX_FLOAT32, mx_gpu(0), 0}};
+    mx_tensor ig = {g_d, s, MX_FLOAT32, mx_gpu(0), 0};
     mx_req req[2] = {MX_REQ_WRITE, MX_REQ_WRITE};
     mx_op_ctx ctx = {.exec = &e->exec, .is_train = train, .rng = e->rng};
     ck_assert_msg(e->op->gpu->forward(&ctx, e->params, &in, req, out, NULL) == MX_OK, "%s", mx_last_error());

@@ -169,9 +169,9 @@ static void run_ones(const char *name, const float *a, mx_shape sa, const float 
     float dy[64];
     ck_assert_int_le(n, 64);
     for (int64_t i = 0; i < n; i++) dy[i] = 1;
-    mx_tensor in[2] = {{(void *)a, sa, MX_FLOAT32, mx_cpu()}, {(void *)b, sb, MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {y, out_s[0], MX_FLOAT32, mx_cpu()}, og = {dy, out_s[0], MX_FLOAT32, mx_cpu()};
-    mx_tensor ig[2] = {{ga, sa, MX_FLOAT32, mx_cpu()}, {gb, sb, MX_FLOAT32, mx_cpu()}};
+    mx_tensor in[2] = {{(void *)a, sa, MX_FLOAT32, mx_cpu(), 0}, {(void *)b, sb, MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {y, out_s[0], MX_FLOAT32, mx_cpu(), 0}, og = {dy, out_s[0], MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor ig[2] = {{ga, sa, MX_FLOAT32, mx_cpu(), 0}, {gb, sb, MX_FLOAT32, mx_cpu(), 0}};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[2] = {MX_REQ_WRITE, MX_REQ_WRITE};
@@ -289,8 +289,8 @@ START_TEST(shapes_and_errors)
     float dummy = 5;
     const mx_op_def *op = mx_op_find("broadcast_add");
     char params[16];
-    mx_tensor t0[2] = {{&dummy, MX_SHAPE(0, 3), MX_FLOAT32, mx_cpu()}, {&dummy, MX_SHAPE(1, 3), MX_FLOAT32, mx_cpu()}};
-    mx_tensor o0 = {&dummy, MX_SHAPE(0, 3), MX_FLOAT32, mx_cpu()};
+    mx_tensor t0[2] = {{&dummy, MX_SHAPE(0, 3), MX_FLOAT32, mx_cpu(), 0}, {&dummy, MX_SHAPE(1, 3), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor o0 = {&dummy, MX_SHAPE(0, 3), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[2] = {MX_REQ_WRITE, MX_REQ_NULL};

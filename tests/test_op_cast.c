@@ -34,7 +34,7 @@ static mx_status cast(const char *dtype, const void *x, mx_dtype xt, void *y, mx
     _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
     const char *k[] = {"dtype"}, *v[] = {dtype};
     ck_assert_int_eq(mx_op_parse_params(op, k, v, 1, params), MX_OK);
-    mx_tensor in = {(void *)x, MX_SHAPE(n), xt, mx_cpu()}, out = {y, MX_SHAPE(n), yt, mx_cpu()};
+    mx_tensor in = {(void *)x, MX_SHAPE(n), xt, mx_cpu(), 0}, out = {y, MX_SHAPE(n), yt, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {r};
@@ -112,8 +112,8 @@ START_TEST(backward_casts_back)
     ck_assert_int_eq(mx_op_parse_params(op, k, v, 1, params), MX_OK);
     double dy[3] = {0.25, -1.5, 3};
     float dx[3] = {1, 1, 1}, x[3] = {0, 0, 0};
-    mx_tensor tdy = {dy, MX_SHAPE(3), MX_FLOAT64, mx_cpu()}, tdx = {dx, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
-    mx_tensor tx = {x, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
+    mx_tensor tdy = {dy, MX_SHAPE(3), MX_FLOAT64, mx_cpu(), 0}, tdx = {dx, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor tx = {x, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_ADD};

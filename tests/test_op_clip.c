@@ -67,8 +67,8 @@ START_TEST(gradient_at_the_bounds)
     const char *k[] = {"a_min", "a_max"}, *v[] = {"-1", "2"};
     ck_assert_int_eq(mx_op_parse_params(op, k, v, 2, params), MX_OK);
     float x[6] = {-3, -1, 0, 2, 2.5f, NAN}, y[6], dy[6] = {1, 2, 3, 4, 5, 6}, dx[6];
-    mx_tensor tx = {x, MX_SHAPE(6), MX_FLOAT32, mx_cpu()}, ty = {y, MX_SHAPE(6), MX_FLOAT32, mx_cpu()};
-    mx_tensor tdy = {dy, MX_SHAPE(6), MX_FLOAT32, mx_cpu()}, tdx = {dx, MX_SHAPE(6), MX_FLOAT32, mx_cpu()};
+    mx_tensor tx = {x, MX_SHAPE(6), MX_FLOAT32, mx_cpu(), 0}, ty = {y, MX_SHAPE(6), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor tdy = {dy, MX_SHAPE(6), MX_FLOAT32, mx_cpu(), 0}, tdx = {dx, MX_SHAPE(6), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};

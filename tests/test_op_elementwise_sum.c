@@ -56,17 +56,17 @@ START_TEST(in_place_and_aliases)
         b[i] = 0.5f;
         want[i] = 2.0f * (float)i + 0.5f;
     }
-    mx_tensor in[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu()},
-                       {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()};
+    mx_tensor in[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0},
+                       {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_INPLACE};
     ck_assert_int_eq(op->forward(&ctx, params, in, req, &out, NULL), MX_OK);
     for (int i = 0; i < N; i++) ck_assert_float_eq(a[i], want[i]);
     /* backward in place: in_grad 0 on out_grad */
-    mx_tensor grads[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu()},
-                          {want, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
+    mx_tensor grads[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0},
+                          {want, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}};
     mx_req breq[3] = {MX_REQ_INPLACE, MX_REQ_WRITE, MX_REQ_NULL};
     ck_assert_int_eq(op->backward(&ctx, params, &out, in, &out, breq, grads, NULL), MX_OK);
     ck_assert(b[7] == a[7] && want[7] == 14.5f);
@@ -110,9 +110,9 @@ START_TEST(large_in_place_on_threads)
             g1[i] = 12345.0f;
             g2[i] = 1.0f;
         }
-        mx_tensor in[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu()},
-                           {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
-        mx_tensor out = {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()};
+        mx_tensor in[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}, {b, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0},
+                           {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}};
+        mx_tensor out = {a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0};
         mx_exec_ctx exec = {.ctx = mx_cpu(), .pool = pools[t]};
         mx_op_ctx ctx = {.exec = &exec};
         mx_req req[1] = {MX_REQ_INPLACE};
@@ -122,7 +122,7 @@ START_TEST(large_in_place_on_threads)
             ck_assert_msg(a[i] == want, "%d threads: out[%d] = %g, want %g", t + 1, i, a[i], want);
         }
         /* forward adding onto an output that is none of the inputs */
-        mx_tensor sum = {g2, MX_SHAPE(N), MX_FLOAT32, mx_cpu()};
+        mx_tensor sum = {g2, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0};
         mx_req areq[1] = {MX_REQ_ADD};
         ck_assert_int_eq(op->forward(&ctx, params, in, areq, &sum, NULL), MX_OK);
         for (int i = 0; i < N; i++) {
@@ -131,8 +131,8 @@ START_TEST(large_in_place_on_threads)
             g2[i] = 1.0f;
         }
         /* backward: in_grad 0 in place on out_grad, 1 written, 2 added */
-        mx_tensor grads[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}, {g1, MX_SHAPE(N), MX_FLOAT32, mx_cpu()},
-                              {g2, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
+        mx_tensor grads[3] = {{a, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}, {g1, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0},
+                              {g2, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}};
         mx_req breq[3] = {MX_REQ_INPLACE, MX_REQ_WRITE, MX_REQ_ADD};
         ck_assert_int_eq(op->backward(&ctx, params, &out, in, &out, breq, grads, NULL), MX_OK);
         for (int i = 0; i < N; i++) ck_assert(g1[i] == a[i] && g2[i] == a[i] + 1.0f);

@@ -32,9 +32,9 @@ static void backward_of(const char *name, const char *const *keys, const char *c
     _Alignas(16) char params[64];
     ck_assert_int_eq(mx_op_parse_params(op, keys, values, np, params), MX_OK);
     float x[4] = {1, -2, 3, 0.5f}, y[4], dy[4] = {3, 3, 3, 3}, rhs[4] = {9, 9, 9, 9}, drhs[4] = {7, 7, 7, 7};
-    mx_tensor in[2] = {{x, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}, {rhs, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {y, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}, og = {dy, MX_SHAPE(4), MX_FLOAT32, mx_cpu()};
-    mx_tensor ig[2] = {{dx, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}, {drhs, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}};
+    mx_tensor in[2] = {{x, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}, {rhs, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {y, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}, og = {dy, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor ig[2] = {{dx, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}, {drhs, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req r[2] = {req, req};
@@ -120,11 +120,11 @@ START_TEST(where_against_reference)
     ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
     float c[6] = {1, 0, 2, 0, 0, -1}, x[6] = {0, 1, 2, 3, 4, 5}, y[6] = {0, -1, -2, -3, -4, -5}, o[6];
     float dy[6] = {3, 3, 3, 3, 3, 3}, dc[6] = {9, 9, 9, 9, 9, 9}, dx[6], dyy[6];
-    mx_tensor in[3] = {{c, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()}, {x, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()},
-                       {y, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {o, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()}, og = {dy, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()};
-    mx_tensor ig[3] = {{dc, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()}, {dx, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()},
-                       {dyy, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()}};
+    mx_tensor in[3] = {{c, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0}, {x, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0},
+                       {y, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {o, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0}, og = {dy, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor ig[3] = {{dc, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0}, {dx, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0},
+                       {dyy, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0}};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[3] = {MX_REQ_WRITE, MX_REQ_WRITE, MX_REQ_WRITE};
@@ -136,7 +136,7 @@ START_TEST(where_against_reference)
     }
     /* in place: output over x, then both gradients' inputs over dy */
     float xi[6] = {0, 1, 2, 3, 4, 5};
-    mx_tensor inp[3] = {in[0], {xi, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu()}, in[2]};
+    mx_tensor inp[3] = {in[0], {xi, MX_SHAPE(2, 3), MX_FLOAT32, mx_cpu(), 0}, in[2]};
     ck_assert_int_eq(op->forward(&ctx, params, inp, req, &inp[1], NULL), MX_OK);
     for (int i = 0; i < 6; i++) ck_assert(xi[i] == wo[i]);
     mx_tensor igp[3] = {ig[0], og, ig[2]};

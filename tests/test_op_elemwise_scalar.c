@@ -85,8 +85,8 @@ START_TEST(names_params_and_in_place)
         /* in place forward and backward */
         ck_assert_int_eq(mx_op_parse_params(op, kk, vv, 2, params), MX_OK);
         float x[3] = {1, 2, 4}, keep[3] = {1, 2, 4}, dy[3] = {1, 1, 1};
-        mx_tensor t = {x, MX_SHAPE(3), MX_FLOAT32, mx_cpu()}, tk = {keep, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
-        mx_tensor g = {dy, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
+        mx_tensor t = {x, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0}, tk = {keep, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
+        mx_tensor g = {dy, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
         mx_exec_ctx exec = {.ctx = mx_cpu()};
         mx_op_ctx ctx = {.exec = &exec};
         mx_req req[1] = {MX_REQ_INPLACE};
@@ -249,8 +249,8 @@ START_TEST(more_scalar_ops_match_mxnet)
         const char *keys[] = {"scalar"}, *values[] = {sv};
         ck_assert_int_eq(mx_op_parse_params(op, keys, values, 1, params), MX_OK);
         float x[8] = {1, 2, 3, -3, 0, -2.5f, 0.5f, -1.5f}, y[8], dy[8] = {1, 1, 1, 1, 1, 1, 1, 1}, dx[8];
-        mx_tensor tx = {x, MX_SHAPE(8), MX_FLOAT32, mx_cpu()}, ty = {y, MX_SHAPE(8), MX_FLOAT32, mx_cpu()};
-        mx_tensor tdy = {dy, MX_SHAPE(8), MX_FLOAT32, mx_cpu()}, tdx = {dx, MX_SHAPE(8), MX_FLOAT32, mx_cpu()};
+        mx_tensor tx = {x, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0}, ty = {y, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0};
+        mx_tensor tdy = {dy, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0}, tdx = {dx, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0};
         mx_exec_ctx exec = {.ctx = mx_cpu()};
         mx_op_ctx ctx = {.exec = &exec};
         mx_req req[1] = {MX_REQ_WRITE};
@@ -266,7 +266,7 @@ START_TEST(more_scalar_ops_match_mxnet)
     _Alignas(16) char params[64];
     ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
     float x[1] = {NAN}, y[1];
-    mx_tensor tx = {x, MX_SHAPE(1), MX_FLOAT32, mx_cpu()}, ty = {y, MX_SHAPE(1), MX_FLOAT32, mx_cpu()};
+    mx_tensor tx = {x, MX_SHAPE(1), MX_FLOAT32, mx_cpu(), 0}, ty = {y, MX_SHAPE(1), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};
@@ -335,8 +335,8 @@ START_TEST(smooth_l1_against_reference_and_mxnet)
     float x[8] = {-2, -0.5f, -0.25f, 0, 0.1f, 0.25f, 1, 3}, y[8], dy[8] = {1, 1, 1, 1, 1, 1, 1, 1}, dx[8];
     const float wy[8] = {1.875f, 0.375f, 0.125f, 0, 0.0200000014f, 0.125f, 0.875f, 2.875f};
     const float wdx[8] = {-1, -1, -1, 0, 0.400000006f, 1, 1, 1};
-    mx_tensor tx = {x, MX_SHAPE(8), MX_FLOAT32, mx_cpu()}, ty = {y, MX_SHAPE(8), MX_FLOAT32, mx_cpu()};
-    mx_tensor tdy = {dy, MX_SHAPE(8), MX_FLOAT32, mx_cpu()}, tdx = {dx, MX_SHAPE(8), MX_FLOAT32, mx_cpu()};
+    mx_tensor tx = {x, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0}, ty = {y, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor tdy = {dy, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0}, tdx = {dx, MX_SHAPE(8), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};

@@ -84,9 +84,9 @@ START_TEST(gradients_and_clipping)
     ck_assert_int_eq(mx_op_parse_params(op, k, v, 2, params), MX_OK);
     float idx[5] = {1, 1, -7, 99, 2.9f}, w[6] = {0, 1, 10, 11, 20, 21}, y[10];
     float dy[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, didx[5] = {5, 5, 5, 5, 5}, dw[6] = {9, 9, 9, 9, 9, 9};
-    mx_tensor in[2] = {{idx, MX_SHAPE(5), MX_FLOAT32, mx_cpu()}, {w, MX_SHAPE(3, 2), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {y, MX_SHAPE(5, 2), MX_FLOAT32, mx_cpu()}, og = {dy, MX_SHAPE(5, 2), MX_FLOAT32, mx_cpu()};
-    mx_tensor g[2] = {{didx, MX_SHAPE(5), MX_FLOAT32, mx_cpu()}, {dw, MX_SHAPE(3, 2), MX_FLOAT32, mx_cpu()}};
+    mx_tensor in[2] = {{idx, MX_SHAPE(5), MX_FLOAT32, mx_cpu(), 0}, {w, MX_SHAPE(3, 2), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {y, MX_SHAPE(5, 2), MX_FLOAT32, mx_cpu(), 0}, og = {dy, MX_SHAPE(5, 2), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor g[2] = {{didx, MX_SHAPE(5), MX_FLOAT32, mx_cpu(), 0}, {dw, MX_SHAPE(3, 2), MX_FLOAT32, mx_cpu(), 0}};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[2] = {MX_REQ_WRITE, MX_REQ_WRITE};

@@ -482,8 +482,8 @@ START_TEST(unit_windows_write_not_add)
             float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
             float *dx = malloc(sizeof(float) * n);
             for (int64_t i = 0; i < n; i++) x[i] = (float)i, y[i] = (float)i, dy[i] = 0.5f + (float)i, dx[i] = 77.0f;
-            mx_tensor tx = {x, shapes[s], MX_FLOAT32, mx_cpu()}, ty = {y, shapes[s], MX_FLOAT32, mx_cpu()};
-            mx_tensor tdy = {dy, shapes[s], MX_FLOAT32, mx_cpu()}, tdx = {dx, shapes[s], MX_FLOAT32, mx_cpu()};
+            mx_tensor tx = {x, shapes[s], MX_FLOAT32, mx_cpu(), 0}, ty = {y, shapes[s], MX_FLOAT32, mx_cpu(), 0};
+            mx_tensor tdy = {dy, shapes[s], MX_FLOAT32, mx_cpu(), 0}, tdx = {dx, shapes[s], MX_FLOAT32, mx_cpu(), 0};
             mx_exec_ctx exec = {.ctx = mx_cpu()};
             mx_op_ctx ctx = {.exec = &exec, .is_train = true};
             mx_req req = MX_REQ_WRITE;

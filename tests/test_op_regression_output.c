@@ -116,9 +116,9 @@ START_TEST(label_grad_zero_and_saturation)
     _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
     ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
     float x[4] = {-200, -20, 20, 200}, lab[4] = {0, 1, 0, 1}, y[4], dx[4], dl[4] = {5, 5, 5, 5};
-    mx_tensor in[2] = {{x, MX_SHAPE(4, 1), MX_FLOAT32, mx_cpu()}, {lab, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {y, MX_SHAPE(4, 1), MX_FLOAT32, mx_cpu()};
-    mx_tensor grads[2] = {{dx, MX_SHAPE(4, 1), MX_FLOAT32, mx_cpu()}, {dl, MX_SHAPE(4), MX_FLOAT32, mx_cpu()}};
+    mx_tensor in[2] = {{x, MX_SHAPE(4, 1), MX_FLOAT32, mx_cpu(), 0}, {lab, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {y, MX_SHAPE(4, 1), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor grads[2] = {{dx, MX_SHAPE(4, 1), MX_FLOAT32, mx_cpu(), 0}, {dl, MX_SHAPE(4), MX_FLOAT32, mx_cpu(), 0}};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[2] = {MX_REQ_WRITE, MX_REQ_WRITE};
@@ -133,10 +133,10 @@ START_TEST(label_grad_zero_and_saturation)
     const char *k[] = {"grad_scale"}, *v[] = {"2"};
     ck_assert_int_eq(mx_op_parse_params(mae, k, v, 1, params), MX_OK);
     float a[3] = {1, -1, 0.5f}, b[3] = {0, 0, 0.5f};
-    in[0] = (mx_tensor){a, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
-    in[1] = (mx_tensor){b, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
-    out = (mx_tensor){y, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
-    grads[0] = (mx_tensor){dx, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
+    in[0] = (mx_tensor){a, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
+    in[1] = (mx_tensor){b, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
+    out = (mx_tensor){y, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
+    grads[0] = (mx_tensor){dx, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
     req[1] = MX_REQ_NULL;
     ck_assert_int_eq(mae->forward(&ctx, params, in, req, &out, NULL), MX_OK);
     ck_assert_int_eq(mae->backward(&ctx, params, NULL, in, &out, req, grads, NULL), MX_OK);

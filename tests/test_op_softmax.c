@@ -108,8 +108,8 @@ START_TEST(softmax_with_length)
     ck_assert_int_eq(mx_op_parse_params(op, k2, v2, 1, params), MX_OK);
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {9, 9, 9, 9, 9, 9, 9, 9};
     int32_t len[2] = {2, 0};
-    mx_tensor tin[2] = {{x, MX_SHAPE(2, 4), MX_FLOAT32, mx_cpu()}, {len, MX_SHAPE(2), MX_INT32, mx_cpu()}};
-    mx_tensor tout = {y, MX_SHAPE(2, 4), MX_FLOAT32, mx_cpu()};
+    mx_tensor tin[2] = {{x, MX_SHAPE(2, 4), MX_FLOAT32, mx_cpu(), 0}, {len, MX_SHAPE(2), MX_INT32, mx_cpu(), 0}};
+    mx_tensor tout = {y, MX_SHAPE(2, 4), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};
@@ -215,8 +215,8 @@ START_TEST(in_place_matches)
                 dy[i] = (float)opcheck_uniform(&rng, -1, 1);
             }
             mx_shape s = MX_SHAPE(A, B, C);
-            mx_tensor tin = {x, s, MX_FLOAT32, mx_cpu()}, tout = {y, s, MX_FLOAT32, mx_cpu()};
-            mx_tensor tg = {dy, s, MX_FLOAT32, mx_cpu()}, tdx = {dx, s, MX_FLOAT32, mx_cpu()};
+            mx_tensor tin = {x, s, MX_FLOAT32, mx_cpu(), 0}, tout = {y, s, MX_FLOAT32, mx_cpu(), 0};
+            mx_tensor tg = {dy, s, MX_FLOAT32, mx_cpu(), 0}, tdx = {dx, s, MX_FLOAT32, mx_cpu(), 0};
             mx_exec_ctx exec = {.ctx = mx_cpu()};
             mx_op_ctx ctx = {.exec = &exec};
             mx_req req[1] = {MX_REQ_WRITE};
@@ -224,12 +224,12 @@ START_TEST(in_place_matches)
             ck_assert_int_eq(op->backward(&ctx, params, &tg, &tin, &tout, req, &tdx, NULL), MX_OK);
             /* req add accumulates what write writes */
             for (int i = 0; i < A * B * C; i++) buf[i] = 1.0f;
-            mx_tensor tacc = {buf, s, MX_FLOAT32, mx_cpu()};
+            mx_tensor tacc = {buf, s, MX_FLOAT32, mx_cpu(), 0};
             req[0] = MX_REQ_ADD;
             ck_assert_int_eq(op->forward(&ctx, params, &tin, req, &tacc, NULL), MX_OK);
             for (int i = 0; i < A * B * C; i++) ck_assert(fabsf(buf[i] - 1.0f - y[i]) <= 2e-7f + 1e-6f * fabsf(y[i]));
             memcpy(buf, x, sizeof(buf));
-            mx_tensor tb = {buf, s, MX_FLOAT32, mx_cpu()};
+            mx_tensor tb = {buf, s, MX_FLOAT32, mx_cpu(), 0};
             req[0] = MX_REQ_INPLACE;
             ck_assert_int_eq(op->forward(&ctx, params, &tb, req, &tb, NULL), MX_OK);
             for (int i = 0; i < A * B * C; i++) ck_assert_float_eq(buf[i], y[i]);
@@ -247,7 +247,7 @@ START_TEST(large_inputs_stay_finite)
     _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
     ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
     float x[4] = {1000, -1000, 0, 999}, y[4];
-    mx_tensor tin = {x, MX_SHAPE(1, 4), MX_FLOAT32, mx_cpu()}, tout = {y, MX_SHAPE(1, 4), MX_FLOAT32, mx_cpu()};
+    mx_tensor tin = {x, MX_SHAPE(1, 4), MX_FLOAT32, mx_cpu(), 0}, tout = {y, MX_SHAPE(1, 4), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};
@@ -272,7 +272,7 @@ START_TEST(exp_accuracy_over_range)
         const mx_op_def *op = mx_op_find(ops[k]);
         _Alignas(16) char params[16384]; /* >= every op's params_size (checked in test_op_fully_connected) */
         ck_assert_int_eq(mx_op_parse_params(op, NULL, NULL, 0, params), MX_OK);
-        mx_tensor tin = {x, MX_SHAPE(1, N), MX_FLOAT32, mx_cpu()}, tout = {y, MX_SHAPE(1, N), MX_FLOAT32, mx_cpu()};
+        mx_tensor tin = {x, MX_SHAPE(1, N), MX_FLOAT32, mx_cpu(), 0}, tout = {y, MX_SHAPE(1, N), MX_FLOAT32, mx_cpu(), 0};
         mx_exec_ctx exec = {.ctx = mx_cpu()};
         mx_op_ctx ctx = {.exec = &exec};
         mx_req req[1] = {MX_REQ_WRITE};

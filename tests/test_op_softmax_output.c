@@ -241,9 +241,9 @@ START_TEST(out_grad_multiplies)
         x[i] = (float)opcheck_uniform(&rng, -1, 1);
         og[i] = (float)opcheck_uniform(&rng, -1, 1);
     }
-    mx_tensor in[2] = {{x, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu()}, {lab, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {y, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu()}, ogt = {og, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu()};
-    mx_tensor grads[2] = {{dx, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu()}, {dl, MX_SHAPE(N), MX_FLOAT32, mx_cpu()}};
+    mx_tensor in[2] = {{x, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu(), 0}, {lab, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {y, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu(), 0}, ogt = {og, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor grads[2] = {{dx, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu(), 0}, {dl, MX_SHAPE(N), MX_FLOAT32, mx_cpu(), 0}};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[2] = {MX_REQ_WRITE, MX_REQ_WRITE};
@@ -260,8 +260,8 @@ START_TEST(out_grad_multiplies)
     /* Probability labels (data's shape) with out_grad: (out - label) * og. */
     float plab[N * C], dpl[N * C];
     for (int i = 0; i < N * C; i++) plab[i] = 1.0f / C;
-    in[1] = (mx_tensor){plab, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu()};
-    grads[1] = (mx_tensor){dpl, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu()};
+    in[1] = (mx_tensor){plab, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu(), 0};
+    grads[1] = (mx_tensor){dpl, MX_SHAPE(N, C), MX_FLOAT32, mx_cpu(), 0};
     ck_assert_int_eq(op->backward(&ctx, params, &ogt, in, &out, req, grads, NULL), MX_OK);
     for (int i = 0; i < N * C; i++) {
         double want = 3.0 * ((double)y[i] - 1.0 / C) * og[i];
@@ -281,8 +281,8 @@ START_TEST(forward_in_place_and_add)
     static float x[N * C * S], y[N * C * S], lab[N * S];
     uint64_t rng = 5;
     for (int i = 0; i < N * C * S; i++) x[i] = (float)opcheck_uniform(&rng, -3, 3);
-    mx_tensor in[2] = {{x, MX_SHAPE(N, C, S), MX_FLOAT32, mx_cpu()}, {lab, MX_SHAPE(N, S), MX_FLOAT32, mx_cpu()}};
-    mx_tensor out = {y, MX_SHAPE(N, C, S), MX_FLOAT32, mx_cpu()};
+    mx_tensor in[2] = {{x, MX_SHAPE(N, C, S), MX_FLOAT32, mx_cpu(), 0}, {lab, MX_SHAPE(N, S), MX_FLOAT32, mx_cpu(), 0}};
+    mx_tensor out = {y, MX_SHAPE(N, C, S), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};
@@ -295,7 +295,7 @@ START_TEST(forward_in_place_and_add)
         req[0] = MX_REQ_WRITE;
         ck_assert_int_eq(op->forward(&ctx, params, in, req, &out, NULL), MX_OK);
         for (int i = 0; i < N * C * S; i++) z[i] = 2.0f;
-        mx_tensor acc = {z, MX_SHAPE(N, C, S), MX_FLOAT32, mx_cpu()};
+        mx_tensor acc = {z, MX_SHAPE(N, C, S), MX_FLOAT32, mx_cpu(), 0};
         req[0] = MX_REQ_ADD;
         ck_assert_int_eq(op->forward(&ctx, params, in, req, &acc, NULL), MX_OK);
         for (int i = 0; i < N * C * S; i++)

@@ -194,8 +194,8 @@ static const struct {
 
 static void run_plain(const mx_op_def *op, const void *params, float *x, float *y, float *dy, float *dx, int64_t n)
 {
-    mx_tensor tx = {x, MX_SHAPE(n), MX_FLOAT32, mx_cpu()}, ty = {y, MX_SHAPE(n), MX_FLOAT32, mx_cpu()};
-    mx_tensor tdy = {dy, MX_SHAPE(n), MX_FLOAT32, mx_cpu()}, tdx = {dx, MX_SHAPE(n), MX_FLOAT32, mx_cpu()};
+    mx_tensor tx = {x, MX_SHAPE(n), MX_FLOAT32, mx_cpu(), 0}, ty = {y, MX_SHAPE(n), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor tdy = {dy, MX_SHAPE(n), MX_FLOAT32, mx_cpu(), 0}, tdx = {dx, MX_SHAPE(n), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_WRITE};
@@ -309,8 +309,8 @@ START_TEST(aliases_and_in_place)
     /* In place: y over x, then dx over dy. */
     float x[3] = {0.25f, 1, 4}, keep[3] = {0.25f, 1, 4}, g[3] = {1, 2, 3};
     const mx_op_def *sq = mx_op_find("sqrt");
-    mx_tensor tx = {x, MX_SHAPE(3), MX_FLOAT32, mx_cpu()}, tk = {keep, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
-    mx_tensor tg = {g, MX_SHAPE(3), MX_FLOAT32, mx_cpu()};
+    mx_tensor tx = {x, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0}, tk = {keep, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
+    mx_tensor tg = {g, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), 0};
     mx_exec_ctx exec = {.ctx = mx_cpu()};
     mx_op_ctx ctx = {.exec = &exec};
     mx_req req[1] = {MX_REQ_INPLACE};

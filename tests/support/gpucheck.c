@@ -202,8 +202,8 @@ void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum)
         for (int i = 0; i < n_in; i++) {
             cpu_in[i] = host_copy(in_host[i], in_n[i]);
             gpu_in[i] = dev_upload(&g, in_host[i], in_n[i]);
-            tci[i] = (mx_tensor){cpu_in[i], in_s[i], MX_FLOAT32, mx_cpu()};
-            tgi[i] = (mx_tensor){gpu_in[i], in_s[i], MX_FLOAT32, mx_gpu(0)};
+            tci[i] = (mx_tensor){cpu_in[i], in_s[i], MX_FLOAT32, mx_cpu(), 0};
+            tgi[i] = (mx_tensor){gpu_in[i], in_s[i], MX_FLOAT32, mx_gpu(0), 0};
         }
         for (int k = 0; k < n_out; k++) {
             if (pass == 1) {
@@ -214,8 +214,8 @@ void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum)
             cpu_out[k] = host_fill(POISON, out_n[k]);
             gpu_out_host[k] = host_fill(POISON, out_n[k]);
             gpu_out[k] = dev_upload(&g, gpu_out_host[k], out_n[k]);
-            tco[k] = (mx_tensor){cpu_out[k], out_s[k], MX_FLOAT32, mx_cpu()};
-            tgo[k] = (mx_tensor){gpu_out[k], out_s[k], MX_FLOAT32, mx_gpu(0)};
+            tco[k] = (mx_tensor){cpu_out[k], out_s[k], MX_FLOAT32, mx_cpu(), 0};
+            tgo[k] = (mx_tensor){gpu_out[k], out_s[k], MX_FLOAT32, mx_gpu(0), 0};
             req[k] = MX_REQ_WRITE;
         }
         mx_status s = op->forward(&cctx, params, tci, req, tco, n_aux ? &tci[n_in - n_aux] : NULL);
@@ -246,8 +246,8 @@ void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum)
             for (int64_t j = 0; j < out_n[k]; j++) og_host[k][j] = (float)opcheck_uniform(&rng, -1, 1);
             cpu_og[k] = host_copy(og_host[k], out_n[k]);
             gpu_og[k] = dev_upload(&g, og_host[k], out_n[k]);
-            tcog[k] = (mx_tensor){cpu_og[k], out_s[k], MX_FLOAT32, mx_cpu()};
-            tgog[k] = (mx_tensor){gpu_og[k], out_s[k], MX_FLOAT32, mx_gpu(0)};
+            tcog[k] = (mx_tensor){cpu_og[k], out_s[k], MX_FLOAT32, mx_cpu(), 0};
+            tgog[k] = (mx_tensor){gpu_og[k], out_s[k], MX_FLOAT32, mx_gpu(0), 0};
         }
         const int n_args = n_in - n_aux;
         /* Requests: all write; all add onto the same non-zero values; and
@@ -268,8 +268,8 @@ void gpucheck_run(const gpucheck_case *c, gpucheck_summary *sum)
                     for (int64_t j = 0; j < in_n[i]; j++) cpu_g[i][j] = (float)opcheck_uniform(&rng, -1, 1);
                 gpu_g_host[i] = host_copy(cpu_g[i], in_n[i]);
                 gpu_g[i] = dev_upload(&g, cpu_g[i], in_n[i]);
-                tcg[i] = (mx_tensor){cpu_g[i], in_s[i], MX_FLOAT32, mx_cpu()};
-                tgg[i] = (mx_tensor){gpu_g[i], in_s[i], MX_FLOAT32, mx_gpu(0)};
+                tcg[i] = (mx_tensor){cpu_g[i], in_s[i], MX_FLOAT32, mx_cpu(), 0};
+                tgg[i] = (mx_tensor){gpu_g[i], in_s[i], MX_FLOAT32, mx_gpu(0), 0};
             }
             mx_tensor *caux = n_aux ? &tci[n_args] : NULL, *gaux = n_aux ? &tgi[n_args] : NULL;
             mx_status s = op->backward(&cctx, params, tcog, tci, tco, greq, tcg, caux);
