@@ -493,6 +493,30 @@ START_TEST(concat_inputs_go_inside_the_concat_output)
 }
 END_TEST
 
+/* With numeric checks (mx_executor_set_check_numerics), a Concat input
+ * inside the Concat's output is scanned over its own channels only: a NaN
+ * left in bn1's channels by an unchecked pass is not charged to bn0, which
+ * runs first and shares the buffer, but found where bn1 writes it again. */
+START_TEST(concat_views_are_checked_over_their_own_channels)
+{
+    bound b;
+    bind_net(&b, inception_bn(), MX_SHAPE(3, 3, 5, 5), 3, false, true, 5);
+    int beta = -1;
+    for (int i = 0; i < b.n_args; i++)
+        if (!strcmp(mx_graph_node(b.g, b.ids[i])->name, "bn1_beta")) beta = i;
+    ck_assert_int_ge(beta, 0);
+    const float nan2[2] = {NAN, NAN};
+    ck_assert_int_eq(mx_ndarray_from_host(b.args[beta], nan2, sizeof(nan2)), MX_OK);
+    ck_assert_int_eq(mx_executor_forward(b.ex, true), MX_OK); /* unchecked: NaN in bn1's channels */
+    ck_assert_int_eq(mx_executor_set_check_numerics(b.ex, true), MX_OK);
+    ck_assert_int_ne(mx_executor_forward(b.ex, true), MX_OK);
+    const char *err = mx_last_error();
+    const char *want = "bn1: forward output 'bn1_output' has NaN (150 of 150 values, first at index 0)";
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+    unbind(&b);
+}
+END_TEST
+
 /* Gradient sums done by adds (MXNET_EXEC_ENABLE_ADDTO, on by default on
  * CPU): the sum nodes do not run, and the gradients match the sums' within
  * float rounding (an add onto a term is the sum's addition, but a kernel
@@ -1304,6 +1328,7 @@ int main(void)
     tcase_add_test(tc, residual_bn_gradients_match_finite_differences);
     tcase_add_test(tc, inception_gradients_match_finite_differences);
     tcase_add_test(tc, concat_inputs_go_inside_the_concat_output);
+    tcase_add_test(tc, concat_views_are_checked_over_their_own_channels);
     tcase_add_test(tc, planner_and_engine_modes_are_bit_identical);
     tcase_add_test(tc, gradient_sums_become_adds);
     tcase_add_test(tc, prediction_and_feature_extraction_are_pruned);
