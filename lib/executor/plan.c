@@ -884,17 +884,6 @@ static bool backward_takes_grad(const exec_graph *eg, uint32_t f, uint32_t entry
     return false;
 }
 
-/* Concat inputs written in place inside the Concat's output
- * (exec_graph.concat_views): a Concat along axis 1 of a forward pass whose
- * output is planned here, and an input that is its producer's output 0,
- * read by nothing but this Concat, planned here too, from an op whose CPU
- * kernels write that output at a stride between items (strided_output).
- * The input is then the Concat's channels [c0, c0 + C_i) of every item:
- * per entry, the Concat node whose output it lies in (view_of, else -1) and
- * its first element there (view_at); p->batch_stride gets the Concat
- * output's elements per item. Inception's branches end in BatchNorm (with
- * its relu folded), whose output only the Concat reads: they write their
- * channels of the Concat's output, which has nothing left to copy. */
 /* Whether Concat node n joins along axis 1 into entry e (its output, or
  * that output's gradient), planned here: then its elements per item of
  * axis 0, and per channel. */
@@ -910,6 +899,17 @@ static bool concat_channels(const exec_graph *eg, const mx_node *n, uint32_t e, 
     return true;
 }
 
+/* Concat inputs written in place inside the Concat's output
+ * (exec_graph.concat_views): a Concat along axis 1 of a forward pass whose
+ * output is planned here, and an input that is its producer's output 0,
+ * read by nothing but this Concat, planned here too, from an op whose CPU
+ * kernels write that output at a stride between items (strided_output).
+ * The input is then the Concat's channels [c0, c0 + C_i) of every item:
+ * per entry, the Concat node whose output it lies in (view_of, else -1) and
+ * its first element there (view_at); p->batch_stride gets the Concat
+ * output's elements per item. Inception's branches end in BatchNorm (with
+ * its relu folded), whose output only the Concat reads: they write their
+ * channels of the Concat's output, which has nothing left to copy. */
 static void plan_concat_views(const exec_graph *eg, const int *refs, const int32_t *join, int32_t *view_of,
                               int64_t *view_at, memory_plan *p)
 {

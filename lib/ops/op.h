@@ -44,9 +44,11 @@ typedef struct mx_tensor {
     mx_dtype dtype;
     mx_context ctx;
     /* Elements from one item of axis 0 to the next; 0: dense (the size
-     * of one item). Only an output 0 of an op whose strided_output says
-     * so (a Concat input the executor places inside the Concat's output)
-     * has another. */
+     * of one item). Only a Concat input the executor places inside the
+     * Concat's output, or its gradient inside the Concat's output
+     * gradient, has another: the producer's output 0 and output gradient 0
+     * (where its op's strided_output says so), the Concat's input and
+     * input gradient. */
     int64_t batch_stride;
 } mx_tensor;
 
@@ -230,11 +232,12 @@ struct mx_op_def {
      * mask) and does not read output 0: that output may go after its last
      * forward reader (Inception's branch outputs, copied into a Concat). */
     bool fold_mask_from_inputs;
-    /* Whether the CPU kernels write output 0 (forward) and read it
-     * (backward) at out[0].batch_stride from one item of axis 0 to the
-     * next, for these params and that output shape: the executor may then
-     * place the output inside a Concat's output along axis 1 (the Concat
-     * has nothing left to copy). NULL: never. */
+    /* Whether the CPU kernels write output 0 (forward) and read it and its
+     * gradient (backward) at out[0].batch_stride and out_grad[0].batch_stride
+     * from one item of axis 0 to the next, for these params and that output
+     * shape: the executor may then place the output inside a Concat's
+     * output along axis 1, and its gradient inside the Concat's output
+     * gradient (the Concat has nothing left to copy). NULL: never. */
     bool (*strided_output)(const void *params, const mx_shape *out0);
 
     /* The CPU kernels. */
