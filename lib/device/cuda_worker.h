@@ -22,6 +22,10 @@ void mx_cuda_worker_destroy(mx_cuda_worker *w);
 /* Waits for everything queued on the worker's stream; a kernel's
  * asynchronous failure surfaces here as MX_ERR_DEVICE. */
 mx_status mx_cuda_worker_sync(mx_cuda_worker *w);
+/* Before `self` (the calling worker, or NULL) touches memory of
+ * gpu(dev_id) from another stream: waits for what that device's compute
+ * workers have queued (the copies' rule; device_cuda.cu). */
+mx_status mx_cuda_wait_compute(const mx_cuda_worker *self, int dev_id);
 
 #ifdef __cplusplus
 }

@@ -109,6 +109,8 @@ static mx_status wait_compute(const mx_cuda_worker *self, int dev_id)
     return s;
 }
 
+extern "C" mx_status mx_cuda_wait_compute(const mx_cuda_worker *self, int dev_id) { return wait_compute(self, dev_id); }
+
 extern "C" mx_status mx_cuda_worker_create(int dev_id, mx_cuda_worker **out)
 {
     *out = NULL;

@@ -16,7 +16,7 @@ typedef struct kv_kind_row {
 /* The table of kinds: adding one is a file and a line. */
 static const kv_kind_row kinds[] = {
     {"local", &mx_kvstore_local_ops, NULL},
-    {"device", NULL, "reduction on the GPUs is not in this build yet; use 'local' (same results, sums on the CPU)"},
+    {"device", &mx_kvstore_device_ops, NULL},
     {"dist_sync", &mx_kvstore_dist_sync_ops, NULL},
     {"dist_async", &mx_kvstore_dist_async_ops, NULL},
     {"dist_sync_device", &mx_kvstore_dist_sync_device_ops, NULL},

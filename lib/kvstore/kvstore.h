@@ -15,7 +15,10 @@
  * Kinds (one row each in kvstore.c's table, behind mx_kvstore_ops):
  *   local       the store and the sums on the CPU (MXNet's KVStoreLocal with
  *               CommCPU): gradients on other devices are copied over first
- *   device      (sums on the GPUs) not in this build yet: MX_ERR_UNSUPPORTED
+ *   device      (kvstore_device.c; MXNet's KVStoreLocal with CommDevice) the
+ *               sums on the GPUs that made the gradients: one NCCL reduce
+ *               per push into the key's home GPU, where the updater runs,
+ *               and one NCCL broadcast per pull; CPU arrays as local
  *   dist_sync   (kvstore_dist.c) the ranks of an MPI job (lib/comm): every
  *               push is summed over the devices, then over all ranks, and
  *               the same update is applied on every rank, so all ranks hold
@@ -211,6 +214,7 @@ typedef struct mx_kvstore_ops {
 } mx_kvstore_ops;
 
 extern const mx_kvstore_ops mx_kvstore_local_ops;
+extern const mx_kvstore_ops mx_kvstore_device_ops;
 extern const mx_kvstore_ops mx_kvstore_dist_sync_ops;
 extern const mx_kvstore_ops mx_kvstore_dist_sync_device_ops;
 extern const mx_kvstore_ops mx_kvstore_dist_async_ops;

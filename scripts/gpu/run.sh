@@ -21,15 +21,16 @@ tar -C "$top" -xJf .gpu-carry/carry.tar.xz || { echo "run.sh: no .gpu-carry/carr
 libdir() { find /usr/local/cuda/ /usr/local/cuda*/ /opt /usr/lib /usr/local/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname; }
 cudnn=$(libdir 'libcudnn.so.9')
 cublas=$(libdir 'libcublas.so.13')
-export LD_LIBRARY_PATH="$top/lib:${cudnn}:${cublas}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nccl=$(libdir 'libnccl.so.2') # loaded by the device store (test_gpu_kvstore), not linked
+export LD_LIBRARY_PATH="$top/lib:${cudnn}:${cublas}${nccl:+:$nccl}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 {
     date -u; uname -a; head -2 /etc/os-release; ldd --version | head -1
     nvidia-smi; nvcc --version 2>&1 | tail -2
-    echo "cuDNN: $cudnn"; echo "cuBLAS: $cublas"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "cuDNN: $cudnn"; echo "cuBLAS: $cublas"; echo "NCCL: ${nccl:-not found}"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     which compute-sanitizer ncu 2>&1
     for b in "$top"/bin/*; do ldd "$b" | grep -E "not found|cudnn|cublas|cudart" | sed "s|^|$(basename "$b"): |"; done
 } > "$OUT/env.txt" 2>&1
-grep -E "not found|cuDNN:|cuBLAS:|NVIDIA H|Driver" "$OUT/env.txt"
+grep -E "not found|cuDNN:|cuBLAS:|NCCL:|NVIDIA H|Driver" "$OUT/env.txt"
 
 table=()
 : > "$OUT/suite.log"
