@@ -1287,6 +1287,85 @@ END_TEST
 
 /* Arguments updated in backward take grad_req write and no array of
  * their own, on a training bind with an update function. */
+/* CUDA graphs (mx_bind_config.cuda_graph) run on GPU binds
+ * (test_gpu_executor.c). What keeps a kind of pass from one is decided at
+ * bind, the settings and nodes before the device, so a CPU bind shows the
+ * node rules too; and a CPU bind with graphs asked for runs as before. */
+START_TEST(cuda_graph_refusals_say_why)
+{
+    uint32_t d;
+    mx_graph *g = new_graph(&d);
+    mx_entry x = test_entry(d);
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc1", "num_hidden=7", &x, 1));
+    x = test_entry(test_graph_op(g, "Dropout", "drop1", "p=0.5", &x, 1));
+    x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=3", &x, 1));
+    finish(g, x.node);
+    mx_runtime *rt;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    mx_rng *rng;
+    ck_assert_int_eq(mx_rng_create(rt, 5, &rng), MX_OK);
+    uint32_t ids[16];
+    const int n_args = mx_graph_list_arguments(g, ids);
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    const mx_shape data = MX_SHAPE(4, 6);
+    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &data, 1, &sh), MX_OK);
+    mx_ndarray *args[16], *grads[16];
+    for (int i = 0; i < n_args; i++) {
+        const mx_shape *s = mx_graph_entry_shape(&sh, test_entry(ids[i]));
+        ck_assert_int_eq(mx_ndarray_create(rt, *s, MX_FLOAT32, mx_cpu(), &args[i]), MX_OK);
+        ck_assert_int_eq(mx_ndarray_create(rt, *s, MX_FLOAT32, mx_cpu(), &grads[i]), MX_OK);
+        ck_assert_int_eq(mx_nd_fill(args[i], 0.25 * (i + 1)), MX_OK);
+    }
+    mx_graph_shapes_free(&sh);
+    struct {
+        bool training, cuda_graph;
+        const char *infer, *train, *backward;
+    } cases[] = {
+        {true, true, "not a GPU bind (CUDA graphs are for GPUs)",
+         "layer 'drop1' (Dropout) draws new random numbers every pass", "not a GPU bind (CUDA graphs are for GPUs)"},
+        {true, false, "CUDA graphs are off for this bind", "CUDA graphs are off for this bind",
+         "CUDA graphs are off for this bind"},
+        {false, true, "not a GPU bind (CUDA graphs are for GPUs)", "a prediction bind", "a prediction bind"},
+    };
+    float first[12] = {0};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        mx_bind_config bc = {.ctx = mx_cpu(), .args = args, .arg_grads = cases[c].training ? grads : NULL,
+                             .for_training = cases[c].training, .rng = rng, .cuda_graph = cases[c].cuda_graph};
+        mx_executor *ex;
+        ck_assert_msg(mx_executor_bind(rt, g, &bc, &ex) == MX_OK, "%s", mx_last_error());
+        ck_assert_str_eq(mx_executor_graph_refusal(ex, false, false), cases[c].infer);
+        ck_assert_str_eq(mx_executor_graph_refusal(ex, false, true), cases[c].train);
+        ck_assert_str_eq(mx_executor_graph_refusal(ex, true, true), cases[c].backward);
+        /* Passes run node by node all the same. */
+        for (int pass = 0; pass < 3; pass++) {
+            ck_assert_int_eq(mx_executor_forward(ex, false), MX_OK);
+            if (cases[c].training) ck_assert_int_eq(mx_executor_backward(ex, NULL), MX_OK);
+        }
+        float y[12];
+        ck_assert_int_eq(mx_ndarray_to_host(mx_executor_output(ex, 0), y, sizeof(y)), MX_OK);
+        if (c == 0) memcpy(first, y, sizeof(y));
+        ck_assert_msg(!memcmp(y, first, sizeof(y)), "case %zu gives other outputs", c);
+        ck_assert_int_eq(mx_executor_graph_launches(ex), 0);
+        if (cases[c].training) {
+            ck_assert_int_eq(mx_executor_set_check_numerics(ex, true), MX_OK);
+            ck_assert_str_eq(mx_executor_graph_refusal(ex, false, false),
+                             cases[c].cuda_graph ? "not a GPU bind (CUDA graphs are for GPUs)"
+                                                 : "CUDA graphs are off for this bind");
+            ck_assert_int_eq(mx_executor_set_check_numerics(ex, false), MX_OK);
+        }
+        mx_executor_free(ex);
+    }
+    for (int i = 0; i < n_args; i++) {
+        mx_ndarray_free(args[i]);
+        mx_ndarray_free(grads[i]);
+    }
+    mx_rng_free(rng);
+    mx_runtime_free(rt);
+    mx_graph_free(g);
+}
+END_TEST
+
 START_TEST(update_in_backward_binds_are_checked)
 {
     bound b;
@@ -1342,6 +1421,7 @@ int main(void)
     tcase_add_test(tc, non_loss_heads_take_head_gradients);
     tcase_add_test(tc, updates_in_backward_see_the_final_gradients);
     tcase_add_test(tc, update_in_backward_binds_are_checked);
+    tcase_add_test(tc, cuda_graph_refusals_say_why);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

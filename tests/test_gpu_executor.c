@@ -90,7 +90,8 @@ static void upload(twin *t)
                              MX_OK);
 }
 
-static void bind_twin(twin *t, mx_graph *g, mx_shape data_shape, int n_classes)
+/* gpu_graph: the GPU executor runs its passes as CUDA graphs. */
+static void bind_twin(twin *t, mx_graph *g, mx_shape data_shape, int n_classes, bool gpu_graph)
 {
     memset(t, 0, sizeof(*t));
     ck_assert_int_eq(mx_runtime_create(NULL, &t->rt), MX_OK);
@@ -129,7 +130,7 @@ static void bind_twin(twin *t, mx_graph *g, mx_shape data_shape, int n_classes)
     upload(t);
     for (int d = 0; d < 2; d++) {
         mx_bind_config bc = {.ctx = d ? mx_gpu(0) : mx_cpu(), .args = t->arr[d], .arg_grads = t->grad[d],
-                             .aux = t->arr[d] + t->n_args, .for_training = true};
+                             .aux = t->arr[d] + t->n_args, .for_training = true, .cuda_graph = d && gpu_graph};
         ck_assert_msg(mx_executor_bind(t->rt, g, &bc, &t->ex[d]) == MX_OK, "%s", mx_last_error());
     }
 }
@@ -230,7 +231,7 @@ START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
     mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
     ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
     twin t;
-    bind_twin(&t, g, MX_SHAPE(8, 1, 28, 28), 10);
+    bind_twin(&t, g, MX_SHAPE(8, 1, 28, 28), 10, false);
     train_steps(&t, 3, 0.1f, 1e-3, 1e-5);
     unbind_twin(&t);
     printf("GPU LeNet: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
@@ -239,9 +240,8 @@ START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
 END_TEST
 
 /* conv-BN-relu-conv-BN + shortcut (ElementWiseSum), avg pool, FC. */
-START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
+static mx_graph *residual_block(void)
 {
-    if (!gpucheck_gpu_visible()) return;
     mx_entry x;
     mx_graph *g = test_graph_new(&x);
     mx_entry stem = test_entry(test_graph_op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=8", &x, 1));
@@ -257,11 +257,41 @@ START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
     x = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=4", &x, 1));
     mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
     ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
+    return g;
+}
+
+START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
     twin t;
-    bind_twin(&t, g, MX_SHAPE(4, 3, 9, 9), 4);
+    bind_twin(&t, residual_block(), MX_SHAPE(4, 3, 9, 9), 4, false);
     train_steps(&t, 3, 0.1f, 1e-3, 1e-4);
+    ck_assert_int_eq(mx_executor_graph_launches(t.ex[1]), 0);
     unbind_twin(&t);
     printf("GPU residual block: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
+}
+END_TEST
+
+/* CUDA graphs (mx_bind_config.cuda_graph): the first step runs node by
+ * node (cuDNN chooses, the scratch grows), the next three forward and
+ * backward passes launch their captured graphs, which read the new weights
+ * each step (uploaded into the same arrays) and move BatchNorm's
+ * statistics: every step still matches the CPU. */
+START_TEST(test_cuda_graphs_train_as_node_by_node)
+{
+    if (!gpucheck_gpu_visible()) return;
+    twin t;
+    bind_twin(&t, residual_block(), MX_SHAPE(4, 3, 9, 9), 4, true);
+    train_steps(&t, 4, 0.1f, 1e-3, 1e-4);
+    ck_assert_msg(!*mx_executor_graph_refusal(t.ex[1], false, true), "%s", mx_executor_graph_refusal(t.ex[1], false, true));
+    ck_assert_msg(!*mx_executor_graph_refusal(t.ex[1], true, true), "%s", mx_executor_graph_refusal(t.ex[1], true, true));
+    ck_assert_int_eq(mx_executor_graph_launches(t.ex[1]), 6);
+    ck_assert_int_eq(mx_executor_set_check_numerics(t.ex[1], true), MX_OK);
+    ck_assert_str_eq(mx_executor_graph_refusal(t.ex[1], true, true), "numerics checks run the nodes one by one");
+    ck_assert_int_eq(mx_executor_set_check_numerics(t.ex[1], false), MX_OK);
+    unbind_twin(&t);
+    printf("GPU CUDA graphs: steps 2-4 of a residual block launched as graphs match the CPU (worst %.3g of "
+           "tolerance)\n", worst_seen);
 }
 END_TEST
 
@@ -313,6 +343,7 @@ static void tests_on_gpu(TCase *tc)
 {
     tcase_add_test(tc, test_lenet_trains_on_gpu_as_on_cpu);
     tcase_add_test(tc, test_residual_block_trains_on_gpu_as_on_cpu);
+    tcase_add_test(tc, test_cuda_graphs_train_as_node_by_node);
     tcase_add_test(tc, test_bind_refuses_op_without_gpu_kernel);
 }
 

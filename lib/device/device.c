@@ -101,6 +101,33 @@ static const mx_device_ops device_cpu_pinned = {
 };
 #endif
 
+#ifndef MX_USE_CUDA
+bool mx_device_graph_possible(const mx_exec_ctx *exec, char *why, size_t size)
+{
+    (void)exec;
+    snprintf(why, size, "this build has no GPU support (built without CUDA)");
+    return false;
+}
+mx_status mx_device_graph_capture(const mx_exec_ctx *exec, mx_device_graph_body body, void *arg,
+                                  mx_device_graph **out)
+{
+    (void)exec, (void)body, (void)arg;
+    *out = NULL;
+    return MX_ERROR(MX_ERR_UNSUPPORTED, "CUDA graphs: this build has no GPU support (built without CUDA)");
+}
+bool mx_device_graph_current(const mx_exec_ctx *exec, const mx_device_graph *g)
+{
+    (void)exec, (void)g;
+    return false;
+}
+mx_status mx_device_graph_launch(const mx_exec_ctx *exec, mx_device_graph *g)
+{
+    (void)exec, (void)g;
+    return MX_ERROR(MX_ERR_UNSUPPORTED, "CUDA graphs: this build has no GPU support (built without CUDA)");
+}
+void mx_device_graph_free(mx_device_graph *g) { (void)g; }
+#endif
+
 /* Indexed by mx_dev_type. */
 static const mx_device_ops *const device_table[] = {
     [MX_DEV_CPU] = &device_cpu,

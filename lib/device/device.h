@@ -75,6 +75,32 @@ mx_status mx_device_op_done(const mx_exec_ctx *exec);
 mx_status mx_device_copy(void *dst, mx_context dst_ctx, const void *src, mx_context src_ctx,
                          size_t bytes, void *stream);
 
+/* Device graphs (CUDA graphs): the kernels an operation's body queues on
+ * its worker's stream, captured once (nothing runs while capturing) and
+ * launched again as one graph, one launch instead of one per kernel. A
+ * captured graph holds the pointers its kernels were given, the worker's
+ * scratch included: it is current while that worker's scratch has not
+ * moved since (a kernel needing more reallocates it). Without CUDA,
+ * capture answers MX_ERR_UNSUPPORTED. */
+typedef struct mx_device_graph mx_device_graph;
+typedef mx_status (*mx_device_graph_body)(void *arg, const mx_exec_ctx *exec);
+/* Whether the worker running `exec` can capture: a GPU compute worker
+ * alone on its device, whose stream orders every operation there (not
+ * MX_GPU_SYNC_OPS=1, not several compute workers per GPU, where each
+ * operation waits for its stream); false with why otherwise. */
+bool mx_device_graph_possible(const mx_exec_ctx *exec, char *why, size_t size);
+/* Captures what body queues on exec's stream into *out, running nothing.
+ * On failure (body's error, or a call it made that capture does not
+ * allow) *out is NULL and nothing of body ran: the caller runs it plainly.
+ * Other threads that wait for this stream meanwhile wait for the capture
+ * to end. */
+mx_status mx_device_graph_capture(const mx_exec_ctx *exec, mx_device_graph_body body, void *arg,
+                                  mx_device_graph **out);
+bool mx_device_graph_current(const mx_exec_ctx *exec, const mx_device_graph *g);
+/* Queues g on exec's stream (as the body's kernels would be). */
+mx_status mx_device_graph_launch(const mx_exec_ctx *exec, mx_device_graph *g);
+void mx_device_graph_free(mx_device_graph *g);
+
 #ifdef MX_USE_CUDA
 extern const mx_device_ops mx_device_cuda;
 /* Page-locked host memory for cpu_pinned (device_cuda.cu): the GPU's DMA

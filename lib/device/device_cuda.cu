@@ -15,6 +15,7 @@
  * done. */
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,19 @@ struct mx_cuda_worker {
     cudnnHandle_t cudnn;
     void *scratch;
     size_t scratch_bytes;
+    uint64_t scratch_moves;       /* reallocations of scratch: graphs captured before are stale */
+    /* Held while the stream is being captured into a graph (nothing may
+     * wait for a capturing stream); wait_compute takes it, after the
+     * registry's lock, around its wait. */
+    pthread_mutex_t capture_mu;
+};
+
+struct mx_device_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    const mx_cuda_worker *worker; /* captured on its stream (compared, never followed: it may be gone) */
+    int dev_id;
+    uint64_t scratch_moves;       /* the worker's at capture */
 };
 
 extern "C" mx_status mx_device_workers_create(mx_device_workers **out)
@@ -100,7 +114,9 @@ static mx_status wait_compute(const mx_cuda_worker *self, int dev_id)
     for (int i = 0; i < r->n_compute && s == MX_OK; i++) {
         const mx_cuda_worker *c = r->compute[i];
         if (c == self || c->dev_id != dev_id) continue;
+        pthread_mutex_lock(&((mx_cuda_worker *)c)->capture_mu);
         cudaError_t err = cudaStreamSynchronize(c->stream);
+        pthread_mutex_unlock(&((mx_cuda_worker *)c)->capture_mu);
         if (err != cudaSuccess)
             s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "waiting for gpu(%d)'s kernels: %s", dev_id,
                              cudaGetErrorString(err));
@@ -118,8 +134,10 @@ extern "C" mx_status mx_cuda_worker_create(int dev_id, mx_cuda_worker **out)
     mx_cuda_worker *w = (mx_cuda_worker *)calloc(1, sizeof(*w));
     if (!w) return MX_ERR_NOMEM;
     w->dev_id = dev_id;
+    pthread_mutex_init(&w->capture_mu, NULL);
     cudaError_t err = cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) {
+        pthread_mutex_destroy(&w->capture_mu);
         free(w);
         return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "creating a stream on gpu(%d): %s", dev_id,
                             cudaGetErrorString(err));
@@ -138,6 +156,7 @@ extern "C" void mx_cuda_worker_destroy(mx_cuda_worker *w)
         cudaFree(w->scratch);
         cudaStreamDestroy(w->stream);
     }
+    pthread_mutex_destroy(&w->capture_mu);
     free(w);
 }
 
@@ -185,6 +204,7 @@ mx_status mx_cuda_worker_scratch(mx_cuda_worker *w, size_t bytes, void **out)
             return mx_error_set(MX_ERR_NOMEM, __FILE__, __LINE__, "cudaMalloc of %zu bytes of workspace on gpu(%d): %s",
                                 bytes, w->dev_id, cudaGetErrorString(err));
         w->scratch_bytes = bytes;
+        w->scratch_moves++;
     }
     *out = w->scratch;
     return MX_OK;
@@ -282,19 +302,23 @@ static mx_status cuda_sync(int dev_id, void *stream)
     return MX_OK;
 }
 
+/* Whether w's stream alone orders the operations on its device: the
+ * device's only compute worker, in an engine, without MX_GPU_SYNC_OPS. */
+static bool stream_orders_device(const mx_cuda_worker *w)
+{
+    if (!w || !w->registry || !w->compute || w->registry->sync_ops) return false;
+    mx_device_workers *r = w->registry;
+    int on_device = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_compute; i++) on_device += r->compute[i]->dev_id == w->dev_id;
+    pthread_mutex_unlock(&r->mu);
+    return on_device == 1;
+}
+
 static mx_status cuda_op_done(int dev_id, void *stream)
 {
     const mx_cuda_worker *w = (const mx_cuda_worker *)stream;
-    bool alone = false;
-    if (w && w->registry && w->compute && !w->registry->sync_ops) {
-        mx_device_workers *r = w->registry;
-        int on_device = 0;
-        pthread_mutex_lock(&r->mu);
-        for (int i = 0; i < r->n_compute; i++) on_device += r->compute[i]->dev_id == dev_id;
-        pthread_mutex_unlock(&r->mu);
-        alone = on_device == 1;
-    }
-    if (alone) {
+    if (stream_orders_device(w)) {
         MX_CUDA_TRY(cudaPeekAtLastError()); /* a launch that failed; faults show at the next wait */
         return MX_OK;
     }
@@ -332,3 +356,89 @@ extern "C" const mx_device_ops mx_device_cuda = {
     "gpu", cuda_count, cuda_alloc, cuda_free, cuda_copy, cuda_zero, cuda_sync, cuda_op_done,
     cuda_worker_init, cuda_worker_exit,
 };
+
+/* ---------------------------------------------------------------- graphs */
+
+extern "C" bool mx_device_graph_possible(const mx_exec_ctx *exec, char *why, size_t size)
+{
+    const mx_cuda_worker *w = (const mx_cuda_worker *)exec->stream;
+    if (exec->ctx.dev_type != MX_DEV_GPU || !w) {
+        snprintf(why, size, "not a GPU operation");
+        return false;
+    }
+    if (!stream_orders_device(w)) {
+        snprintf(why, size, "every operation on gpu(%d) waits for its stream (MX_GPU_SYNC_OPS=1, or several compute "
+                            "workers per GPU: MXNET_GPU_WORKER_NTHREADS)", w->dev_id);
+        return false;
+    }
+    return true;
+}
+
+extern "C" mx_status mx_device_graph_capture(const mx_exec_ctx *exec, mx_device_graph_body body, void *arg,
+                                             mx_device_graph **out)
+{
+    *out = NULL;
+    mx_cuda_worker *w = (mx_cuda_worker *)exec->stream;
+    if (!w) return MX_ERROR(MX_ERR_INVALID, "CUDA graphs: no worker stream to capture");
+    MX_CUDA_TRY(cudaSetDevice(w->dev_id));
+    mx_device_graph *g = (mx_device_graph *)calloc(1, sizeof(*g));
+    if (!g) return MX_ERR_NOMEM;
+    pthread_mutex_lock(&w->capture_mu);
+    /* Thread-local: this thread may not make calls that would wait or
+     * allocate while capturing; other threads (the copy lane) may. */
+    cudaError_t err = cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal);
+    if (err != cudaSuccess) {
+        pthread_mutex_unlock(&w->capture_mu);
+        free(g);
+        cudaGetLastError();
+        return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "CUDA graphs: cudaStreamBeginCapture: %s",
+                            cudaGetErrorString(err));
+    }
+    mx_status s = body(arg, exec);
+    err = cudaStreamEndCapture(w->stream, &g->graph);
+    pthread_mutex_unlock(&w->capture_mu);
+    if (s == MX_OK && err != cudaSuccess)
+        s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "CUDA graphs: the capture failed: %s",
+                         cudaGetErrorString(err));
+    if (s == MX_OK) {
+        err = cudaGraphInstantiate(&g->exec, g->graph, 0);
+        if (err != cudaSuccess)
+            s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "CUDA graphs: cudaGraphInstantiate: %s",
+                             cudaGetErrorString(err));
+    }
+    if (s != MX_OK) {
+        cudaGetLastError(); /* capture errors are not sticky: nothing is left for the next call */
+        if (g->graph) cudaGraphDestroy(g->graph);
+        free(g);
+        return s;
+    }
+    g->worker = w;
+    g->dev_id = w->dev_id;
+    g->scratch_moves = w->scratch_moves;
+    *out = g;
+    return MX_OK;
+}
+
+extern "C" bool mx_device_graph_current(const mx_exec_ctx *exec, const mx_device_graph *g)
+{
+    const mx_cuda_worker *w = (const mx_cuda_worker *)exec->stream;
+    return g && w && g->worker == w && g->scratch_moves == w->scratch_moves;
+}
+
+extern "C" mx_status mx_device_graph_launch(const mx_exec_ctx *exec, mx_device_graph *g)
+{
+    const mx_cuda_worker *w = (const mx_cuda_worker *)exec->stream;
+    MX_CUDA_TRY(cudaSetDevice(w->dev_id));
+    MX_CUDA_TRY(cudaGraphLaunch(g->exec, w->stream));
+    return MX_OK;
+}
+
+extern "C" void mx_device_graph_free(mx_device_graph *g)
+{
+    if (!g) return;
+    if (cudaSetDevice(g->dev_id) == cudaSuccess) {
+        if (g->exec) cudaGraphExecDestroy(g->exec);
+        if (g->graph) cudaGraphDestroy(g->graph);
+    }
+    free(g);
+}

@@ -44,6 +44,18 @@ typedef struct node_info {
     uint32_t fixed_inputs;   /* forward: mx_op_ctx.fixed_inputs */
 } node_info;
 
+/* A kind of pass run as a CUDA graph (mx_bind_config.cuda_graph). */
+typedef enum pass_kind { PASS_INFER, PASS_TRAIN, PASS_BACKWARD, N_PASS_KINDS } pass_kind;
+
+typedef struct pass_graph {
+    int runs;                  /* passes of this kind pushed node by node (the first warms up) */
+    atomic_bool off;           /* node by node for good: why says why */
+    char why[384];             /* written before off is set */
+    mx_device_graph *graph;    /* captured; used by the pass's engine operations only (ordered by its variables) */
+    mx_engine_var **reads, **writes; /* every variable of the pass's nodes, made at its first launch */
+    int n_reads, n_writes;
+} pass_graph;
+
 struct mx_executor {
     atomic_int refs;             /* the caller's, plus one per pushed job */
     mx_runtime *rt;
@@ -75,6 +87,8 @@ struct mx_executor {
     bool check_numerics;         /* run node by node, stop at the first NaN/Inf */
     uint32_t *finite_pass;       /* per entry: the check pass that found it finite */
     uint32_t check_pass;         /* forward or backward calls with checks on */
+    pass_graph graphs[N_PASS_KINDS];
+    atomic_llong graph_launches;
 };
 
 static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
@@ -165,6 +179,11 @@ static void executor_destroy(mx_executor *ex)
         }
     for (int i = 0; ex->update_after && i < ex->eg.n_args; i++) /* the zero gradients it made */
         if (ex->update_after[i] == UPDATE_AT_END) mx_ndarray_free(ex->arg_grads[i]);
+    for (int k = 0; k < N_PASS_KINDS; k++) {
+        mx_device_graph_free(ex->graphs[k].graph);
+        free(ex->graphs[k].reads);
+        free(ex->graphs[k].writes);
+    }
     mx_ndarray_free(ex->workspace);
     free(ex->buffers);
     free(ex->entry_arrays);
@@ -451,6 +470,51 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
     return MX_OK;
 }
 
+/* ---------------------------------------------------------------- CUDA graphs */
+
+static void pass_range(const mx_executor *ex, pass_kind k, int *begin, int *end)
+{
+    *begin = k == PASS_BACKWARD ? ex->eg.n_forward : 0;
+    *end = k == PASS_BACKWARD ? ex->eg.n_nodes : ex->eg.n_forward;
+}
+
+static void graph_off(pass_graph *pg, const char *fmt, const char *arg1, const char *arg2)
+{
+    snprintf(pg->why, sizeof(pg->why), fmt, arg1, arg2);
+    atomic_store_explicit(&pg->off, true, memory_order_release);
+}
+
+/* What keeps a kind of pass from running as a graph, known at bind: the
+ * settings first, then the nodes, then the device (so the node rules show
+ * on a CPU bind too). */
+static void graph_refusal_at_bind(mx_executor *ex, const mx_bind_config *cfg, pass_kind k)
+{
+    pass_graph *pg = &ex->graphs[k];
+    atomic_init(&pg->off, false);
+    const node_info *drawing = NULL;
+    int begin, end;
+    pass_range(ex, k, &begin, &end);
+    for (int i = begin; i < end && !drawing; i++) {
+        const node_info *ni = &ex->nodes[i];
+        if (ni->op && !ni->backward && (k == PASS_INFER ? ni->rng_infer : ni->rng_train)) drawing = ni;
+    }
+    if (!cfg->cuda_graph) graph_off(pg, "CUDA graphs are off for this bind%s%s", "", "");
+    else if (k != PASS_INFER && !ex->for_training) graph_off(pg, "a prediction bind%s%s", "", "");
+    else if (k == PASS_BACKWARD && ex->update_after) graph_off(pg, "the updates inside the backward pass%s%s", "", "");
+    else if (drawing)
+        graph_off(pg, "layer '%s' (%s) draws new random numbers every pass", drawing->name, drawing->op_name);
+    else if (ex->ctx.dev_type != MX_DEV_GPU) graph_off(pg, "not a GPU bind (CUDA graphs are for GPUs)%s%s", "", "");
+}
+
+const char *mx_executor_graph_refusal(const mx_executor *ex, bool backward, bool is_train)
+{
+    const pass_graph *pg = &ex->graphs[backward ? PASS_BACKWARD : is_train ? PASS_TRAIN : PASS_INFER];
+    if (atomic_load_explicit(&pg->off, memory_order_acquire)) return pg->why;
+    return ex->check_numerics ? "numerics checks run the nodes one by one" : "";
+}
+
+int64_t mx_executor_graph_launches(const mx_executor *ex) { return (int64_t)atomic_load(&ex->graph_launches); }
+
 mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_config *cfg, mx_executor **out)
 {
     *out = NULL;
@@ -662,6 +726,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         mx_executor_free(ex);
         return s;
     }
+    for (int k = 0; k < N_PASS_KINDS; k++) graph_refusal_at_bind(ex, cfg, (pass_kind)k);
     *out = ex;
     return MX_OK;
 }
@@ -674,15 +739,14 @@ typedef struct node_job {
     bool is_train;
 } node_job;
 
-static mx_status node_run(void *payload, const mx_exec_ctx *exec)
+/* The node's kernels on exec (queued, for a device), its error named by
+ * the layer. */
+static mx_status run_node_kernels(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec)
 {
-    node_job *job = payload;
-    node_info *ni = job->ni;
-    mx_executor *ex = job->ex;
     /* A backward kernel sees the fold only when it takes its gradient itself
      * (CPU kernels of ops with folds_backward). */
     const bool kernel_folds = !ni->backward || (ni->op->folds_backward && ex->ctx.dev_type == MX_DEV_CPU);
-    mx_op_ctx ctx = {.exec = exec, .is_train = job->is_train, .rng = ex->rng, .state = &ni->kernel_state,
+    mx_op_ctx ctx = {.exec = exec, .is_train = is_train, .rng = ex->rng, .state = &ni->kernel_state,
                      .fold = kernel_folds ? ni->fold : (mx_fold){MX_FOLD_NONE, 0, 0, 0},
                      .fixed_inputs = ni->fixed_inputs};
     if (ni->uses_workspace && ex->workspace) {
@@ -696,9 +760,17 @@ static mx_status node_run(void *payload, const mx_exec_ctx *exec)
     mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,
                                                       ni->in_grad, aux)
                                : ni->kernels.forward(&ctx, ni->params, ni->in, ni->req, ni->out, aux);
-    /* Device kernels are queued on the worker's stream. */
-    if (s == MX_OK) s = mx_device_op_done(exec);
     if (s != MX_OK) mx_error_prefix(s, "layer '%s'", ni->name);
+    return s;
+}
+
+static mx_status node_run(void *payload, const mx_exec_ctx *exec)
+{
+    node_job *job = payload;
+    MX_TRY(run_node_kernels(job->ex, job->ni, job->is_train, exec));
+    /* Device kernels are queued on the worker's stream. */
+    mx_status s = mx_device_op_done(exec);
+    if (s != MX_OK) mx_error_prefix(s, "layer '%s'", job->ni->name);
     return s;
 }
 
@@ -726,6 +798,111 @@ static mx_status push_node(mx_executor *ex, node_info *ni, bool is_train)
 
 static mx_status run_checked(mx_executor *ex, int begin, int end, bool is_train);
 
+/* A whole pass as one engine operation (mx_bind_config.cuda_graph): its
+ * graph, captured at the first such operation, launched. */
+typedef struct pass_job {
+    mx_executor *ex;
+    pass_kind kind;
+    bool is_train;
+} pass_job;
+
+static mx_status run_pass_kernels(void *arg, const mx_exec_ctx *exec)
+{
+    pass_job *job = arg;
+    int begin, end;
+    pass_range(job->ex, job->kind, &begin, &end);
+    for (int i = begin; i < end; i++)
+        if (job->ex->nodes[i].op) MX_TRY(run_node_kernels(job->ex, &job->ex->nodes[i], job->is_train, exec));
+    return MX_OK;
+}
+
+static mx_status graph_pass_run(void *payload, const mx_exec_ctx *exec)
+{
+    pass_job *job = payload;
+    pass_graph *pg = &job->ex->graphs[job->kind];
+    if (pg->graph && !mx_device_graph_current(exec, pg->graph)) { /* the scratch moved: capture again */
+        mx_device_graph_free(pg->graph);
+        pg->graph = NULL;
+    }
+    if (!pg->graph) {
+        char why[256];
+        if (atomic_load_explicit(&pg->off, memory_order_acquire)) {
+            /* pushed before an earlier one turned the kind off */
+        } else if (!mx_device_graph_possible(exec, why, sizeof(why))) graph_off(pg, "%s%s", why, "");
+        else if (mx_device_graph_capture(exec, run_pass_kernels, job, &pg->graph) != MX_OK)
+            graph_off(pg, "the capture failed: %s%s", mx_last_error(), "");
+        if (!pg->graph) { /* nothing ran: this pass node by node, here; the next ones as nodes again */
+            MX_TRY(run_pass_kernels(job, exec));
+            return mx_device_op_done(exec);
+        }
+    }
+    MX_TRY(mx_device_graph_launch(exec, pg->graph));
+    atomic_fetch_add(&job->ex->graph_launches, 1);
+    return mx_device_op_done(exec);
+}
+
+static void pass_job_free(void *payload)
+{
+    pass_job *job = payload;
+    executor_release(job->ex);
+    free(job);
+}
+
+static bool has_var(mx_engine_var *const *vars, int n, const mx_engine_var *v)
+{
+    for (int i = 0; i < n; i++)
+        if (vars[i] == v) return true;
+    return false;
+}
+
+/* Every variable the pass's nodes read and write (written ones only in
+ * writes; the rng's left out: a captured pass draws nothing). */
+static mx_status collect_pass_vars(mx_executor *ex, pass_kind k, pass_graph *pg)
+{
+    int begin, end, n_r = 0, n_w = 0;
+    pass_range(ex, k, &begin, &end);
+    for (int i = begin; i < end; i++) n_r += ex->nodes[i].n_reads, n_w += ex->nodes[i].n_writes;
+    pg->reads = mx_malloc(sizeof(*pg->reads) * ((size_t)n_r + 1));
+    pg->writes = mx_malloc(sizeof(*pg->writes) * ((size_t)n_w + 1));
+    if (!pg->reads || !pg->writes) return MX_ERR_NOMEM;
+    for (int i = begin; i < end; i++) {
+        const node_info *ni = &ex->nodes[i];
+        if (!ni->op) continue;
+        for (int w = 0; w < ni->n_writes - ni->rng_var; w++)
+            if (!has_var(pg->writes, pg->n_writes, ni->writes[w])) pg->writes[pg->n_writes++] = ni->writes[w];
+    }
+    for (int i = begin; i < end; i++) {
+        const node_info *ni = &ex->nodes[i];
+        for (int r = 0; ni->op && r < ni->n_reads; r++)
+            if (!has_var(pg->writes, pg->n_writes, ni->reads[r]) && !has_var(pg->reads, pg->n_reads, ni->reads[r]))
+                pg->reads[pg->n_reads++] = ni->reads[r];
+    }
+    return MX_OK;
+}
+
+/* The pass as a graph launch when its kind runs as one (after a first
+ * pass node by node); false: push the nodes. */
+static bool pass_as_graph(const mx_executor *ex, pass_kind k)
+{
+    const pass_graph *pg = &ex->graphs[k];
+    return !ex->check_numerics && !atomic_load_explicit(&pg->off, memory_order_acquire) && pg->runs >= 1;
+}
+
+static mx_status push_graph_pass(mx_executor *ex, pass_kind k, bool is_train)
+{
+    pass_graph *pg = &ex->graphs[k];
+    if (!pg->reads) MX_TRY(collect_pass_vars(ex, k, pg));
+    pass_job *job = mx_malloc(sizeof(*job));
+    if (!job) return MX_ERR_NOMEM;
+    *job = (pass_job){ex, k, is_train};
+    atomic_fetch_add(&ex->refs, 1);
+    const char *name = k == PASS_BACKWARD ? "backward pass (CUDA graph)" : "forward pass (CUDA graph)";
+    mx_engine_op op = {.fn = graph_pass_run, .payload = job, .payload_free = pass_job_free, .reads = pg->reads,
+                       .n_reads = pg->n_reads, .writes = pg->writes, .n_writes = pg->n_writes, .ctx = ex->ctx,
+                       .lane = MX_LANE_COMPUTE, .name = name, .profile_name = name};
+    return mx_engine_push(mx_runtime_engine(ex->rt), &op);
+}
+
 /* The updates due after node `after` of the backward pass
  * (mx_bind_config.update_in_backward). */
 static mx_status hand_over_updates(mx_executor *ex, int32_t after)
@@ -750,8 +927,11 @@ mx_status mx_executor_forward(mx_executor *ex, bool is_train)
                                             "the executor with an rng", ni->node->name, ni->op->name);
     }
     if (ex->check_numerics) return run_checked(ex, 0, ex->eg.n_forward, is_train);
+    const pass_kind k = is_train ? PASS_TRAIN : PASS_INFER;
+    if (pass_as_graph(ex, k)) return push_graph_pass(ex, k, is_train);
     for (int i = 0; i < ex->eg.n_forward; i++)
         if (ex->nodes[i].op) MX_TRY(push_node(ex, &ex->nodes[i], is_train));
+    ex->graphs[k].runs++;
     return MX_OK;
 }
 
@@ -779,10 +959,15 @@ mx_status mx_executor_backward(mx_executor *ex, mx_ndarray *const *head_grads)
         if (ex->grad_reqs[i] == MX_GRAD_WRITE && eg->grads[i].node == MX_NO_NODE)
             MX_TRY(mx_nd_fill(ex->arg_grads[i], 0.0));
     if (ex->check_numerics) return run_checked(ex, eg->n_forward, eg->n_nodes, true);
+    if (pass_as_graph(ex, PASS_BACKWARD)) { /* no updates inside such a pass (graph_refusal_at_bind) */
+        MX_TRY(push_graph_pass(ex, PASS_BACKWARD, true));
+        return hand_over_updates(ex, UPDATE_AT_END);
+    }
     for (int i = eg->n_forward; i < eg->n_nodes; i++) {
         if (ex->nodes[i].op) MX_TRY(push_node(ex, &ex->nodes[i], true));
         MX_TRY(hand_over_updates(ex, i));
     }
+    ex->graphs[PASS_BACKWARD].runs++;
     return hand_over_updates(ex, UPDATE_AT_END);
 }
 

@@ -98,6 +98,16 @@ typedef struct mx_bind_config {
      * may write `weight`. An error stops the pass and is returned. */
     mx_status (*update)(void *update_ctx, int arg, mx_ndarray *weight, mx_ndarray *grad);
     void *update_ctx;
+    /* CUDA graphs (GPU binds): from the second pass of a kind on (forward
+     * in training, forward in inference, backward; the first chooses
+     * cuDNN's algorithms and sizes the scratch), the pass is captured once
+     * and pushed as one engine operation that launches the graph: one
+     * launch instead of one per kernel. Passes that cannot be captured run
+     * node by node, for a reason mx_executor_graph_refusal gives: an op
+     * that draws random numbers in the pass (Dropout in training),
+     * numerics checks, updates inside the backward pass, a stream that
+     * does not alone order its GPU, or a capture that failed. */
+    bool cuda_graph;
 } mx_bind_config;
 
 typedef struct mx_executor mx_executor;
@@ -142,6 +152,14 @@ mx_status mx_executor_backward(mx_executor *ex, mx_ndarray *const *head_grads);
  * MX_ERR_NOMEM. */
 mx_status mx_executor_set_check_numerics(mx_executor *ex, bool on);
 bool mx_executor_check_numerics(const mx_executor *ex);
+
+/* Why passes of this kind (backward, or forward with is_train) do not
+ * run as CUDA graphs (mx_bind_config.cuda_graph), or "" when they do from
+ * their second run on. A capture that fails turns its kind off for good,
+ * with the failure as the reason. */
+const char *mx_executor_graph_refusal(const mx_executor *ex, bool backward, bool is_train);
+/* Passes pushed as one graph launch so far, of all kinds. */
+int64_t mx_executor_graph_launches(const mx_executor *ex);
 
 int mx_executor_num_outputs(const mx_executor *ex);
 mx_ndarray *mx_executor_output(const mx_executor *ex, int i);

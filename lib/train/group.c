@@ -98,7 +98,7 @@ static mx_status bind_device(const train_group_config *c, train_group *g, int k,
     mx_bind_config bc = {.ctx = d->ctx, .args = d->args, .arg_grads = d->grads, .grad_reqs = c->reqs,
                          .aux = d->aux, .for_training = true, .rng = c->rng, .no_folding = c->no_folding,
                          .update_in_backward = c->update_in_backward, .update = c->update,
-                         .update_ctx = c->update_ctx};
+                         .update_ctx = c->update_ctx, .cuda_graph = c->cuda_graph};
     return mx_executor_bind(c->rt, c->g, &bc, &d->ex);
 }
 

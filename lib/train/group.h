@@ -38,6 +38,7 @@ typedef struct train_group_config {
     const mx_grad_req *reqs;    /* per argument; NULL_REQ arguments get no gradient array */
     mx_rng *rng;
     bool no_folding;            /* mx_bind_config's (numerics tracing) */
+    bool cuda_graph;            /* mx_bind_config's */
     /* mx_bind_config's (one context): arguments updated inside the
      * backward pass get no gradient array. */
     const bool *update_in_backward;

@@ -12,7 +12,7 @@
  *   save_period [1], initializer [xavier(rnd_type=gaussian, factor_type=in,
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
- *   grad_accum [1], check_numerics [0], work_load_list [""],
+ *   grad_accum [1], check_numerics [0], cuda_graph [1] (GPU), work_load_list [""],
  *   stall_timeout [60] (under mpirun), fusion_bytes [0: 1 MiB] (dist_sync
  *   kinds), profile [""], profile_batches [""],
  *   max_skip_fraction [0.01].
@@ -50,6 +50,7 @@ typedef struct mx_fit_params {
     char fixed_params[MX_PARAM_STRING_MAX];  /* glob patterns of frozen parameters */
     int64_t grad_accum;                     /* batches summed into one update */
     bool check_numerics;                    /* check every layer every batch */
+    bool cuda_graph;                        /* GPU: passes as CUDA graphs where they can be captured */
     char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
     double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
     int64_t fusion_bytes;                   /* dist_sync kinds' bucket size (0: the kvstore's default) */

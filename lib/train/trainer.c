@@ -63,6 +63,7 @@ typedef struct trainer {
     mx_ndarray **val_args;
     mx_optimizer *optimizer;
     mx_kvstore *kv;
+    bool graphs_logged;      /* the CUDA graphs line (after the first epoch on GPUs) */
     /* One context and no dist store: the optimizer updates the context's
      * weights with its gradients where they are (MXNet's Module creates no
      * kvstore then, update_on_kvstore false), so a GPU's weights and
@@ -368,6 +369,16 @@ static mx_status make_optimizer(trainer *t)
     return MX_OK;
 }
 
+/* After the first epoch on GPUs: which passes ran as CUDA graphs
+ * (fit.cuda_graph), and why the others did not. */
+static void log_cuda_graphs(const trainer *t)
+{
+    const mx_executor *ex = t->group.dev[0].ex;
+    const char *fwd = mx_executor_graph_refusal(ex, false, true), *bwd = mx_executor_graph_refusal(ex, true, true);
+    logf_(t, "CUDA graphs: %lld passes launched as graphs; forward: %s; backward: %s",
+          (long long)mx_executor_graph_launches(ex), *fwd ? fwd : "as a graph", *bwd ? bwd : "as a graph");
+}
+
 static mx_status make_metrics(trainer *t)
 {
     t->metrics = mx_calloc((size_t)t->s->n_metrics + 1, sizeof(mx_metric *));
@@ -395,7 +406,7 @@ static mx_status bind_validation(trainer *t, const mx_shape *vd, const mx_shape 
             t->val_args[i] = mx_ndarray_retain(t->args[i]);
     }
     mx_bind_config bc = {.ctx = t->group.dev[0].ctx, .args = t->val_args, .aux = t->aux, .for_training = false,
-                         .rng = t->rng};
+                         .rng = t->rng, .cuda_graph = t->s->fit.cuda_graph};
     return mx_executor_bind(t->rt, t->cfg->graph, &bc, &t->val_ex);
 }
 
@@ -527,7 +538,7 @@ static mx_status setup(trainer *t)
                              .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
                              .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng,
                              /* checked runs see every layer's output */
-                             .no_folding = t->tracing || st->fit.check_numerics,
+                             .no_folding = t->tracing || st->fit.check_numerics, .cuda_graph = st->fit.cuda_graph,
                              .update_in_backward = t->in_backward, .update = update_from_backward, .update_ctx = t};
     s = train_group_bind(&gc, &t->group);
     if (s != MX_OK) return st->n_ctx > 1 ? fit_error(t, "ctx", s) : s;
@@ -1305,6 +1316,10 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
     for (int m = 0; m < t->n_metrics; m++)
         logf_(t, "Epoch[%d] Train-%s=%f", epoch, mx_metric_get_name(t->metrics[m]), t->values[m]);
     logf_(t, "Epoch[%d] Time cost=%.3f", epoch, cost);
+    if (!t->graphs_logged && t->group.dev[0].ctx.dev_type == MX_DEV_GPU) {
+        log_cuda_graphs(t);
+        t->graphs_logged = true;
+    }
     if (t->metrics_log) {
         char json[1024];
         metric_json(t, t->values, json, sizeof(json));
