@@ -220,6 +220,40 @@ START_TEST(overrides_reach_the_owners)
 }
 END_TEST
 
+/* Under mpirun with several ranks a host, each rank takes the GPU of
+ * fit.ctx at its local rank (cmd/mxtrain calls this with lib/comm's
+ * topology); a rank alone on its host and CPU contexts keep the list. */
+START_TEST(ranks_of_a_host_take_one_gpu_each)
+{
+    loaded l;
+    ck_assert(load_text(NET "[fit]\nctx = gpu:0-3\n", &l));
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 0, 1, "node7"), MX_OK); /* alone: all four */
+    ck_assert_int_eq(l.s->n_ctx, 4);
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 2, 4, "node7"), MX_OK);
+    ck_assert(l.s->n_ctx == 1 && mx_context_equal(l.s->ctx[0], mx_gpu(2)));
+    unload(&l);
+    ck_assert(load_text(NET "[fit]\nctx = gpu:0,2,5\n", &l));
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 2, 3, "node7"), MX_OK);
+    ck_assert(l.s->n_ctx == 1 && mx_context_equal(l.s->ctx[0], mx_gpu(5)));
+    unload(&l);
+    ck_assert(load_text(NET "[fit]\nctx = gpu:0-3\n", &l));
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 0, 8, "node7"), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "[fit] ctx: 'gpu:0-3' lists 4 GPU(s) for the 8 ranks on host node7") &&
+                      strstr(mx_last_error(), "(list at least 8, e.g. gpu:0-7)"),
+                  "%s", mx_last_error());
+    unload(&l);
+    ck_assert(load_text(NET "[fit]\nctx = gpu:0-1\nwork_load_list = 1, 3\n", &l));
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 1, 2, "node7"), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "[fit] work_load_list: shares of several contexts of one process"), "%s",
+                  mx_last_error());
+    unload(&l);
+    ck_assert(load_text(NET "[fit]\nctx = cpu:0-1\n", &l));
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 1, 2, "node7"), MX_OK);
+    ck_assert_int_eq(l.s->n_ctx, 2);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(structured_values)
 {
     mx_context *ctx = NULL;
@@ -641,6 +675,7 @@ int main(void)
     tcase_add_test(tc, defaults_of_absent_sections);
     tcase_add_test(tc, overrides_reach_the_owners);
     tcase_add_test(tc, structured_values);
+    tcase_add_test(tc, ranks_of_a_host_take_one_gpu_each);
     tcase_add_test(tc, every_key_reaches_its_owner);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

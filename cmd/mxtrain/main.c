@@ -232,6 +232,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "mxtrain: %s: %s\n", who, mx_last_error());
             code = 2;
         }
+        if (!code && mx_train_settings_for_rank(settings, mx_comm_local_rank(comm), mx_comm_local_size(comm),
+                                                mx_comm_hostname(comm, mx_comm_rank(comm))) != MX_OK) {
+            fprintf(stderr, "mxtrain: %s: %s\n", who, mx_last_error());
+            code = 2;
+        }
         if (code) {
             free(overrides);
             mx_train_settings_free(settings);

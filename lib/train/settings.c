@@ -138,6 +138,23 @@ static mx_status parse_fixed(mx_train_settings *s, const mx_param_input *in)
     return st;
 }
 
+mx_status mx_train_settings_for_rank(mx_train_settings *s, int local_rank, int local_size, const char *host)
+{
+    if (local_size <= 1 || s->n_ctx < 1 || s->ctx[0].dev_type != MX_DEV_GPU) return MX_OK;
+    if (s->n_ctx < local_size)
+        return MX_ERROR(MX_ERR_INVALID, "[fit] ctx: '%s' lists %d GPU(s) for the %d ranks on host %s: under mpirun each "
+                                        "rank of a host trains on the GPU of fit.ctx at its local rank (list at least "
+                                        "%d, e.g. gpu:0-%d)",
+                        s->fit.ctx, s->n_ctx, local_size, host ? host : "?", local_size, local_size - 1);
+    if (s->work_load)
+        return MX_ERROR(MX_ERR_INVALID, "[fit] work_load_list: shares of several contexts of one process; under "
+                                        "mpirun with %d ranks on host %s each rank trains on one GPU",
+                        local_size, host ? host : "?");
+    s->ctx[0] = s->ctx[local_rank];
+    s->n_ctx = 1;
+    return MX_OK;
+}
+
 /* fit.work_load_list: one positive share per context. */
 static mx_status parse_work_load(mx_train_settings *s, const mx_param_input *in)
 {
