@@ -5,7 +5,8 @@
 # float32): mxtrain with the net of configs/NET.conf on synthetic data
 # (made once, as MXNet's --benchmark 1), fit.ctx=gpu:0, sgd momentum 0.9;
 # its speed is the median of the Speed lines after the first window (the
-# first holds cuDNN's algorithm search); the peak GPU memory is the most
+# first holds cuDNN's algorithm search and the CUDA graphs' capture; LeNet
+# and ResNet-20 run again with fit.cuda_graph=0: side "mxc-nograph"); the peak GPU memory is the most
 # nvidia-smi saw in use during the run (the whole process, CUDA context
 # included, so above what the program itself allocated). Then
 # scripts/bench/torch_gpu.py on the same nets, batch, optimizer and card
@@ -68,18 +69,26 @@ initializer = xavier(rnd_type=gaussian, factor_type=in, magnitude=2)
 metric = acc
 disp_batches = 10
 EOC
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$work/mem.txt" 2>/dev/null &
-    smi=$!
-    start=$(date +%s%N)
-    timeout 200 "$bin/mxtrain" "$conf" > "$work/run.txt" 2>&1
-    rc=$?
-    ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    kill $smi 2>/dev/null; wait $smi 2>/dev/null
-    { echo "=== mxtrain $net rc=$rc ${ms} ms"; cat "$work/run.txt"; } >> "$log"
-    speed=$(mxtrain_speed "$work/run.txt")
-    peak=$(sort -n "$work/mem.txt" | tail -1)
-    results+=("$(printf '{"side": "mxc", "net": "%s", "batch": 64, "rc": %d, "images_per_sec": %s, "peak_mib_process": %s}' \
-        "${net//-/}" "$rc" "${speed:-0}" "${peak:-0}")")
+    # With CUDA graphs (fit.cuda_graph = 1, the default), and for the
+    # launch-bound nets without, to show what the graphs gain.
+    graphs=1
+    [ "$net" = resnet-50 ] || graphs="1 0"
+    for graph in $graphs; do
+        side=mxc
+        [ "$graph" = 0 ] && side=mxc-nograph
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$work/mem.txt" 2>/dev/null &
+        smi=$!
+        start=$(date +%s%N)
+        timeout 200 "$bin/mxtrain" "$conf" fit.cuda_graph=$graph > "$work/run.txt" 2>&1
+        rc=$?
+        ms=$(( ($(date +%s%N) - start) / 1000000 ))
+        kill $smi 2>/dev/null; wait $smi 2>/dev/null
+        { echo "=== mxtrain $net fit.cuda_graph=$graph rc=$rc ${ms} ms"; cat "$work/run.txt"; } >> "$log"
+        speed=$(mxtrain_speed "$work/run.txt")
+        peak=$(sort -n "$work/mem.txt" | tail -1)
+        results+=("$(printf '{"side": "%s", "net": "%s", "batch": 64, "rc": %d, "images_per_sec": %s, "peak_mib_process": %s}' \
+            "$side" "${net//-/}" "$rc" "${speed:-0}" "${peak:-0}")")
+    done
     if [ "$profile" = 1 ]; then
         first=$((nb / 2)) last=$((nb / 2 + 3))
         for mode in async sync; do
