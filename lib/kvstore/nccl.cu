@@ -12,6 +12,7 @@
  * LD_LIBRARY_PATH) still runs everything else. */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <nccl.h>
 #include <stdlib.h>
 
@@ -36,6 +37,10 @@ typedef struct nccl_api {
 
 struct mx_nccl_group {
     int refs; /* __atomic builtins: this file is C++ */
+    /* One collective at a time: NCCL communicators are not thread-safe, and
+     * the store's reduces and broadcasts run on the copy lanes of their
+     * keys' home GPUs, several threads. */
+    pthread_mutex_t mu;
     nccl_api api;
     int n;
     int devs[MX_NCCL_MAX_DEVICES];
@@ -90,6 +95,7 @@ static void destroy(mx_nccl_group *g)
         if (g->comms[i]) g->api.comm_destroy(g->comms[i]);
     }
     if (g->api.lib) dlclose(g->api.lib);
+    pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
@@ -101,11 +107,17 @@ extern "C" mx_status mx_nccl_group_create(const int *devs, int n, mx_nccl_group 
     mx_nccl_group *g = (mx_nccl_group *)calloc(1, sizeof(*g));
     if (!g) return MX_ERR_NOMEM;
     g->refs = 1;
+    pthread_mutex_init(&g->mu, NULL);
     mx_status s = load_api(&g->api);
     if (s != MX_OK) {
+        pthread_mutex_destroy(&g->mu);
         free(g);
         return s;
     }
+    /* ncclCommInitAll and the streams below move the calling thread's
+     * current device: give it back. */
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) current = devs[0];
     g->n = n;
     for (int i = 0; i < n; i++) g->devs[i] = devs[i];
     ncclResult_t r = g->api.comm_init_all(g->comms, n, g->devs);
@@ -125,6 +137,7 @@ extern "C" mx_status mx_nccl_group_create(const int *devs, int n, mx_nccl_group 
                                 cudaGetErrorString(err));
         }
     }
+    cudaSetDevice(current);
     *out = g;
     return MX_OK;
 }
@@ -179,8 +192,8 @@ static mx_status finish(const mx_nccl_group *g, void *worker, const char *what)
     return MX_OK;
 }
 
-extern "C" mx_status mx_nccl_reduce(mx_nccl_group *g, void *worker, void *const *sends, void *recv, int root,
-                                    size_t count, mx_dtype dtype)
+static mx_status reduce_locked(mx_nccl_group *g, void *worker, void *const *sends, void *recv, int root, size_t count,
+                               mx_dtype dtype)
 {
     ncclDataType_t type = ncclFloat32;
     MX_TRY(nccl_type(dtype, &type));
@@ -200,8 +213,8 @@ extern "C" mx_status mx_nccl_reduce(mx_nccl_group *g, void *worker, void *const 
     return finish(g, worker, "reduce");
 }
 
-extern "C" mx_status mx_nccl_broadcast(mx_nccl_group *g, void *worker, const void *send, void *const *recvs, int root,
-                                       size_t count, mx_dtype dtype)
+static mx_status broadcast_locked(mx_nccl_group *g, void *worker, const void *send, void *const *recvs, int root,
+                                  size_t count, mx_dtype dtype)
 {
     ncclDataType_t type = ncclFloat32;
     MX_TRY(nccl_type(dtype, &type));
@@ -219,4 +232,22 @@ extern "C" mx_status mx_nccl_broadcast(mx_nccl_group *g, void *worker, const voi
     }
     NCCL_TRY(g, g->api.group_end());
     return finish(g, worker, "broadcast");
+}
+
+extern "C" mx_status mx_nccl_reduce(mx_nccl_group *g, void *worker, void *const *sends, void *recv, int root,
+                                    size_t count, mx_dtype dtype)
+{
+    pthread_mutex_lock(&g->mu);
+    mx_status s = reduce_locked(g, worker, sends, recv, root, count, dtype);
+    pthread_mutex_unlock(&g->mu);
+    return s;
+}
+
+extern "C" mx_status mx_nccl_broadcast(mx_nccl_group *g, void *worker, const void *send, void *const *recvs, int root,
+                                       size_t count, mx_dtype dtype)
+{
+    pthread_mutex_lock(&g->mu);
+    mx_status s = broadcast_locked(g, worker, send, recvs, root, count, dtype);
+    pthread_mutex_unlock(&g->mu);
+    return s;
 }
