@@ -435,7 +435,9 @@ int main(int argc, char **argv)
     if (o.resize) pre.resize = (int32_t)o.resize;
     code = -1;
 
-    mx_predictor_bind_opts bo = {.sample = shape, .batch_size = batch_size, .layer = o.layer, .ctx = ctx};
+    /* A profile shows every layer: no CUDA graphs then. */
+    mx_predictor_bind_opts bo = {.sample = shape, .batch_size = batch_size, .layer = o.layer, .ctx = ctx,
+                                 .cuda_graph = !o.profile};
     s = mx_predictor_bind(pred, &bo);
     if (s != MX_OK) {
         code = fail(s == MX_ERR_INVALID ? 2 : 1, mx_last_error());

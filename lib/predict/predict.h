@@ -147,6 +147,10 @@ typedef struct mx_predictor_bind_opts {
      * bias (mx_graph_fold_batchnorm), one pass over the data fewer; true:
      * the graph as saved (the same results up to float rounding). */
     bool keep_batchnorm;
+    /* GPU: from the second batch on, each forward pass is one CUDA graph
+     * launch (mx_bind_config.cuda_graph). mxpredict sets it unless
+     * --profile asks for every layer on the timeline. */
+    bool cuda_graph;
 } mx_predictor_bind_opts;
 
 /* Infers shapes, checks every parameter against the file, binds for

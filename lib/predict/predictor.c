@@ -440,7 +440,7 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         const char *outputs[1] = {o->layer};
         mx_bind_config bc = {.ctx = o->ctx, .args = p->args, .aux = p->aux, .outputs = o->layer ? outputs : NULL,
                              .n_outputs = o->layer ? 1 : 0, .for_training = false, .rng = p->rng,
-                             .fixed_args = fixed};
+                             .fixed_args = fixed, .cuda_graph = o->cuda_graph};
         s = mx_executor_bind(p->rt, g, &bc, &p->ex);
     }
     free(fixed);
