@@ -335,6 +335,13 @@ START_TEST(keys_go_home_to_the_least_loaded_gpu)
     ck_assert_int_eq(kv_device_pick_home(bytes, (const int[]){2, 1, 0, 3}, 4), 2); /* in pushing order */
     ck_assert_int_eq(kv_device_pick_home(bytes, (const int[]){3, 0}, 2), 3);
     ck_assert_int_eq(kv_device_pick_home(bytes, (const int[]){0}, 1), 0);
+    /* The placement shown ahead (mxtrain's dry run) makes the same choices:
+     * MLP's keys pushed last layer first, over two GPUs. */
+    const size_t mlp[6] = {40, 2560, 256, 32768, 512, 401408};
+    int homes[6];
+    mx_kvstore_device_homes(mlp, 6, 2, homes);
+    const int want[6] = {0, 1, 0, 0, 1, 1};
+    for (int i = 0; i < 6; i++) ck_assert_int_eq(homes[i], want[i]);
     /* Equal keys spread round-robin, as the store adds each key's bytes. */
     size_t load[3] = {0, 0, 0};
     for (int key = 0; key < 6; key++) {

@@ -518,6 +518,14 @@ START_TEST(two_cpu_contexts_train_like_one)
     ck_assert_msg(run(args, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "data-parallel over 2 contexts: cpu(0) 16 rows, cpu(1) 48 rows"), "%s", err);
     free(err);
+    /* Where the device store puts each parameter on GPUs (a dry run plans
+     * for GPUs this machine may lack): MLP's 6 keys, last layer first. */
+    snprintf(args, sizeof(args), "%s fit.ctx=gpu:0-1 fit.kvstore=device --dry-run", common);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "kvstore device: each parameter's gradients summed by NCCL on its home GPU, updated "
+                              "there and broadcast back; at home: gpu(0) 32.3 KiB (3), gpu(1) 395.0 KiB (3)"),
+                  "%s", err);
+    free(err);
 }
 END_TEST
 

@@ -165,6 +165,12 @@ mx_status mx_kvstore_set_optimizer(mx_kvstore *kv, mx_optimizer *opt);
 /* The stored array of key (borrowed; read it through the engine), or NULL. */
 mx_ndarray *mx_kvstore_stored(mx_kvstore *kv, int key);
 
+/* The device store's placement on GPUs, for whoever shows it ahead
+ * (mxtrain's dry run): home[i] (0 .. n_gpus-1, in the order the pushes
+ * list the GPUs) of each of n keys of bytes[i], pushed in index order, as
+ * the store chooses at each key's first push. */
+void mx_kvstore_device_homes(const size_t *bytes, int n, int n_gpus, int *home);
+
 /* This process's rank and the number of workers (0 and 1 when local). */
 int mx_kvstore_rank(const mx_kvstore *kv);
 int mx_kvstore_num_workers(const mx_kvstore *kv);

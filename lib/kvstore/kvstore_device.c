@@ -94,6 +94,18 @@ int kv_device_pick_home(const size_t *home_bytes, const int *members, int n)
     return best;
 }
 
+void mx_kvstore_device_homes(const size_t *bytes, int n, int n_gpus, int *home)
+{
+    size_t load[MX_NCCL_MAX_DEVICES] = {0};
+    int members[MX_NCCL_MAX_DEVICES];
+    if (n_gpus > MX_NCCL_MAX_DEVICES) n_gpus = MX_NCCL_MAX_DEVICES;
+    for (int m = 0; m < n_gpus; m++) members[m] = m;
+    for (int i = 0; i < n; i++) {
+        home[i] = n_gpus > 0 ? kv_device_pick_home(load, members, n_gpus) : -1;
+        if (home[i] >= 0) load[home[i]] += bytes[i];
+    }
+}
+
 /* "gpu(0), gpu(1)": the group's GPUs, for messages. */
 static const char *group_str(const mx_nccl_group *g, char *buf, size_t size)
 {

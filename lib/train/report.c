@@ -189,6 +189,46 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
     return st;
 }
 
+/* Several GPUs with the device store: where each parameter's sum and
+ * update live (the store's rule, mx_kvstore_device_homes, over the keys in
+ * the trainer's push order: the last layer's first). */
+static void report_device_store(const mx_train_settings *s, const mx_train_options *opt, const mx_graph_shapes *sh)
+{
+    if (s->n_ctx < 2 || s->ctx[0].dev_type != MX_DEV_GPU || strcmp(s->fit.kvstore, "device") != 0) return;
+    const mx_graph *g = s->cfg->graph;
+    uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
+    size_t *bytes = mx_malloc(sizeof(size_t) * ((size_t)mx_graph_num_nodes(g) + 1));
+    int *home = mx_malloc(sizeof(int) * ((size_t)mx_graph_num_nodes(g) + 1));
+    bool *is_label = label_mask(s);
+    int n = ids && bytes && home && is_label ? mx_graph_list_arguments(g, ids) : 0, keys = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        const mx_node *node = mx_graph_node(g, ids[i]);
+        if (mx_train_settings_fixed(s, node->name) || is_data_input(s, is_label, ids[i])) continue;
+        bytes[keys++] = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
+    }
+    if (n > 0) {
+        mx_kvstore_device_homes(bytes, keys, s->n_ctx, home);
+        char list[1024] = "";
+        size_t used = 0;
+        for (int d = 0; d < s->n_ctx && used < sizeof(list); d++) {
+            size_t total = 0;
+            int count = 0;
+            for (int k = 0; k < keys; k++)
+                if (home[k] == d) total += bytes[k], count++;
+            char c[32], b[32];
+            used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s %s (%d)", d ? ", " : "",
+                                     mx_context_str(s->ctx[d], c, sizeof(c)), human_bytes((double)total, b, sizeof(b)),
+                                     count);
+        }
+        logf_(opt, "kvstore device: each parameter's gradients summed by NCCL on its home GPU, updated there and "
+                   "broadcast back; at home: %s", list);
+    }
+    free(ids);
+    free(bytes);
+    free(home);
+    free(is_label);
+}
+
 /* Under mpirun: what one step sends (MXNet's dist kvstore, in buckets as
  * kvstore_dist.c makes them: learnable parameters from the last layer
  * back, greedily up to fit.fusion_bytes, MX_KVSTORE_FUSION_BYTES when 0). */
@@ -333,6 +373,7 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
     }
     logf_(opt, "total parameters: %lld (%s as float32)", (long long)total, human_bytes((double)total * 4, buf, sizeof(buf)));
     if (opt->comm) report_communication(s, opt, &sh);
+    report_device_store(s, opt, &sh);
     mx_graph_shapes_free(&sh);
 
     /* Contexts: a config for another machine still dry-runs, with a note. */
