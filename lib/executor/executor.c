@@ -864,7 +864,12 @@ static mx_status collect_pass_vars(mx_executor *ex, pass_kind k, pass_graph *pg)
     for (int i = begin; i < end; i++) n_r += ex->nodes[i].n_reads, n_w += ex->nodes[i].n_writes;
     pg->reads = mx_malloc(sizeof(*pg->reads) * ((size_t)n_r + 1));
     pg->writes = mx_malloc(sizeof(*pg->writes) * ((size_t)n_w + 1));
-    if (!pg->reads || !pg->writes) return MX_ERR_NOMEM;
+    if (!pg->reads || !pg->writes) { /* both or neither: push_graph_pass makes them when reads is NULL */
+        free(pg->reads);
+        free(pg->writes);
+        pg->reads = pg->writes = NULL;
+        return MX_ERR_NOMEM;
+    }
     for (int i = begin; i < end; i++) {
         const node_info *ni = &ex->nodes[i];
         if (!ni->op) continue;
