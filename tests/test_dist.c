@@ -368,13 +368,14 @@ START_TEST(faults_end_the_job)
     ck_assert_msg(st != 0 && st != 124, "exit %d:\n%s", st, tail(out));
     ck_assert_msg(strstr(out, "[fit] kvstore: 'local' under mpirun would train 2 independent copies"), "%s", tail(out));
     free(out);
-    /* One GPU of fit.ctx per rank of a host: a shorter list is refused on
-     * every rank before anything is read (GPUs or not). */
-    snprintf(cmd, sizeof(cmd), "%s -np 2 %s %s fit.kvstore=dist_sync fit.ctx=gpu:0", mpirun(), bin, dist);
+    /* One GPU of fit.ctx per rank of a host: a list of several but fewer
+     * than the host's ranks is refused on every rank before anything is
+     * read (GPUs or not). */
+    snprintf(cmd, sizeof(cmd), "%s -np 3 %s %s fit.kvstore=dist_sync fit.ctx=gpu:0-1", mpirun(), bin, dist);
     st = run_shell(cmd, 60, &out);
     ck_assert_msg(st == 2, "exit %d:\n%s", st, tail(out));
-    ck_assert_msg(strstr(out, "[fit] ctx: 'gpu:0' lists 1 GPU(s) for the 2 ranks on host ") &&
-                      strstr(out, "(list at least 2, e.g. gpu:0-1)"),
+    ck_assert_msg(strstr(out, "[fit] ctx: 'gpu:0-1' lists 2 GPU(s) for the 3 ranks on host ") &&
+                      strstr(out, "(list at least 3, e.g. gpu:0-2)"),
                   "%s", tail(out));
     free(out);
     /* dist_sync without mpirun. */

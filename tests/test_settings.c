@@ -236,6 +236,10 @@ START_TEST(ranks_of_a_host_take_one_gpu_each)
     ck_assert_int_eq(mx_train_settings_for_rank(l.s, 2, 3, "node7"), MX_OK);
     ck_assert(l.s->n_ctx == 1 && mx_context_equal(l.s->ctx[0], mx_gpu(5)));
     unload(&l);
+    ck_assert(load_text(NET "[fit]\nctx = gpu:1\n", &l)); /* one GPU: every rank takes it as given */
+    ck_assert_int_eq(mx_train_settings_for_rank(l.s, 3, 4, "node7"), MX_OK);
+    ck_assert(l.s->n_ctx == 1 && mx_context_equal(l.s->ctx[0], mx_gpu(1)));
+    unload(&l);
     ck_assert(load_text(NET "[fit]\nctx = gpu:0-3\n", &l));
     ck_assert_int_eq(mx_train_settings_for_rank(l.s, 0, 8, "node7"), MX_ERR_INVALID);
     ck_assert_msg(strstr(mx_last_error(), "[fit] ctx: 'gpu:0-3' lists 4 GPU(s) for the 8 ranks on host node7") &&

@@ -140,7 +140,9 @@ static mx_status parse_fixed(mx_train_settings *s, const mx_param_input *in)
 
 mx_status mx_train_settings_for_rank(mx_train_settings *s, int local_rank, int local_size, const char *host)
 {
-    if (local_size <= 1 || s->n_ctx < 1 || s->ctx[0].dev_type != MX_DEV_GPU) return MX_OK;
+    /* One GPU listed: every rank takes it as given (a per-rank
+     * CUDA_VISIBLE_DEVICES makes it each rank's own). */
+    if (local_size <= 1 || s->n_ctx <= 1 || s->ctx[0].dev_type != MX_DEV_GPU) return MX_OK;
     if (s->n_ctx < local_size)
         return MX_ERROR(MX_ERR_INVALID, "[fit] ctx: '%s' lists %d GPU(s) for the %d ranks on host %s: under mpirun each "
                                         "rank of a host trains on the GPU of fit.ctx at its local rank (list at least "

@@ -86,14 +86,16 @@ typedef struct mx_train_settings {
 mx_status mx_train_settings_load(const mx_config *cfg, mx_train_settings **out);
 void mx_train_settings_free(mx_train_settings *s);
 
-/* Under mpirun with several ranks on this rank's host (local_size > 1),
- * each rank trains on one GPU of fit.ctx: the one at its local rank
- * (fit.ctx = gpu:0-3 with 4 ranks a host: local rank r takes gpu(r),
- * Horovod's pinning), so s->ctx becomes that one context. A list shorter
- * than the host's ranks, or fit.work_load_list (shares of several contexts
- * of one process), is MX_ERR_INVALID naming the host. CPU contexts, and a
- * rank alone on its host (which keeps every listed GPU, as MXNet's
- * dist_device_sync workers do), are left as they are. */
+/* Under mpirun with several ranks on this rank's host (local_size > 1)
+ * and several GPUs in fit.ctx, each rank trains on one of them: the one at
+ * its local rank (fit.ctx = gpu:0-3 with 4 ranks a host: local rank r
+ * takes gpu(r), Horovod's pinning), so s->ctx becomes that one context. A
+ * list of several GPUs but fewer than the host's ranks, or
+ * fit.work_load_list (shares of several contexts of one process), is
+ * MX_ERR_INVALID naming the host. Left as they are: CPU contexts, a single
+ * GPU (every rank takes it: with a per-rank CUDA_VISIBLE_DEVICES, as
+ * cluster schedulers set it, its own), and a rank alone on its host (which
+ * keeps every listed GPU, as MXNet's dist_device_sync workers do). */
 mx_status mx_train_settings_for_rank(mx_train_settings *s, int local_rank, int local_size, const char *host);
 
 /* Whether a parameter name is frozen by fit.fixed_params. */
