@@ -179,8 +179,8 @@ static void nccl_op_free(void *payload)
     free(op);
 }
 
-static mx_status push_nccl(mx_runtime *rt, kv_gpus *kv, bool reduce, mx_ndarray *const *arrays, const int *members, mx_ndarray *one,
-                           int root, int priority, int key)
+static mx_status push_nccl(mx_runtime *rt, kv_gpus *kv, bool reduce, mx_ndarray *const *arrays, const int *members,
+                           mx_ndarray *one, int root, int priority, int key)
 {
     const int n = mx_nccl_group_size(kv->group);
     nccl_op *op = mx_calloc(1, sizeof(*op));
