@@ -375,8 +375,10 @@ static void log_cuda_graphs(const trainer *t)
 {
     const mx_executor *ex = t->group.dev[0].ex;
     const char *fwd = mx_executor_graph_refusal(ex, false, true), *bwd = mx_executor_graph_refusal(ex, true, true);
-    logf_(t, "CUDA graphs: %lld passes launched as graphs; forward: %s; backward: %s",
-          (long long)mx_executor_graph_launches(ex), *fwd ? fwd : "as a graph", *bwd ? bwd : "as a graph");
+    const char *val = t->val_ex ? mx_executor_graph_refusal(t->val_ex, false, false) : "no validation";
+    const int64_t launches = mx_executor_graph_launches(ex) + (t->val_ex ? mx_executor_graph_launches(t->val_ex) : 0);
+    logf_(t, "CUDA graphs: %lld passes launched as graphs; forward: %s; backward: %s; validation: %s",
+          (long long)launches, *fwd ? fwd : "as a graph", *bwd ? bwd : "as a graph", *val ? val : "as a graph");
 }
 
 static mx_status make_metrics(trainer *t)
