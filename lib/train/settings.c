@@ -40,7 +40,7 @@ static const mx_param_desc fit_table[] = {
      "check every layer's output and gradient for NaN/Inf every batch"},
     {"cuda_graph", MX_PARAM_BOOL, "1", NOR, NULL, F(cuda_graph),
      "GPU: each kind of pass (forward, backward, validation) captured as a CUDA graph after its first run and "
-     "launched as one, where it can be (not with Dropout in training)"},
+     "launched as one, where it can be (not with Dropout in training, nor under fit.profile)"},
     {"stall_timeout", MX_PARAM_FLOAT, "60", 0, 1e6, NULL, F(stall_timeout),
      "under mpirun: seconds a rank may be missing from a collective before the job ends (0: wait forever)"},
     {"fusion_bytes", MX_PARAM_INT, "0", 0, 2147483647.0, NULL, F(fusion_bytes),

@@ -369,6 +369,10 @@ static mx_status make_optimizer(trainer *t)
     return MX_OK;
 }
 
+/* fit.cuda_graph, unless fit.profile asks for every layer's own event on
+ * the timeline (a graph is one operation there). */
+static bool uses_cuda_graphs(const mx_train_settings *s) { return s->fit.cuda_graph && !s->fit.profile[0]; }
+
 /* After the first epoch on GPUs: which passes ran as CUDA graphs
  * (fit.cuda_graph), and why the others did not. */
 static void log_cuda_graphs(const trainer *t)
@@ -408,7 +412,7 @@ static mx_status bind_validation(trainer *t, const mx_shape *vd, const mx_shape 
             t->val_args[i] = mx_ndarray_retain(t->args[i]);
     }
     mx_bind_config bc = {.ctx = t->group.dev[0].ctx, .args = t->val_args, .aux = t->aux, .for_training = false,
-                         .rng = t->rng, .cuda_graph = t->s->fit.cuda_graph};
+                         .rng = t->rng, .cuda_graph = uses_cuda_graphs(t->s)};
     return mx_executor_bind(t->rt, t->cfg->graph, &bc, &t->val_ex);
 }
 
@@ -540,7 +544,7 @@ static mx_status setup(trainer *t)
                              .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
                              .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng,
                              /* checked runs see every layer's output */
-                             .no_folding = t->tracing || st->fit.check_numerics, .cuda_graph = st->fit.cuda_graph,
+                             .no_folding = t->tracing || st->fit.check_numerics, .cuda_graph = uses_cuda_graphs(st),
                              .update_in_backward = t->in_backward, .update = update_from_backward, .update_ctx = t};
     s = train_group_bind(&gc, &t->group);
     if (s != MX_OK) return st->n_ctx > 1 ? fit_error(t, "ctx", s) : s;
