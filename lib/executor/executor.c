@@ -6,6 +6,7 @@
 #include "ops/convolution.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,9 +479,13 @@ static void pass_range(const mx_executor *ex, pass_kind k, int *begin, int *end)
     *end = k == PASS_BACKWARD ? ex->eg.n_nodes : ex->eg.n_forward;
 }
 
-static void graph_off(pass_graph *pg, const char *fmt, const char *arg1, const char *arg2)
+static void graph_off(pass_graph *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void graph_off(pass_graph *pg, const char *fmt, ...)
 {
-    snprintf(pg->why, sizeof(pg->why), fmt, arg1, arg2);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pg->why, sizeof(pg->why), fmt, ap);
+    va_end(ap);
     atomic_store_explicit(&pg->off, true, memory_order_release);
 }
 
@@ -498,12 +503,12 @@ static void graph_refusal_at_bind(mx_executor *ex, const mx_bind_config *cfg, pa
         const node_info *ni = &ex->nodes[i];
         if (ni->op && !ni->backward && (k == PASS_INFER ? ni->rng_infer : ni->rng_train)) drawing = ni;
     }
-    if (!cfg->cuda_graph) graph_off(pg, "CUDA graphs are off for this bind%s%s", "", "");
-    else if (k != PASS_INFER && !ex->for_training) graph_off(pg, "a prediction bind%s%s", "", "");
-    else if (k == PASS_BACKWARD && ex->update_after) graph_off(pg, "the updates inside the backward pass%s%s", "", "");
+    if (!cfg->cuda_graph) graph_off(pg, "CUDA graphs are off for this bind");
+    else if (k != PASS_INFER && !ex->for_training) graph_off(pg, "a prediction bind");
+    else if (k == PASS_BACKWARD && ex->update_after) graph_off(pg, "the updates inside the backward pass");
     else if (drawing)
         graph_off(pg, "layer '%s' (%s) draws new random numbers every pass", drawing->name, drawing->op_name);
-    else if (ex->ctx.dev_type != MX_DEV_GPU) graph_off(pg, "not a GPU bind (CUDA graphs are for GPUs)%s%s", "", "");
+    else if (ex->ctx.dev_type != MX_DEV_GPU) graph_off(pg, "not a GPU bind (CUDA graphs are for GPUs)");
 }
 
 const char *mx_executor_graph_refusal(const mx_executor *ex, bool backward, bool is_train)
@@ -828,9 +833,9 @@ static mx_status graph_pass_run(void *payload, const mx_exec_ctx *exec)
         char why[256];
         if (atomic_load_explicit(&pg->off, memory_order_acquire)) {
             /* pushed before an earlier one turned the kind off */
-        } else if (!mx_device_graph_possible(exec, why, sizeof(why))) graph_off(pg, "%s%s", why, "");
+        } else if (!mx_device_graph_possible(exec, why, sizeof(why))) graph_off(pg, "%s", why);
         else if (mx_device_graph_capture(exec, run_pass_kernels, job, &pg->graph) != MX_OK)
-            graph_off(pg, "the capture failed: %s%s", mx_last_error(), "");
+            graph_off(pg, "the capture failed: %s", mx_last_error());
         if (!pg->graph) { /* nothing ran: this pass node by node, here; the next ones as nodes again */
             MX_TRY(run_pass_kernels(job, exec));
             return mx_device_op_done(exec);
