@@ -192,62 +192,48 @@ static mx_status finish(const mx_nccl_group *g, void *worker, const char *what)
     return MX_OK;
 }
 
-static mx_status reduce_locked(mx_nccl_group *g, void *worker, void *const *sends, void *recv, int root, size_t count,
-                               mx_dtype dtype)
+/* One collective over every member: the checks, the wait for the compute
+ * streams, call(i, type) for each member inside one NCCL group, and the wait for
+ * its end; one at a time per group (mu). */
+template <typename F>
+static mx_status collective(mx_nccl_group *g, void *worker, const char *what, int root, mx_dtype dtype, F call)
 {
     ncclDataType_t type = ncclFloat32;
     MX_TRY(nccl_type(dtype, &type));
-    if (root < 0 || root >= g->n) return MX_ERROR(MX_ERR_INVALID, "NCCL reduce: root %d of %d GPUs", root, g->n);
-    MX_TRY(wait_members(g, worker));
-    NCCL_TRY(g, g->api.group_start());
-    for (int i = 0; i < g->n; i++) {
-        ncclResult_t r = g->api.reduce(sends[i], i == root ? recv : NULL, count, type, ncclSum, root, g->comms[i],
-                                    g->streams[i]);
+    if (root < 0 || root >= g->n) return MX_ERROR(MX_ERR_INVALID, "NCCL %s: root %d of %d GPUs", what, root, g->n);
+    pthread_mutex_lock(&g->mu);
+    mx_status s = wait_members(g, worker);
+    ncclResult_t r = s == MX_OK ? g->api.group_start() : ncclSuccess;
+    if (s == MX_OK && r != ncclSuccess)
+        s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "NCCL %s: ncclGroupStart: %s", what,
+                         g->api.error_string(r));
+    for (int i = 0; i < g->n && s == MX_OK; i++) {
+        r = call(i, type);
         if (r != ncclSuccess) {
             g->api.group_end();
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "ncclReduce on gpu(%d): %s", g->devs[i],
-                                g->api.error_string(r));
+            s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "NCCL %s on gpu(%d): %s", what, g->devs[i],
+                             g->api.error_string(r));
         }
     }
-    NCCL_TRY(g, g->api.group_end());
-    return finish(g, worker, "reduce");
-}
-
-static mx_status broadcast_locked(mx_nccl_group *g, void *worker, const void *send, void *const *recvs, int root,
-                                  size_t count, mx_dtype dtype)
-{
-    ncclDataType_t type = ncclFloat32;
-    MX_TRY(nccl_type(dtype, &type));
-    if (root < 0 || root >= g->n) return MX_ERROR(MX_ERR_INVALID, "NCCL broadcast: root %d of %d GPUs", root, g->n);
-    MX_TRY(wait_members(g, worker));
-    NCCL_TRY(g, g->api.group_start());
-    for (int i = 0; i < g->n; i++) {
-        ncclResult_t r = g->api.broadcast(i == root ? send : NULL, recvs[i], count, type, root, g->comms[i],
-                                       g->streams[i]);
-        if (r != ncclSuccess) {
-            g->api.group_end();
-            return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "ncclBroadcast on gpu(%d): %s", g->devs[i],
-                                g->api.error_string(r));
-        }
-    }
-    NCCL_TRY(g, g->api.group_end());
-    return finish(g, worker, "broadcast");
+    if (s == MX_OK && (r = g->api.group_end()) != ncclSuccess)
+        s = mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "NCCL %s: ncclGroupEnd: %s", what, g->api.error_string(r));
+    if (s == MX_OK) s = finish(g, worker, what);
+    pthread_mutex_unlock(&g->mu);
+    return s;
 }
 
 extern "C" mx_status mx_nccl_reduce(mx_nccl_group *g, void *worker, void *const *sends, void *recv, int root,
                                     size_t count, mx_dtype dtype)
 {
-    pthread_mutex_lock(&g->mu);
-    mx_status s = reduce_locked(g, worker, sends, recv, root, count, dtype);
-    pthread_mutex_unlock(&g->mu);
-    return s;
+    return collective(g, worker, "reduce", root, dtype, [&](int i, ncclDataType_t type) {
+        return g->api.reduce(sends[i], i == root ? recv : NULL, count, type, ncclSum, root, g->comms[i], g->streams[i]);
+    });
 }
 
 extern "C" mx_status mx_nccl_broadcast(mx_nccl_group *g, void *worker, const void *send, void *const *recvs, int root,
                                        size_t count, mx_dtype dtype)
 {
-    pthread_mutex_lock(&g->mu);
-    mx_status s = broadcast_locked(g, worker, send, recvs, root, count, dtype);
-    pthread_mutex_unlock(&g->mu);
-    return s;
+    return collective(g, worker, "broadcast", root, dtype, [&](int i, ncclDataType_t type) {
+        return g->api.broadcast(i == root ? send : NULL, recvs[i], count, type, root, g->comms[i], g->streams[i]);
+    });
 }
