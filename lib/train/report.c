@@ -189,24 +189,43 @@ static mx_status report_finetune(const mx_train_settings *s, const mx_train_opti
     return st;
 }
 
-/* Several GPUs with the device store: where each parameter's sum and
- * update live (the store's rule, mx_kvstore_device_homes, over the keys in
- * the trainer's push order: the last layer's first). */
-static void report_device_store(const mx_train_settings *s, const mx_train_options *opt, const mx_graph_shapes *sh)
+/* The bytes of each key's gradient in the order the trainer pushes them
+ * (learnable parameters, not frozen, from the last layer back): *out is
+ * malloc'ed, NULL (and *n 0) when out of memory. */
+static void pushed_bytes(const mx_train_settings *s, const mx_graph_shapes *sh, size_t **out, int *n)
 {
-    if (s->n_ctx < 2 || s->ctx[0].dev_type != MX_DEV_GPU || strcmp(s->fit.kvstore, "device") != 0) return;
     const mx_graph *g = s->cfg->graph;
     uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
     size_t *bytes = mx_malloc(sizeof(size_t) * ((size_t)mx_graph_num_nodes(g) + 1));
-    int *home = mx_malloc(sizeof(int) * ((size_t)mx_graph_num_nodes(g) + 1));
     bool *is_label = label_mask(s);
-    int n = ids && bytes && home && is_label ? mx_graph_list_arguments(g, ids) : 0, keys = 0;
-    for (int i = n - 1; i >= 0; i--) {
-        const mx_node *node = mx_graph_node(g, ids[i]);
-        if (mx_train_settings_fixed(s, node->name) || is_data_input(s, is_label, ids[i])) continue;
-        bytes[keys++] = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
+    *out = NULL;
+    *n = 0;
+    if (ids && bytes && is_label) {
+        const int args = mx_graph_list_arguments(g, ids);
+        for (int i = args - 1; i >= 0; i--) {
+            const mx_node *node = mx_graph_node(g, ids[i]);
+            if (mx_train_settings_fixed(s, node->name) || is_data_input(s, is_label, ids[i])) continue;
+            bytes[(*n)++] = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
+        }
+        *out = bytes;
+        bytes = NULL;
     }
-    if (n > 0) {
+    free(ids);
+    free(bytes);
+    free(is_label);
+}
+
+/* Several GPUs with the device store: where each parameter's sum and
+ * update live (the store's rule, mx_kvstore_device_homes, over the keys in
+ * the trainer's push order). */
+static void report_device_store(const mx_train_settings *s, const mx_train_options *opt, const mx_graph_shapes *sh)
+{
+    if (s->n_ctx < 2 || s->ctx[0].dev_type != MX_DEV_GPU || strcmp(s->fit.kvstore, "device") != 0) return;
+    size_t *bytes;
+    int keys;
+    pushed_bytes(s, sh, &bytes, &keys);
+    int *home = mx_malloc(sizeof(int) * ((size_t)keys + 1));
+    if (bytes && home) {
         mx_kvstore_device_homes(bytes, keys, s->n_ctx, home);
         char list[1024] = "";
         size_t used = 0;
@@ -223,10 +242,8 @@ static void report_device_store(const mx_train_settings *s, const mx_train_optio
         logf_(opt, "kvstore device: each parameter's gradients summed by NCCL on its home GPU, updated there and "
                    "broadcast back; at home: %s", list);
     }
-    free(ids);
     free(bytes);
     free(home);
-    free(is_label);
 }
 
 /* Under mpirun: what one step sends (MXNet's dist kvstore, in buckets as
@@ -235,30 +252,21 @@ static void report_device_store(const mx_train_settings *s, const mx_train_optio
 static void report_communication(const mx_train_settings *s, const mx_train_options *opt, const mx_graph_shapes *sh)
 {
     mx_comm *comm = opt->comm;
-    const mx_graph *g = s->cfg->graph;
-    uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
-    bool *is_label = label_mask(s);
-    if (!ids || !is_label) {
-        free(ids);
-        free(is_label);
-        return;
-    }
-    int n = mx_graph_list_arguments(g, ids);
-    int64_t params = 0, buckets = 0;
+    size_t *key_bytes;
+    int keys;
+    pushed_bytes(s, sh, &key_bytes, &keys);
+    if (!key_bytes) return;
+    const int64_t params = keys;
+    int64_t buckets = 0;
     size_t total = 0, open_bytes = 0;
     size_t fusion = mx_kvstore_bucket_limit((size_t)s->fit.fusion_bytes);
-    for (int i = n - 1; i >= 0; i--) {
-        const mx_node *node = mx_graph_node(g, ids[i]);
-        if (mx_train_settings_fixed(s, node->name) || is_data_input(s, is_label, ids[i])) continue;
-        size_t bytes = (size_t)mx_shape_size(mx_graph_entry_shape(sh, (mx_entry){ids[i], 0})) * sizeof(float);
-        if (mx_kvstore_bucket_full(open_bytes, bytes, fusion)) buckets++, open_bytes = 0;
-        open_bytes += bytes;
-        total += bytes;
-        params++;
+    for (int k = 0; k < keys; k++) {
+        if (mx_kvstore_bucket_full(open_bytes, key_bytes[k], fusion)) buckets++, open_bytes = 0;
+        open_bytes += key_bytes[k];
+        total += key_bytes[k];
     }
     if (open_bytes) buckets++;
-    free(ids);
-    free(is_label);
+    free(key_bytes);
     char a[32], b[32];
     logf_(opt, "under mpirun: %d ranks on %d hosts, kvstore %s", mx_comm_size(comm), mx_comm_num_hosts(comm),
           s->fit.kvstore);
