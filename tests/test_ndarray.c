@@ -51,7 +51,10 @@ START_TEST(shapes_and_dtypes)
     ck_assert_int_eq(mx_dtype_size(MX_INT64), 8);
     ck_assert_int_eq(mx_dtype_size(MX_UINT8), 1);
     ck_assert_str_eq(mx_dtype_name(MX_INT32), "int32");
-    ck_assert(!mx_dtype_valid(12));
+    ck_assert(mx_dtype_valid(MX_BFLOAT16));
+    ck_assert_int_eq(mx_dtype_size(MX_BFLOAT16), 2);
+    ck_assert_str_eq(mx_dtype_name(MX_BFLOAT16), "bfloat16");
+    ck_assert(!mx_dtype_valid(7) && !mx_dtype_valid(11) && !mx_dtype_valid(13) && !mx_dtype_valid(-1));
 
     mx_runtime *rt = make_runtime(false, 2);
     mx_ndarray *a = NULL;

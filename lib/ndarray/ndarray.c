@@ -16,10 +16,10 @@ static const struct {
 } dtype_info[MX_DTYPE_COUNT] = {
     [MX_FLOAT32] = {"float32", 4}, [MX_FLOAT64] = {"float64", 8}, [MX_FLOAT16] = {"float16", 2},
     [MX_UINT8] = {"uint8", 1},     [MX_INT32] = {"int32", 4},     [MX_INT8] = {"int8", 1},
-    [MX_INT64] = {"int64", 8},
+    [MX_INT64] = {"int64", 8},     [MX_BFLOAT16] = {"bfloat16", 2},
 };
 
-bool mx_dtype_valid(int dtype) { return dtype >= 0 && dtype < MX_DTYPE_COUNT; }
+bool mx_dtype_valid(int dtype) { return dtype >= 0 && dtype < MX_DTYPE_COUNT && dtype_info[dtype].size != 0; }
 size_t mx_dtype_size(mx_dtype dtype) { return mx_dtype_valid((int)dtype) ? dtype_info[dtype].size : 0; }
 const char *mx_dtype_name(mx_dtype dtype)
 {

@@ -32,6 +32,7 @@ typedef enum mx_dtype {
     MX_INT32 = 4,
     MX_INT8 = 5,
     MX_INT64 = 6,
+    MX_BFLOAT16 = 12, /* flags 7-11 (bool, int16, uint16, uint32, uint64) are not supported */
     MX_DTYPE_COUNT
 } mx_dtype;
 

@@ -10,6 +10,7 @@
  */
 #include "ops/op.h"
 #include "ops/cast.h"
+#include "base/half.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -55,44 +56,6 @@ static mx_status cast_infer_shape(const void *p, mx_shape *in, int n_in, mx_shap
     return MX_OK;
 }
 
-/* IEEE half <-> single, round to nearest even, with subnormals, inf, NaN. */
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else { /* subnormal: value = man * 2^-24 */
-        float v = (float)man * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-static uint16_t float_to_half(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof(x));
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds past 65504: inf */
-    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
-        float a;
-        memcpy(&a, &ax, sizeof(a));
-        return (uint16_t)(sign | (uint16_t)lrintf(a * 0x1p24f));
-    }
-    uint32_t man = ax & 0x7fffff, exp = (ax >> 23) - 112;
-    uint32_t h = (exp << 10) | (man >> 13), rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* carries into the exponent correctly */
-    return (uint16_t)(sign | h);
-}
-
 static double saturate(double v, double lo, double hi)
 {
     if (v != v) return 0.0;
@@ -107,7 +70,7 @@ static void load(double *d, const void *src, mx_dtype t, int64_t n)
     switch (t) {
     case MX_FLOAT32: for (int64_t i = 0; i < n; i++) d[i] = ((const float *)src)[i]; break;
     case MX_FLOAT64: for (int64_t i = 0; i < n; i++) d[i] = ((const double *)src)[i]; break;
-    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) d[i] = half_to_float(((const uint16_t *)src)[i]); break;
+    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) d[i] = mx_half_to_float(((const uint16_t *)src)[i]); break;
     case MX_UINT8: for (int64_t i = 0; i < n; i++) d[i] = ((const uint8_t *)src)[i]; break;
     case MX_INT32: for (int64_t i = 0; i < n; i++) d[i] = ((const int32_t *)src)[i]; break;
     case MX_INT8: for (int64_t i = 0; i < n; i++) d[i] = ((const int8_t *)src)[i]; break;
@@ -121,7 +84,7 @@ static void store(void *dst, mx_dtype t, const double *d, int64_t n)
     switch (t) {
     case MX_FLOAT32: for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)d[i]; break;
     case MX_FLOAT64: for (int64_t i = 0; i < n; i++) ((double *)dst)[i] = d[i]; break;
-    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = float_to_half((float)d[i]); break;
+    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mx_float_to_half((float)d[i]); break;
     case MX_UINT8: for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)saturate(d[i], 0, 255); break;
     case MX_INT32:
         for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)saturate(d[i], -2147483648.0, 2147483647.0);
