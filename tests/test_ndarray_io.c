@@ -695,7 +695,7 @@ START_TEST(test_format_errors)
     put_i32(&b, 5);
     expect_format_error(&b, "unknown storage type 5");
 
-    int32_t bad_flags[] = {7, 12, -1, 99};
+    int32_t bad_flags[] = {7, 11, 13, -1, 99}; /* 12 is bfloat16 */
     for (size_t i = 0; i < sizeof(bad_flags) / sizeof(bad_flags[0]); i++) {
         b.len = 0;
         put_list_header(&b, 1);
