@@ -348,6 +348,20 @@ mx_status mx_ndarray_reshape(mx_ndarray *a, mx_shape shape, mx_ndarray **out)
     return *out ? MX_OK : MX_ERR_NOMEM;
 }
 
+mx_status mx_ndarray_view(mx_ndarray *a, size_t offset, mx_shape shape, mx_dtype dtype, mx_ndarray **out)
+{
+    *out = NULL;
+    size_t bytes;
+    MX_TRY(shape_bytes(&shape, dtype, &bytes));
+    char buf[160];
+    if (offset > mx_ndarray_nbytes(a) || bytes > mx_ndarray_nbytes(a) - offset)
+        return MX_ERROR(MX_ERR_INVALID, "a %s view of %s at byte %zu does not fit in %zu bytes",
+                        mx_dtype_name(dtype), mx_shape_str(&shape, buf, sizeof(buf)), offset, mx_ndarray_nbytes(a));
+    *out = view_of(a, shape, a->offset + offset);
+    if (*out) (*out)->dtype = dtype;
+    return *out ? MX_OK : MX_ERR_NOMEM;
+}
+
 mx_status mx_ndarray_wait_to_read(mx_ndarray *a)
 {
     return mx_engine_wait_var(a->storage->rt->engine, a->storage->var);

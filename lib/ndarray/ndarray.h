@@ -111,6 +111,10 @@ mx_status mx_ndarray_slice(mx_ndarray *a, int64_t begin, int64_t end, mx_ndarray
 /* The same storage seen with another shape of equal size. */
 mx_status mx_ndarray_reshape(mx_ndarray *a, mx_shape shape, mx_ndarray **out);
 
+/* The bytes of `a` from `offset` on seen as an array of another shape and
+ * dtype (an executor's planned buffer holding tensors of several types). */
+mx_status mx_ndarray_view(mx_ndarray *a, size_t offset, mx_shape shape, mx_dtype dtype, mx_ndarray **out);
+
 /* Waits until every pushed write to a has finished; returns (and clears)
  * an error raised by one of them. */
 mx_status mx_ndarray_wait_to_read(mx_ndarray *a);
