@@ -1,5 +1,6 @@
 /* executor.c - bind, allocate from the plan, push nodes to the engine. */
 #include "executor/plan.h"
+#include "base/half.h"
 #include "device/device.h"
 #include "ops/batch_norm.h"
 #include "ops/concat.h"
@@ -43,6 +44,10 @@ typedef struct node_info {
      * passes that draw nothing (Dropout at inference). */
     bool rng_train, rng_infer, rng_var;
     uint32_t fixed_inputs;   /* forward: mx_op_ctx.fixed_inputs */
+    /* CPU: bytes of float32 copies of the float16/bfloat16 tensors its
+     * kernels do not compute in (run_shadowed), after the op's own
+     * workspace; 0: none. */
+    size_t shadow_bytes, shadow_at;
 } node_info;
 
 /* A kind of pass run as a CUDA graph (mx_bind_config.cuda_graph). */
@@ -125,18 +130,6 @@ static mx_tensor tensor_of(mx_ndarray *a, mx_shape shape)
     if (!a) return (mx_tensor){.data = NULL, .shape = shape, .dtype = MX_FLOAT32};
     return (mx_tensor){.data = mx_ndarray_data(a), .shape = *mx_ndarray_shape(a), .dtype = mx_ndarray_dtype(a),
                        .ctx = mx_ndarray_context(a)};
-}
-
-/* A view of a flat buffer's elements from `offset` bytes on, with the
- * given shape. */
-static mx_status buffer_view(mx_ndarray *buffer, size_t offset, const mx_shape *shape, mx_ndarray **out)
-{
-    mx_ndarray *head;
-    int64_t first = (int64_t)(offset / sizeof(float));
-    MX_TRY(mx_ndarray_slice(buffer, first, first + mx_shape_size(shape), &head));
-    mx_status s = mx_ndarray_reshape(head, *shape, out);
-    mx_ndarray_free(head);
-    return s;
 }
 
 /* A Concat input inside the Concat's output (plan.h's batch_stride): the
@@ -271,7 +264,7 @@ static mx_status plan_memory(const mx_graph *g, const char *const *names, const 
     exec_graph eg;
     MX_TRY(exec_graph_prepare(g, NULL, 0, for_training, mirror, NULL, names, shapes, n, mx_executor_folds(mx_cpu()),
                               in_backward, &eg));
-    eg.concat_views = concat_views(mx_cpu());
+    eg.concat_views = concat_views(mx_cpu()) && exec_graph_all_float32(&eg);
     memory_plan both;
     mx_status s = memory_plan_build(&eg, true, true, plans_addto(mx_cpu()), &both);
     if (s == MX_OK) s = plan_stats(&eg, &both, out);
@@ -362,6 +355,23 @@ static void folded_names(const mx_graph *g, const mx_node *f, const char *layer,
     if (used < op_size) snprintf(op_name + used, op_size - used, "+%s", act->op->name);
 }
 
+/* Every tensor of a node in a dtype its kernels compute in: float32, one
+ * the kernels list, or on the CPU float16/bfloat16 (float32 copies). */
+static mx_status check_node_dtypes(const mx_executor *ex, const node_info *ni, const mx_node *f)
+{
+    const mx_tensor *lists[4] = {ni->in, ni->out, ni->out_grad, ni->in_grad};
+    const int counts[4] = {ni->n_in, ni->n_out, ni->backward ? ni->n_out : 0, ni->backward ? ni->node->n_outputs : 0};
+    uint32_t ok = MX_DTYPE_BIT(MX_FLOAT32) | ni->kernels.dtypes | (ex->ctx.dev_type == MX_DEV_CPU ? MX_HALF_DTYPES : 0);
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < counts[l]; j++)
+            if (!(ok & MX_DTYPE_BIT(lists[l][j].dtype))) {
+                char c[32];
+                return MX_ERROR(MX_ERR_UNSUPPORTED, "bind: layer '%s' (%s) has no %s kernel on %s", f->name, f->op->name,
+                                mx_dtype_name(lists[l][j].dtype), mx_context_str(ex->ctx, c, sizeof(c)));
+            }
+    return MX_OK;
+}
+
 static mx_status setup_node(mx_executor *ex, uint32_t id)
 {
     node_info *ni = &ex->nodes[id];
@@ -418,15 +428,14 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
             mx_entry g = n->inputs[k];
             ni->out_grad[k] = g.node == MX_NO_NODE ? tensor_of(NULL, ni->out[k].shape)
                                                    : ex->entry_tensors[exec_entry_id(eg, g)];
+            ni->out_grad[k].dtype = ni->out[k].dtype;
         }
         for (int j = 0; j < n->n_outputs; j++) {
             ni->in_grad[j] = ex->entry_tensors[outs[j]];
             ni->req[j] = output_req(ex, outs[j]);
         }
-        ni->uses_workspace = f->op->workspace != NULL && ex->workspace;
     } else {
         for (int k = 0; k < n->n_outputs; k++) ni->req[k] = output_req(ex, outs[k]);
-        ni->uses_workspace = f->op->workspace != NULL && ex->workspace;
         if (f->op->flags & MX_OP_NEEDS_RNG) {
             ni->rng_train = !f->op->uses_rng || f->op->uses_rng(n->params, true);
             ni->rng_infer = !f->op->uses_rng || f->op->uses_rng(n->params, false);
@@ -439,6 +448,12 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
             return MX_ERROR(MX_ERR_INVALID, "bind: layer '%s' (%s) draws random numbers%s: give the executor an rng",
                             n->name, f->op->name, ni->rng_infer ? "" : " in training");
     }
+    MX_TRY(check_node_dtypes(ex, ni, f));
+    if (ex->ctx.dev_type == MX_DEV_CPU) ni->shadow_bytes = exec_node_shadow_bytes(eg, id);
+    /* At the workspace's end: the plan sized it for the op's own part,
+     * rounded, before them (plan.c's node_workspace). */
+    if (ni->shadow_bytes) ni->shadow_at = (ex->plan.workspace - ni->shadow_bytes) / 64 * 64;
+    ni->uses_workspace = (f->op->workspace != NULL || ni->shadow_bytes) && ex->workspace;
     mx_entry reads[3 * MX_OP_MAX_IO];
     int n_reads = exec_node_reads(eg, id, reads);
     MX_TRY(collect_vars(ex, ni, reads, n_reads, outs, n->n_outputs));
@@ -450,7 +465,7 @@ static mx_status setup_node(mx_executor *ex, uint32_t id)
         if (!ni->scratch) return MX_ERR_NOMEM;
         for (int j = 0; j < ni->n_aux; j++) {
             int slot = ni->n_in - ni->n_aux + j;
-            MX_TRY(mx_ndarray_create(ex->rt, ni->in[slot].shape, MX_FLOAT32, ex->ctx, &ni->scratch[j]));
+            MX_TRY(mx_ndarray_create(ex->rt, ni->in[slot].shape, ni->in[slot].dtype, ex->ctx, &ni->scratch[j]));
             MX_TRY(mx_nd_fill(ni->scratch[j], 0.0));
             ni->in[slot] = tensor_of(ni->scratch[j], ni->in[slot].shape);
             ni->writes[ni->n_writes++] = mx_ndarray_var(ni->scratch[j]);
@@ -544,10 +559,9 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
                          v->name);
             break;
         }
-        if (!mx_context_equal(mx_ndarray_context(a), cfg->ctx) || mx_ndarray_dtype(a) != MX_FLOAT32) {
-            s = MX_ERROR(MX_ERR_INVALID, "bind: '%s' is a %s array on %s; the executor runs float32 on %s", v->name,
-                         mx_dtype_name(mx_ndarray_dtype(a)), mx_context_str(mx_ndarray_context(a), c1, sizeof(c1)),
-                         mx_context_str(cfg->ctx, c2, sizeof(c2)));
+        if (!mx_context_equal(mx_ndarray_context(a), cfg->ctx)) {
+            s = MX_ERROR(MX_ERR_INVALID, "bind: '%s' is an array on %s; the executor runs on %s", v->name,
+                         mx_context_str(mx_ndarray_context(a), c1, sizeof(c1)), mx_context_str(cfg->ctx, c2, sizeof(c2)));
             break;
         }
         names[i] = v->name;
@@ -615,14 +629,28 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     if (s == MX_OK)
         s = exec_graph_prepare(g, cfg->outputs, cfg->n_outputs, cfg->for_training, mirror, grad_needed, names, shapes,
                                n_args + n_aux_list, !cfg->no_folding && mx_executor_folds(cfg->ctx), updated, &ex->eg);
-    if (s == MX_OK) ex->eg.concat_views = concat_views(cfg->ctx);
+    if (s == MX_OK) ex->eg.concat_views = concat_views(cfg->ctx) && exec_graph_all_float32(&ex->eg);
+    /* The arrays must have the dtypes the graph computes them in. */
+    for (int i = 0; i < n_args + n_aux_list && s == MX_OK; i++) {
+        const bool is_arg = i < n_args;
+        mx_ndarray *a = is_arg ? cfg->args[i] : cfg->aux[i - n_args];
+        mx_dtype want = (mx_dtype)ex->eg.shapes.dtypes[ex->eg.shapes.entry_offset[is_arg ? ex->eg.args[i]
+                                                                                         : ex->eg.aux[i - n_args]]];
+        mx_ndarray *gr = is_arg ? ex->arg_grads[i] : NULL;
+        if (mx_ndarray_dtype(a) != want)
+            s = MX_ERROR(MX_ERR_INVALID, "bind: '%s' is a %s array; the graph computes it in %s", names[i],
+                         mx_dtype_name(mx_ndarray_dtype(a)), mx_dtype_name(want));
+        else if (gr && mx_ndarray_dtype(gr) != want)
+            s = MX_ERROR(MX_ERR_INVALID, "bind: the gradient array of '%s' is %s; the argument is %s", names[i],
+                         mx_dtype_name(mx_ndarray_dtype(gr)), mx_dtype_name(want));
+    }
     /* Their gradients join the plan; one the outputs do not depend on is
      * zeros, in an array of the executor's own, handed over at the end. */
     if (s == MX_OK && updated) memcpy(ex->update_after, ex->eg.update_after, sizeof(int32_t) * (size_t)n_args);
     for (int i = 0; i < n_args && s == MX_OK && updated; i++) {
         if (!updated[i] || ex->update_after[i] >= 0) continue;
         ex->update_after[i] = UPDATE_AT_END;
-        s = mx_ndarray_create(rt, shapes[i], MX_FLOAT32, cfg->ctx, &ex->arg_grads[i]);
+        s = mx_ndarray_create(rt, shapes[i], mx_ndarray_dtype(cfg->args[i]), cfg->ctx, &ex->arg_grads[i]);
         if (s == MX_OK) s = mx_nd_fill(ex->arg_grads[i], 0.0);
     }
     free(ids);
@@ -660,7 +688,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
             s = MX_ERR_NOMEM;
     }
     for (int b = 0; b < ex->n_buffers && s == MX_OK; b++) {
-        s = mx_ndarray_create(rt, MX_SHAPE((int64_t)(ex->plan.buffer_bytes[b] / sizeof(float))), MX_FLOAT32, cfg->ctx,
+        s = mx_ndarray_create(rt, MX_SHAPE((int64_t)((ex->plan.buffer_bytes[b] + 3) / 4)), MX_FLOAT32, cfg->ctx,
                               &ex->buffers[b]);
         if (s != MX_OK) { /* name the first layer output the buffer holds */
             const char *layer = "?";
@@ -691,7 +719,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
         uint32_t e = exec_entry_id(eg, mx_graph_head(eg->g, h));
         if (!ex->output_names[h]) s = MX_ERR_NOMEM;
         else if (eg->kind[e] == ENTRY_OUTPUT && !ex->entry_arrays[e]) {
-            s = mx_ndarray_create(rt, eg->shapes.shapes[e], MX_FLOAT32, cfg->ctx, &ex->entry_arrays[e]);
+            s = mx_ndarray_create(rt, eg->shapes.shapes[e], (mx_dtype)eg->shapes.dtypes[e], cfg->ctx, &ex->entry_arrays[e]);
             if (s != MX_OK) mx_error_prefix(s, "binding: output '%s'", name);
         }
     }
@@ -704,12 +732,15 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
                 s = strided_view(ex->buffers[ex->plan.storage[e]], ex->plan.offset[e], &eg->shapes.shapes[e],
                                  ex->plan.batch_stride[e], slot);
             else if (ex->plan.storage[e] >= 0)
-                s = buffer_view(ex->buffers[ex->plan.storage[e]], ex->plan.offset[e], &eg->shapes.shapes[e], slot);
+                s = mx_ndarray_view(ex->buffers[ex->plan.storage[e]], ex->plan.offset[e], eg->shapes.shapes[e],
+                                    (mx_dtype)eg->shapes.dtypes[e], slot);
             break;
         case ENTRY_ARG: *slot = mx_ndarray_retain(cfg->args[k]); break;
         case ENTRY_AUX: *slot = mx_ndarray_retain(cfg->aux[k]); break;
         case ENTRY_GRAD: *slot = mx_ndarray_retain(ex->arg_grads[k]); break;
-        case ENTRY_HEAD_GRAD: s = mx_ndarray_create(rt, eg->shapes.shapes[e], MX_FLOAT32, cfg->ctx, slot); break;
+        case ENTRY_HEAD_GRAD:
+            s = mx_ndarray_create(rt, eg->shapes.shapes[e], (mx_dtype)eg->shapes.dtypes[e], cfg->ctx, slot);
+            break;
         default: break;
         }
         if (s == MX_OK) ex->entry_tensors[e] = tensor_of(*slot, eg->shapes.shapes[e]);
@@ -744,9 +775,11 @@ typedef struct node_job {
     bool is_train;
 } node_job;
 
-/* The node's kernels on exec (queued, for a device), its error named by
+/* The node's kernels on exec (queued, for a device) over the given
+ * tensors (the node's own, or float32 copies of them), its error named by
  * the layer. */
-static mx_status run_node_kernels(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec)
+static mx_status run_kernels_on(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec, mx_tensor *in,
+                                mx_tensor *out, mx_tensor *out_grad, mx_tensor *in_grad, const mx_req *req)
 {
     /* A backward kernel sees the fold only when it takes its gradient itself
      * (CPU kernels of ops with folds_backward). */
@@ -756,17 +789,89 @@ static mx_status run_node_kernels(mx_executor *ex, node_info *ni, bool is_train,
                      .fixed_inputs = ni->fixed_inputs};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
-        ctx.workspace_bytes = ex->plan.workspace;
+        ctx.workspace_bytes = ni->shadow_bytes ? ni->shadow_at : ex->plan.workspace;
     }
-    mx_tensor *aux = ni->n_aux ? &ni->in[ni->n_in - ni->n_aux] : NULL;
-    if (!kernel_folds && ni->fold.kind != MX_FOLD_NONE && ni->out_grad[0].data)
-        mx_fold_backward(mx_op_pool(&ctx), &ni->fold, ni->out_grad[0].data, ni->out[0].data,
-                                    mx_shape_size(&ni->out[0].shape));
-    mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, ni->out_grad, ni->in, ni->out, ni->req,
-                                                      ni->in_grad, aux)
-                               : ni->kernels.forward(&ctx, ni->params, ni->in, ni->req, ni->out, aux);
+    mx_tensor *aux = ni->n_aux ? &in[ni->n_in - ni->n_aux] : NULL;
+    if (!kernel_folds && ni->fold.kind != MX_FOLD_NONE && out_grad[0].data)
+        mx_fold_backward(mx_op_pool(&ctx), &ni->fold, out_grad[0].data, out[0].data, mx_shape_size(&out[0].shape));
+    mx_status s = ni->backward ? ni->kernels.backward(&ctx, ni->params, out_grad, in, out, req, in_grad, aux)
+                               : ni->kernels.forward(&ctx, ni->params, in, req, out, aux);
     if (s != MX_OK) mx_error_prefix(s, "layer '%s'", ni->name);
     return s;
+}
+
+static void half_to_floats(const void *src, mx_dtype dt, float *dst, int64_t n)
+{
+    const uint16_t *h = src;
+    if (dt == MX_FLOAT16)
+        for (int64_t i = 0; i < n; i++) dst[i] = mx_half_to_float(h[i]);
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = mx_bfloat16_to_float(h[i]);
+}
+
+static void floats_to_half(const float *src, void *dst, mx_dtype dt, int64_t n)
+{
+    uint16_t *h = dst;
+    if (dt == MX_FLOAT16)
+        for (int64_t i = 0; i < n; i++) h[i] = mx_float_to_half(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++) h[i] = mx_float_to_bfloat16(src[i]);
+}
+
+/* A CPU node with float16/bfloat16 tensors its kernels do not compute in
+ * (as mshadow's half type runs MXNet's CPU kernels: float arithmetic,
+ * half storage): its float32 kernels run on float32 copies at the
+ * workspace's end. What the kernels read is converted before (inputs, aux
+ * states, output gradients, forward outputs in backward, outputs they add
+ * to), what they write after, rounded to nearest even; an in-place output
+ * becomes a write into its own copy. */
+static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec)
+{
+    mx_tensor in[MX_OP_MAX_IO], out[MX_OP_MAX_IO], og[MX_OP_MAX_IO], ig[MX_OP_MAX_IO];
+    mx_req req[2 * MX_OP_MAX_IO];
+    const int n_og = ni->backward ? ni->n_out : 0, n_ig = ni->backward ? ni->node->n_outputs : 0;
+    const int n_req = ni->backward ? n_ig : ni->n_out;
+    memcpy(in, ni->in, sizeof(mx_tensor) * (size_t)ni->n_in);
+    memcpy(out, ni->out, sizeof(mx_tensor) * (size_t)ni->n_out);
+    if (n_og) memcpy(og, ni->out_grad, sizeof(mx_tensor) * (size_t)n_og);
+    if (n_ig) memcpy(ig, ni->in_grad, sizeof(mx_tensor) * (size_t)n_ig);
+    memcpy(req, ni->req, sizeof(mx_req) * (size_t)n_req);
+    /* Which tensors the kernels write: forward outputs and aux states, or
+     * backward's input gradients (per their requests). */
+    mx_tensor *lists[4] = {in, out, og, ig};
+    const int counts[4] = {ni->n_in, ni->n_out, n_og, n_ig};
+    char *at = (char *)mx_ndarray_data(ex->workspace) + ni->shadow_at;
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < counts[l]; j++) {
+            mx_tensor *t = &lists[l][j];
+            if (!t->data || !(MX_HALF_DTYPES & MX_DTYPE_BIT(t->dtype)) || (ni->kernels.dtypes & MX_DTYPE_BIT(t->dtype)))
+                continue;
+            const int64_t n = mx_shape_size(&t->shape);
+            const bool is_output = ni->backward ? l == 3 : l == 1;
+            const mx_req r = is_output ? req[j] : MX_REQ_NULL;
+            if (!is_output || r == MX_REQ_ADD || (ni->backward && l == 1)) half_to_floats(t->data, t->dtype, (float *)at, n);
+            if (is_output && r == MX_REQ_INPLACE) req[j] = MX_REQ_WRITE;
+            t->data = at;
+            t->dtype = MX_FLOAT32;
+            at += EXEC_SHADOW_ROUND((size_t)n * sizeof(float));
+        }
+    MX_TRY(run_kernels_on(ex, ni, is_train, exec, in, out, og, ig, req));
+    const int first_aux = ni->backward ? ni->n_in : ni->n_in - ni->n_aux;
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < counts[l]; j++) {
+            const mx_tensor *orig = l == 0 ? &ni->in[j] : l == 1 ? &ni->out[j] : l == 2 ? &ni->out_grad[j] : &ni->in_grad[j];
+            const bool written = ni->backward ? l == 3 && ni->req[j] != MX_REQ_NULL
+                                              : (l == 1 && ni->req[j] != MX_REQ_NULL) || (l == 0 && j >= first_aux);
+            if (written && lists[l][j].data != orig->data)
+                floats_to_half(lists[l][j].data, orig->data, orig->dtype, mx_shape_size(&orig->shape));
+        }
+    return MX_OK;
+}
+
+static mx_status run_node_kernels(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec)
+{
+    if (ni->shadow_bytes) return run_shadowed(ex, ni, is_train, exec);
+    return run_kernels_on(ex, ni, is_train, exec, ni->in, ni->out, ni->out_grad, ni->in_grad, ni->req);
 }
 
 static mx_status node_run(void *payload, const mx_exec_ctx *exec)
@@ -1071,7 +1176,7 @@ static mx_status scan_array(mx_ndarray *a, nonfinite *r)
 {
     *r = (nonfinite){.first = -1};
     mx_dtype dt = mx_ndarray_dtype(a);
-    if (dt != MX_FLOAT32 && dt != MX_FLOAT64) return MX_OK;
+    if (dt != MX_FLOAT32 && dt != MX_FLOAT64 && dt != MX_FLOAT16 && dt != MX_BFLOAT16) return MX_OK;
     MX_TRY(mx_ndarray_wait_to_read(a));
     int64_t n = mx_ndarray_size(a);
     const void *data = mx_ndarray_data(a);
@@ -1089,7 +1194,10 @@ static mx_status scan_array(mx_ndarray *a, nonfinite *r)
     }
     r->size = n;
     for (int64_t i = 0; i < n; i++) {
-        double v = dt == MX_FLOAT32 ? (double)((const float *)data)[i] : ((const double *)data)[i];
+        double v = dt == MX_FLOAT32   ? (double)((const float *)data)[i]
+                   : dt == MX_FLOAT64 ? ((const double *)data)[i]
+                   : dt == MX_FLOAT16 ? (double)mx_half_to_float(((const uint16_t *)data)[i])
+                                      : (double)mx_bfloat16_to_float(((const uint16_t *)data)[i]);
         if (isfinite(v)) continue;
         if (r->first < 0) r->first = i;
         if (isnan(v)) r->n_nan++;

@@ -132,7 +132,7 @@ mx_status mx_executor_backward(mx_executor *ex, mx_ndarray *const *head_grads);
  * it runs (in-place outputs and aux updates overwrite them) and what it
  * wrote after (forward: its outputs and, in training, the aux states it
  * moves; backward: the gradients it produced, parameter gradients in the
- * bound arrays included); float32 and float64 only. The first NaN or Inf
+ * bound arrays included); floating-point tensors only. The first NaN or Inf
  * stops the pass with MX_ERR_RUNTIME and one line naming the layer (for
  * backward, the forward layer it differentiates; gradient sums by their
  * own name), the tensor, how many values (flat index of the first), and

@@ -41,7 +41,21 @@ void exec_graph_free(exec_graph *eg)
 
 size_t exec_entry_bytes(const exec_graph *eg, uint32_t entry)
 {
-    return (size_t)mx_shape_size(&eg->shapes.shapes[entry]) * sizeof(float);
+    const mx_dtype dt = eg->shapes.dtypes ? (mx_dtype)eg->shapes.dtypes[entry] : MX_FLOAT32;
+    return (size_t)mx_shape_size(&eg->shapes.shapes[entry]) * mx_dtype_size(dt);
+}
+
+static size_t entry_bytes_of(const mx_graph_shapes *sh, mx_entry e);
+
+/* Every entry's shape and dtype (the dtypes from the graph alone: a bind
+ * checks its arrays against them). */
+static mx_status infer_entries(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n_shapes,
+                               mx_graph_shapes *out)
+{
+    MX_TRY(mx_graph_infer_shapes(g, names, shapes, n_shapes, out));
+    mx_status s = mx_graph_infer_types(g, NULL, NULL, 0, out);
+    if (s != MX_OK) mx_graph_shapes_free(out);
+    return s;
 }
 
 /* Resolves "node", "node_output" or "node_<outname>" to an entry. */
@@ -221,8 +235,7 @@ static mx_status choose_checkpoints(const mx_graph *g, const mx_graph_shapes *fs
         if (mark[i]) {
             size_t bytes = 0;
             for (int k = 0; k < nd->n_outputs; k++)
-                bytes += (size_t)mx_shape_size(mx_graph_entry_shape(fs, (mx_entry){(uint32_t)i, (uint32_t)k})) *
-                         sizeof(float);
+                bytes += entry_bytes_of(fs, (mx_entry){(uint32_t)i, (uint32_t)k});
             run += bytes;
             *eligible_bytes += bytes;
             eg->n_checkpoint_candidates += cut;
@@ -340,7 +353,7 @@ static mx_status prepare_graph(const mx_graph *src, const char *const *outputs, 
             }
         bool *marks = NULL;
         mx_graph_shapes fs = {0};
-        if (s == MX_OK && mirror == EXEC_MIRROR_SEGMENTS) s = mx_graph_infer_shapes(g, names, shapes, n_shapes, &fs);
+        if (s == MX_OK && mirror == EXEC_MIRROR_SEGMENTS) s = infer_entries(g, names, shapes, n_shapes, &fs);
         if (s == MX_OK) s = mirror_marks(g, mirror, &fs, choice, eg, eligible_bytes, &marks);
         if (mirror == EXEC_MIRROR_SEGMENTS) mx_graph_shapes_free(&fs);
         if (s == MX_OK) s = mx_graph_gradient_mirror(g, wrt, n_wrt, marks, mirror == EXEC_MIRROR_SEGMENTS, grads);
@@ -353,7 +366,7 @@ static mx_status prepare_graph(const mx_graph *src, const char *const *outputs, 
     }
     if (s == MX_OK) {
         eg->n_nodes = mx_graph_num_nodes(g);
-        s = mx_graph_infer_shapes(g, names, shapes, n_shapes, &eg->shapes);
+        s = infer_entries(g, names, shapes, n_shapes, &eg->shapes);
     }
     if (s == MX_OK && for_training && updated) s = defer_weight_gradients(eg, updated, names, shapes, n_shapes);
     if (s != MX_OK) {
@@ -574,7 +587,7 @@ mx_status exec_graph_prepare(const mx_graph *src, const char *const *outputs, in
 /* Bytes of entry e. */
 static size_t entry_bytes_of(const mx_graph_shapes *sh, mx_entry e)
 {
-    return (size_t)mx_shape_size(mx_graph_entry_shape(sh, e)) * sizeof(float);
+    return (size_t)mx_shape_size(mx_graph_entry_shape(sh, e)) * mx_dtype_size(mx_graph_entry_dtype(sh, e));
 }
 
 /* exec_graph_prepare's deferral: a backward node whose gradients of
@@ -624,7 +637,7 @@ static mx_status defer_weight_gradients(exec_graph *eg, const bool *updated, con
     free(moved);
     if (s != MX_OK || n_copies == 0) return s;
     mx_graph_shapes_free(&eg->shapes);
-    return mx_graph_infer_shapes(g, names, shapes, n_shapes, &eg->shapes);
+    return infer_entries(g, names, shapes, n_shapes, &eg->shapes);
 }
 
 static mx_status hold_updated_gradients(exec_graph *eg, const bool *updated)
@@ -764,17 +777,43 @@ size_t memory_plan_total(const memory_plan *p)
     return total;
 }
 
+size_t exec_node_shadow_bytes(const exec_graph *eg, uint32_t id)
+{
+    const mx_node *n = mx_graph_node(eg->g, id);
+    const mx_node *f = n->kind == MX_NODE_BACKWARD ? mx_graph_node(eg->g, n->forward_node) : n;
+    if (f->kind != MX_NODE_OP || !eg->shapes.dtypes) return 0;
+    size_t bytes = 0;
+    for (int j = 0; j < n->n_inputs + n->n_outputs; j++) {
+        mx_entry e = j < n->n_inputs ? n->inputs[j] : (mx_entry){id, (uint32_t)(j - n->n_inputs)};
+        if (e.node == MX_NO_NODE) continue;
+        const mx_dtype dt = mx_graph_entry_dtype(&eg->shapes, e);
+        if ((MX_HALF_DTYPES & MX_DTYPE_BIT(dt)) && !(f->op->cpu_dtypes & MX_DTYPE_BIT(dt)))
+            bytes += EXEC_SHADOW_ROUND((size_t)mx_shape_size(mx_graph_entry_shape(&eg->shapes, e)) * sizeof(float));
+    }
+    return bytes;
+}
+
 static size_t node_workspace(const exec_graph *eg, uint32_t id)
 {
     const mx_node *n = mx_graph_node(eg->g, id);
     bool backward = n->kind == MX_NODE_BACKWARD;
     const mx_node *f = backward ? mx_graph_node(eg->g, n->forward_node) : n;
     uint32_t fid = backward ? n->forward_node : id;
-    if (f->kind != MX_NODE_OP || !f->op->workspace) return 0;
+    if (f->kind != MX_NODE_OP) return 0;
+    const size_t shadow = exec_node_shadow_bytes(eg, id);
+    if (!f->op->workspace) return shadow;
     mx_shape in[MX_OP_MAX_IO];
     for (int j = 0; j < f->n_inputs; j++) in[j] = *mx_graph_entry_shape(&eg->shapes, f->inputs[j]);
     const mx_shape *out = &eg->shapes.shapes[eg->shapes.entry_offset[fid]];
-    return f->op->workspace(f->params, in, out, backward);
+    const size_t own = f->op->workspace(f->params, in, out, backward);
+    return shadow ? EXEC_SHADOW_ROUND(own) + shadow : own;
+}
+
+bool exec_graph_all_float32(const exec_graph *eg)
+{
+    for (int e = 0; eg->shapes.dtypes && e < eg->shapes.n_entries; e++)
+        if (eg->shapes.dtypes[e] != MX_FLOAT32) return false;
+    return true;
 }
 
 /* The op's in-place options for a node: pairs (input slot, output). */

@@ -109,6 +109,14 @@ void exec_graph_free(exec_graph *eg);
 int exec_node_reads(const exec_graph *eg, uint32_t node, mx_entry *reads);
 static inline uint32_t exec_entry_id(const exec_graph *eg, mx_entry e) { return eg->shapes.entry_offset[e.node] + e.index; }
 size_t exec_entry_bytes(const exec_graph *eg, uint32_t entry);
+/* Float32 copies a CPU node needs of its float16/bfloat16 tensors (those
+ * its op's CPU kernels do not compute in), in the shared workspace after
+ * the op's own (each rounded up to EXEC_SHADOW_ROUND): executor.c's
+ * run_shadowed. 0: none. */
+#define EXEC_SHADOW_ROUND(bytes) (((bytes) + 63) / 64 * 64)
+size_t exec_node_shadow_bytes(const exec_graph *eg, uint32_t id);
+/* Whether every entry is float32 (Concat views are planned only then). */
+bool exec_graph_all_float32(const exec_graph *eg);
 
 typedef struct memory_plan {
     int32_t *storage;        /* per entry: buffer id, -1 if none */

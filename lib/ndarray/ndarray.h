@@ -36,6 +36,9 @@ typedef enum mx_dtype {
     MX_DTYPE_COUNT
 } mx_dtype;
 
+#define MX_DTYPE_BIT(d) (1u << (unsigned)(d))
+#define MX_HALF_DTYPES (MX_DTYPE_BIT(MX_FLOAT16) | MX_DTYPE_BIT(MX_BFLOAT16))
+
 bool mx_dtype_valid(int dtype);
 size_t mx_dtype_size(mx_dtype dtype);   /* bytes per element; 0 if invalid */
 const char *mx_dtype_name(mx_dtype dtype); /* "float32", ... */

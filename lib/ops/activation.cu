@@ -92,4 +92,4 @@ static mx_status act_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_activation = {act_gpu_forward, act_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_activation = {act_gpu_forward, act_gpu_backward, NULL, 0};

@@ -102,4 +102,4 @@ static mx_status bd_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_batch_dot = {bd_gpu_forward, bd_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_batch_dot = {bd_gpu_forward, bd_gpu_backward, NULL, 0};

@@ -632,6 +632,37 @@ static bool bn_strided_output(const void *p, const mx_shape *out0)
 
 MX_OP_GPU_DECLARE(batch_norm);
 
+/* MXNet's BatchNorm types: output like data; for float16 and bfloat16
+ * data, gamma, beta, the moving statistics and the mean/var outputs stay
+ * float32 (as cuDNN takes them), else they share data's dtype. `param`:
+ * bit i set for each input that is a parameter or statistic. */
+static mx_status bn_types(int *in, int n_in, int *out, int n_out, uint32_t param, int data_like)
+{
+    int d = in[0] >= 0 ? in[0] : data_like >= 0 && in[data_like] >= 0 ? in[data_like] : MX_FLOAT32;
+    int pd = (MX_HALF_DTYPES & MX_DTYPE_BIT(d)) ? MX_FLOAT32 : d;
+    for (int j = 0; j < n_in; j++) {
+        int want = (param >> j) & 1 ? pd : d;
+        if (in[j] >= 0 && in[j] != want)
+            return MX_ERROR(MX_ERR_INVALID, "BatchNorm: input %d is %s where %s data needs %s", j,
+                            mx_dtype_name((mx_dtype)in[j]), mx_dtype_name((mx_dtype)d), mx_dtype_name((mx_dtype)want));
+        in[j] = want;
+    }
+    for (int k = 0; k < n_out; k++) out[k] = k == 0 ? d : pd;
+    return MX_OK;
+}
+
+static mx_status bn_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)p;
+    return bn_types(in, n_in, out, n_out, 0x1eu, -1); /* gamma, beta, moving_mean, moving_var */
+}
+
+static mx_status bna_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)p;
+    return bn_types(in, n_in, out, n_out, 0x36u, 3); /* gamma, beta, moving_mean, moving_var; addend like data */
+}
+
 const mx_op_def mx_op_batch_norm = {
     .name = "BatchNorm",
     .doc = "Batch normalization over the channel axis, with moving mean/variance as aux states.",
@@ -643,6 +674,7 @@ const mx_op_def mx_op_batch_norm = {
     .list_outputs = bn_list_outputs,
     .num_visible_outputs = bn_num_visible_outputs,
     .infer_shape = bn_infer_shape,
+    .infer_type = bn_infer_type,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA | MX_BWD_OUT_DATA,
     .backward_in_mask = (1u << 0) | (1u << 1) | (1u << 2), /* data, gamma, beta (a folded relu's z) */
     .backward_out_mask = (1u << 1) | (1u << 2), /* saved mean and inverse std, not the output */
@@ -708,6 +740,7 @@ const mx_op_def mx_op_batch_norm_add = {
     .list_outputs = bn_list_outputs,
     .num_visible_outputs = bn_num_visible_outputs,
     .infer_shape = bna_infer_shape,
+    .infer_type = bna_infer_type,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA | MX_BWD_OUT_DATA,
     .backward_in_mask = (1u << 0) | (1u << 1) | (1u << 2), /* data, gamma, beta: not the addend */
     /* The saved mean and inverse std. Output 0 only for a folded layer's

@@ -366,4 +366,4 @@ static mx_status bn_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_batch_norm = {bn_gpu_forward, bn_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_batch_norm = {bn_gpu_forward, bn_gpu_backward, NULL, 0};

@@ -190,7 +190,7 @@ static mx_status bcg_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
     return MX_OK;
 }
 
-#define BCG(id, K) extern "C" const mx_op_kernels mx_op_gpu_##id = {bcg_forward<K>, bcg_backward<K>, NULL};
+#define BCG(id, K) extern "C" const mx_op_kernels mx_op_gpu_##id = {bcg_forward<K>, bcg_backward<K>, NULL, 0};
 
 BCG(broadcast_add, MX_BIN_ADD)
 BCG(broadcast_sub, MX_BIN_SUB)

@@ -53,4 +53,4 @@ static mx_status clipg_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_clip = {clipg_forward, clipg_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_clip = {clipg_forward, clipg_backward, NULL, 0};

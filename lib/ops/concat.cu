@@ -135,4 +135,4 @@ static mx_status concat_gpu_backward(const mx_op_ctx *ctx, const void *p, const 
     return concat_launch<true>(ctx, &a, out_grad[0].data, outer * a.row, out_grad[0].dtype, MX_REQ_NULL, any_add);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_concat = {concat_gpu_forward, concat_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_concat = {concat_gpu_forward, concat_gpu_backward, NULL, 0};

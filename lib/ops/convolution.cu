@@ -754,4 +754,4 @@ static mx_status conv_gpu_backward(const mx_op_ctx *ctx, const void *vp, const m
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_convolution = {conv_gpu_forward, conv_gpu_backward, conv_gpu_state_free};
+extern "C" const mx_op_kernels mx_op_gpu_convolution = {conv_gpu_forward, conv_gpu_backward, conv_gpu_state_free, 0};

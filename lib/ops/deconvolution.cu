@@ -229,4 +229,4 @@ static mx_status deconv_gpu_backward(const mx_op_ctx *ctx, const void *vp, const
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_deconvolution = {deconv_gpu_forward, deconv_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_deconvolution = {deconv_gpu_forward, deconv_gpu_backward, NULL, 0};

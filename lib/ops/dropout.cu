@@ -121,4 +121,4 @@ static mx_status drop_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_dropout = {drop_gpu_forward, drop_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_dropout = {drop_gpu_forward, drop_gpu_backward, NULL, 0};

@@ -82,4 +82,4 @@ static mx_status esum_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_elementwise_sum = {esum_gpu_forward, esum_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_elementwise_sum = {esum_gpu_forward, esum_gpu_backward, NULL, 0};

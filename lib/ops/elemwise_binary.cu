@@ -88,7 +88,7 @@ static mx_status ewb_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
 }
 
 #define EWB_GPU(id, K, LEGACY) \
-    extern "C" const mx_op_kernels mx_op_gpu_##id = {ewb_gpu_forward<K>, ewb_gpu_backward<K, LEGACY>, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##id = {ewb_gpu_forward<K>, ewb_gpu_backward<K, LEGACY>, NULL, 0};
 
 EWB_GPU(elemwise_add, MX_BIN_ADD, true)
 EWB_GPU(elemwise_sub, MX_BIN_SUB, true)

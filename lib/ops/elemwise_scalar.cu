@@ -139,7 +139,7 @@ static mx_status ews_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
 }
 
 #define EWS_GPU(id, OP, P) \
-    extern "C" const mx_op_kernels mx_op_gpu_##id = {ews_gpu_forward<OP, P>, ews_gpu_backward<OP, P>, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##id = {ews_gpu_forward<OP, P>, ews_gpu_backward<OP, P>, NULL, 0};
 #define EWSB_GPU(id, K, REV, DEPS)                \
     using id##_gpu_op = ewsb_op<K, REV, DEPS>; \
     EWS_GPU(id, id##_gpu_op, ews_params)

@@ -78,4 +78,4 @@ static mx_status emb_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_embedding = {emb_gpu_forward, emb_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_embedding = {emb_gpu_forward, emb_gpu_backward, NULL, 0};

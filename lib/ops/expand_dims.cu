@@ -31,7 +31,7 @@ static mx_status ed_gpu_copy(const mx_op_ctx *ctx, const char *op, void *dst, co
         return ed_gpu_copy(ctx, opname, in_grad[0].data, out_grad[0].data, mx_shape_size(&out_grad[0].shape),   \
                            out_grad[0].dtype, req[0]);                                                           \
     }                                                                                                            \
-    extern "C" const mx_op_kernels mx_op_gpu_##sym = {sym##_gpu_forward, sym##_gpu_backward, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##sym = {sym##_gpu_forward, sym##_gpu_backward, NULL, 0};
 
 ED_GPU_KERNELS(expand_dims, "expand_dims")
 ED_GPU_KERNELS(squeeze, "squeeze")

@@ -21,4 +21,4 @@ static mx_status flatten_gpu_backward(const mx_op_ctx *ctx, const void *p, const
                             out_grad[0].dtype, req[0]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_flatten = {flatten_gpu_forward, flatten_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_flatten = {flatten_gpu_forward, flatten_gpu_backward, NULL, 0};

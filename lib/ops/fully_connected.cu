@@ -112,4 +112,4 @@ static mx_status fc_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_fully_connected = {fc_gpu_forward, fc_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_fully_connected = {fc_gpu_forward, fc_gpu_backward, NULL, 0};

@@ -80,5 +80,5 @@ static mx_status in_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
                                 in_grad);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_group_norm = {gn_gpu_forward, gn_gpu_backward, NULL};
-extern "C" const mx_op_kernels mx_op_gpu_instance_norm = {in_gpu_forward, in_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_group_norm = {gn_gpu_forward, gn_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_instance_norm = {in_gpu_forward, in_gpu_backward, NULL, 0};

@@ -162,5 +162,5 @@ static mx_status one_hot_gpu_backward(const mx_op_ctx *ctx, const void *p, const
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_take = {take_gpu_forward, take_gpu_backward, NULL};
-extern "C" const mx_op_kernels mx_op_gpu_one_hot = {one_hot_gpu_forward, one_hot_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_take = {take_gpu_forward, take_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_one_hot = {one_hot_gpu_forward, one_hot_gpu_backward, NULL, 0};

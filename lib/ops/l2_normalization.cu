@@ -98,4 +98,4 @@ static mx_status l2n_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_l2_normalization = {l2n_gpu_forward, l2n_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_l2_normalization = {l2n_gpu_forward, l2n_gpu_backward, NULL, 0};

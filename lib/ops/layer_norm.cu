@@ -194,4 +194,4 @@ static mx_status ln_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
                                 req[1], (float *)in_grad[1].data, req[2], (float *)in_grad[2].data);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_layer_norm = {ln_gpu_forward, ln_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_layer_norm = {ln_gpu_forward, ln_gpu_backward, NULL, 0};

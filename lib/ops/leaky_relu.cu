@@ -165,4 +165,4 @@ static mx_status lr_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_leaky_relu = {lr_gpu_forward, lr_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_leaky_relu = {lr_gpu_forward, lr_gpu_backward, NULL, 0};

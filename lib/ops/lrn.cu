@@ -97,4 +97,4 @@ static mx_status lrn_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_lrn = {lrn_gpu_forward, lrn_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_lrn = {lrn_gpu_forward, lrn_gpu_backward, NULL, 0};

@@ -156,6 +156,9 @@ typedef struct mx_op_kernels {
     mx_op_forward_fn forward;
     mx_op_backward_fn backward;
     void (*state_free)(void *state); /* NULL: kernels keep no state */
+    /* Dtypes besides float32 these kernels compute in (MX_DTYPE_BIT). A
+     * GPU node of another dtype is refused at bind, naming op and dtype. */
+    uint32_t dtypes;
 } mx_op_kernels;
 
 /* An operator's GPU kernels, defined in its X.cu as
@@ -194,6 +197,15 @@ struct mx_op_def {
     /* Fills unknown shapes (ndim 0) of inputs and all outputs from the
      * known ones; errors name the op and the mismatched shapes. Pure. */
     mx_status (*infer_shape)(const void *params, mx_shape *in, int n_in, mx_shape *out, int n_out);
+    /* Fills unknown dtypes (-1) of inputs and outputs from the known ones
+     * (MXNet's FInferType); errors name the op and both dtypes. NULL:
+     * every input and output has one dtype, the first known input's
+     * (float32 when none is known: mx_op_infer_type_same). */
+    mx_status (*infer_type)(const void *params, int *in, int n_in, int *out, int n_out);
+    /* Dtypes other than float32 its CPU kernels compute in themselves
+     * (MX_DTYPE_BIT per dtype: Cast). Nodes of other dtypes run their
+     * float32 kernels on float32 copies of their tensors (executor.c). */
+    uint32_t cpu_dtypes;
     /* Workspace bytes for forward / backward given the inferred shapes.
      * NULL: none. */
     size_t (*workspace)(const void *params, const mx_shape *in, const mx_shape *out, bool backward);
@@ -268,6 +280,13 @@ int mx_op_count(void);
  * and backward) into *out, or MX_ERR_UNSUPPORTED: "operator 'X' has no
  * kernel for gpu(0)" (or "... in this build without CUDA"). */
 mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *out);
+
+/* MXNet's ElemwiseType: every input and output takes the first known
+ * input dtype (float32 when none is known); a known one that differs is an
+ * error naming `op`, the slot and both dtypes. */
+mx_status mx_op_infer_type_same(const char *op, int *in, int n_in, int *out, int n_out);
+/* The rule an op node follows: its infer_type, or mx_op_infer_type_same. */
+mx_status mx_op_infer_type(const mx_op_def *op, const void *params, int *in, int n_in, int *out, int n_out);
 
 /* Whether the op's backward kernel reads its output k (backward_deps and
  * the output mask). */

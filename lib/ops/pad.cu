@@ -122,4 +122,4 @@ static mx_status pad_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_pad = {pad_gpu_forward, pad_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_pad = {pad_gpu_forward, pad_gpu_backward, NULL, 0};

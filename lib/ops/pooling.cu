@@ -385,4 +385,4 @@ static mx_status pool_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_pooling = {pool_gpu_forward, pool_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_pooling = {pool_gpu_forward, pool_gpu_backward, NULL, 0};

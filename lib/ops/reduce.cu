@@ -216,7 +216,7 @@ static mx_status redg_backward(const char *op, const mx_op_ctx *ctx, const void 
         (void)aux;                                                                                                 \
         return redg_backward<K>(mxname, ctx, p, out_grad, in, out, req, in_grad);                                  \
     }                                                                                                              \
-    extern "C" const mx_op_kernels mx_op_gpu_##sym = {redg_##sym##_fwd, redg_##sym##_bwd, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##sym = {redg_##sym##_fwd, redg_##sym##_bwd, NULL, 0};
 
 REDG(sum, "sum", RED_SUM)
 REDG(mean, "mean", RED_MEAN)

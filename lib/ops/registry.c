@@ -332,7 +332,7 @@ int mx_op_count(void) { return REGISTRY_SIZE; }
 mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *out)
 {
     if (ctx.dev_type == MX_DEV_CPU) {
-        *out = (mx_op_kernels){op->forward, op->backward, op->state_free};
+        *out = (mx_op_kernels){op->forward, op->backward, op->state_free, op->cpu_dtypes};
         return MX_OK;
     }
     char name[32];
@@ -347,6 +347,32 @@ mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *
     return MX_ERROR(MX_ERR_UNSUPPORTED, "operator '%s' has no kernel for %s in this build without CUDA", op->name,
                     name);
 #endif
+}
+
+mx_status mx_op_infer_type_same(const char *op, int *in, int n_in, int *out, int n_out)
+{
+    int dtype = -1;
+    for (int j = 0; j < n_in && dtype < 0; j++) dtype = in[j];
+    if (dtype < 0) dtype = MX_FLOAT32;
+    for (int j = 0; j < n_in; j++) {
+        if (in[j] >= 0 && in[j] != dtype)
+            return MX_ERROR(MX_ERR_INVALID, "%s: input %d is %s where the layer computes in %s", op, j,
+                            mx_dtype_name((mx_dtype)in[j]), mx_dtype_name((mx_dtype)dtype));
+        in[j] = dtype;
+    }
+    for (int k = 0; k < n_out; k++) {
+        if (out[k] >= 0 && out[k] != dtype)
+            return MX_ERROR(MX_ERR_INVALID, "%s: output %d is %s where the layer computes in %s", op, k,
+                            mx_dtype_name((mx_dtype)out[k]), mx_dtype_name((mx_dtype)dtype));
+        out[k] = dtype;
+    }
+    return MX_OK;
+}
+
+mx_status mx_op_infer_type(const mx_op_def *op, const void *params, int *in, int n_in, int *out, int n_out)
+{
+    return op->infer_type ? op->infer_type(params, in, n_in, out, n_out)
+                          : mx_op_infer_type_same(op->name, in, n_in, out, n_out);
 }
 
 const mx_op_def *mx_op_at(int i) { return i >= 0 && i < REGISTRY_SIZE ? registry[i] : NULL; }

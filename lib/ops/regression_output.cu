@@ -89,7 +89,7 @@ static mx_status reg_gpu_backward(int kind, const mx_op_ctx *ctx, const void *p,
         (void)out_grad, (void)aux;                                                                               \
         return reg_gpu_backward(kind, ctx, p, in, out, req, in_grad);                                            \
     }                                                                                                            \
-    extern "C" const mx_op_kernels mx_op_gpu_##name = {name##_gpu_forward, name##_gpu_backward, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##name = {name##_gpu_forward, name##_gpu_backward, NULL, 0};
 
 REG_GPU_KERNELS(linear_regression_output, REG_GPU_LINEAR)
 REG_GPU_KERNELS(logistic_regression_output, REG_GPU_LOGISTIC)

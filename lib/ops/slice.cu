@@ -150,6 +150,6 @@ static mx_status slice_like_gpu_backward(const mx_op_ctx *ctx, const void *p, co
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_slice = {slice_gpu_forward, slice_gpu_backward, NULL};
-extern "C" const mx_op_kernels mx_op_gpu_slice_axis = {slice_axis_gpu_forward, slice_axis_gpu_backward, NULL};
-extern "C" const mx_op_kernels mx_op_gpu_slice_like = {slice_like_gpu_forward, slice_like_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_slice = {slice_gpu_forward, slice_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_slice_axis = {slice_axis_gpu_forward, slice_axis_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_slice_like = {slice_like_gpu_forward, slice_like_gpu_backward, NULL, 0};

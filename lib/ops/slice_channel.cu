@@ -93,4 +93,4 @@ static mx_status sc_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_slice_channel = {sc_gpu_forward, sc_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_slice_channel = {sc_gpu_forward, sc_gpu_backward, NULL, 0};

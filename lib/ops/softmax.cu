@@ -173,5 +173,5 @@ static mx_status log_softmax_gpu_backward(const mx_op_ctx *ctx, const void *p, c
     return sm_gpu_backward(ctx, (const sm_params *)p, true, out_grad, in, out, req, in_grad);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_softmax = {softmax_gpu_forward, softmax_gpu_backward, NULL};
-extern "C" const mx_op_kernels mx_op_gpu_log_softmax = {log_softmax_gpu_forward, log_softmax_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_softmax = {softmax_gpu_forward, softmax_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_log_softmax = {log_softmax_gpu_forward, log_softmax_gpu_backward, NULL, 0};

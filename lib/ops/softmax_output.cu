@@ -193,4 +193,4 @@ static mx_status so_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_softmax_output = {so_gpu_forward, so_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_softmax_output = {so_gpu_forward, so_gpu_backward, NULL, 0};

@@ -83,4 +83,4 @@ static mx_status stack_gpu_backward(const mx_op_ctx *ctx, const void *p, const m
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_stack = {stack_gpu_forward, stack_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_stack = {stack_gpu_forward, stack_gpu_backward, NULL, 0};

@@ -180,5 +180,5 @@ static mx_status repeat_gpu_backward(const mx_op_ctx *ctx, const void *p, const 
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_tile = {tile_gpu_forward, tile_gpu_backward, NULL};
-extern "C" const mx_op_kernels mx_op_gpu_repeat = {repeat_gpu_forward, repeat_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_tile = {tile_gpu_forward, tile_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_repeat = {repeat_gpu_forward, repeat_gpu_backward, NULL, 0};

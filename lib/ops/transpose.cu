@@ -92,4 +92,4 @@ static mx_status tp_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
                       (float *)in_grad[0].data, req[0]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_transpose = {tp_gpu_forward, tp_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_transpose = {tp_gpu_forward, tp_gpu_backward, NULL, 0};

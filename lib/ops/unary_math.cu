@@ -115,7 +115,7 @@ static mx_status un_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
 }
 
 #define UN_GPU(id, G) \
-    extern "C" const mx_op_kernels mx_op_gpu_##id = {un_gpu_forward<unf_##id>, un_gpu_backward<unf_##id, G>, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##id = {un_gpu_forward<unf_##id>, un_gpu_backward<unf_##id, G>, NULL, 0};
 
 UN_GPU(relu, UG_OUT)
 UN_GPU(sigmoid, UG_OUT)
@@ -177,4 +177,4 @@ static mx_status hsig_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_hard_sigmoid = {hsig_gpu_forward, hsig_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_hard_sigmoid = {hsig_gpu_forward, hsig_gpu_backward, NULL, 0};

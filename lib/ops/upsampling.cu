@@ -118,4 +118,4 @@ static mx_status up_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_upsampling = {up_gpu_forward, up_gpu_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_upsampling = {up_gpu_forward, up_gpu_backward, NULL, 0};

@@ -425,6 +425,7 @@ const char *mx_graph_output_name(const mx_graph *g, int i, char *buf, size_t siz
 
 void mx_graph_shapes_free(mx_graph_shapes *s)
 {
+    free(s->dtypes);
     free(s->shapes);
     free(s->entry_offset);
     memset(s, 0, sizeof(*s));
@@ -541,6 +542,78 @@ mx_status mx_graph_infer_shapes(const mx_graph *g, const char *const *names, con
             }
     if (s != MX_OK) mx_graph_shapes_free(out);
     return s;
+}
+
+mx_status mx_graph_infer_types(const mx_graph *g, const char *const *names, const mx_dtype *given, int n_given,
+                               mx_graph_shapes *s)
+{
+    free(s->dtypes);
+    s->dtypes = mx_malloc((size_t)(s->n_entries ? s->n_entries : 1));
+    if (!s->dtypes) return MX_ERR_NOMEM;
+    memset(s->dtypes, -1, (size_t)s->n_entries);
+    int8_t *dt = s->dtypes;
+    mx_status st = MX_OK;
+    for (int i = 0; i < g->n_nodes && st == MX_OK; i++) {
+        const char *attr = g->nodes[i].kind == MX_NODE_VARIABLE ? mx_graph_get_attr(g, (uint32_t)i, "__dtype__") : NULL;
+        if (!attr) continue;
+        char *end;
+        long flag = strtol(attr, &end, 10);
+        if (end == attr || *end || !mx_dtype_valid((int)flag))
+            st = MX_ERROR(MX_ERR_INVALID, "variable '%s': __dtype__ '%s' is not a supported dtype flag", g->nodes[i].name,
+                          attr);
+        else dt[s->entry_offset[i]] = (int8_t)flag;
+    }
+    for (int k = 0; k < n_given && st == MX_OK; k++) {
+        uint32_t id = mx_graph_find(g, names[k]);
+        if (id == MX_NO_NODE || g->nodes[id].kind != MX_NODE_VARIABLE)
+            st = MX_ERROR(MX_ERR_INVALID, "no input named '%s'", names[k]);
+        else if (!mx_dtype_valid((int)given[k]))
+            st = MX_ERROR(MX_ERR_INVALID, "input '%s': unknown dtype %d", names[k], (int)given[k]);
+        else dt[s->entry_offset[id]] = (int8_t)given[k];
+    }
+    for (int i = 0; i < g->n_nodes && st == MX_OK; i++) {
+        const mx_node *n = &g->nodes[i];
+        int8_t *outs = &dt[s->entry_offset[i]];
+        if (n->kind == MX_NODE_VARIABLE) {
+            if (n->forward_node != MX_NO_NODE && outs[0] < 0)
+                outs[0] = dt[s->entry_offset[n->forward_node] + n->forward_index];
+            continue;
+        }
+        if (n->kind == MX_NODE_BACKWARD) {
+            const mx_node *f = &g->nodes[n->forward_node];
+            for (int j = 0; j < n->n_outputs; j++) outs[j] = dt[s->entry_offset[f->inputs[j].node] + f->inputs[j].index];
+            continue;
+        }
+        int in[MX_OP_MAX_IO], out[MX_OP_MAX_IO];
+        for (int j = 0; j < n->n_inputs; j++) in[j] = dt[s->entry_offset[n->inputs[j].node] + n->inputs[j].index];
+        for (int k = 0; k < n->n_outputs; k++) out[k] = outs[k];
+        int before[MX_OP_MAX_IO];
+        memcpy(before, in, sizeof(int) * (size_t)n->n_inputs);
+        st = mx_op_infer_type(n->op, n->params, in, n->n_inputs, out, n->n_outputs);
+        if (st != MX_OK) {
+            mx_error_prefix(st, "layer '%s'", n->name);
+            break;
+        }
+        for (int j = 0; j < n->n_inputs && st == MX_OK; j++) {
+            int8_t *slot = &dt[s->entry_offset[n->inputs[j].node] + n->inputs[j].index];
+            if (before[j] < 0) *slot = (int8_t)in[j];
+            else if (before[j] != in[j]) {
+                const char *names_in[MX_OP_MAX_IO];
+                mx_node_input_names(n, names_in);
+                st = MX_ERROR(MX_ERR_INVALID, "layer '%s' (%s): input '%s' is %s but the layer needs %s", n->name,
+                              n->op->name, names_in[j], mx_dtype_name((mx_dtype)before[j]),
+                              mx_dtype_name((mx_dtype)in[j]));
+            }
+        }
+        for (int k = 0; k < n->n_outputs; k++) outs[k] = (int8_t)(out[k] < 0 ? MX_FLOAT32 : out[k]);
+    }
+    for (int e = 0; e < s->n_entries && st == MX_OK; e++)
+        if (dt[e] < 0) dt[e] = MX_FLOAT32; /* a variable nobody reads */
+    if (st != MX_OK) {
+        free(s->dtypes);
+        s->dtypes = NULL;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- gradient */

@@ -122,6 +122,8 @@ typedef struct mx_graph_shapes {
     mx_shape *shapes;
     uint32_t *entry_offset; /* n_nodes + 1 */
     int n_entries;
+    /* Per entry, its mx_dtype (mx_graph_infer_types); NULL: all float32. */
+    int8_t *dtypes;
 } mx_graph_shapes;
 
 /* Infers all shapes from the given variable shapes (names/shapes, n).
@@ -131,6 +133,20 @@ typedef struct mx_graph_shapes {
 mx_status mx_graph_infer_shapes(const mx_graph *g, const char *const *names, const mx_shape *shapes, int n,
                                 mx_graph_shapes *out);
 void mx_graph_shapes_free(mx_graph_shapes *s);
+/* Infers every entry's dtype into s->dtypes (s from mx_graph_infer_shapes
+ * on g). A variable's dtype is the caller's (names/dtypes, n), else its
+ * __dtype__ attribute (mshadow's flag, as MXNet's JSON stores it), else
+ * what its first reader's rule gives it (a Convolution's weight takes its
+ * data's dtype; a BatchNorm keeps float32 parameters for half data), else
+ * float32. Gradients have their forward inputs' dtypes. Errors:
+ * MX_ERR_INVALID naming the layer, the input and both dtypes, or a bad
+ * __dtype__. */
+mx_status mx_graph_infer_types(const mx_graph *g, const char *const *names, const mx_dtype *dtypes, int n,
+                               mx_graph_shapes *s);
+static inline mx_dtype mx_graph_entry_dtype(const mx_graph_shapes *s, mx_entry e)
+{
+    return s->dtypes ? (mx_dtype)s->dtypes[s->entry_offset[e.node] + e.index] : MX_FLOAT32;
+}
 static inline const mx_shape *mx_graph_entry_shape(const mx_graph_shapes *s, mx_entry e)
 {
     return &s->shapes[s->entry_offset[e.node] + e.index];
