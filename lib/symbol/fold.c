@@ -68,9 +68,7 @@ static char *new_name(const mx_graph *g, const char *base, const char *suffix, c
     }
 }
 
-/* Adds a copy of source node `n` to out with remapped inputs; `no_bias`
- * (when not NULL) replaces that parameter. */
-static mx_status copy_op(mx_graph *out, const mx_node *n, const mx_entry *inputs, int n_inputs, const char *no_bias,
+mx_status graph_copy_op(mx_graph *out, const mx_node *n, const mx_entry *inputs, int n_inputs, const char *no_bias,
                          uint32_t *id)
 {
     const char **keys = mx_calloc((size_t)n->n_attrs + 2, sizeof(char *));
@@ -199,7 +197,7 @@ mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph 
         mx_entry in[MX_OP_MAX_IO];
         for (int j = 0; j < n->n_inputs; j++) in[j] = (mx_entry){map[n->inputs[j].node], n->inputs[j].index};
         if (partner[i] == MX_NO_NODE) {
-            s = copy_op(ng, n, in, n->n_inputs, NULL, &map[i]);
+            s = graph_copy_op(ng, n, in, n->n_inputs, NULL, &map[i]);
             continue;
         }
         /* A folded convolution: its new weight and bias, then itself. */
@@ -209,7 +207,7 @@ mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph 
         if (s == MX_OK) s = mx_graph_add_variable(ng, f->new_bias, NULL, 0, &b);
         in[1] = (mx_entry){w, 0};
         in[2] = (mx_entry){b, 0};
-        if (s == MX_OK) s = copy_op(ng, n, in, 3, "False", &map[i]);
+        if (s == MX_OK) s = graph_copy_op(ng, n, in, 3, "False", &map[i]);
     }
     mx_entry *heads = s == MX_OK ? mx_calloc((size_t)g->n_heads + 1, sizeof(mx_entry)) : NULL;
     if (s == MX_OK && !heads) s = MX_ERR_NOMEM;

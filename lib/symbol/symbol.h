@@ -152,6 +152,19 @@ static inline const mx_shape *mx_graph_entry_shape(const mx_graph_shapes *s, mx_
     return &s->shapes[s->entry_offset[e.node] + e.index];
 }
 
+/* ---------------------------------------------------------------- precision */
+
+/* Mixed precision (fit.dtype): a copy of g (a forward graph) computing in
+ * float16 or bfloat16, as MXNet's float16 symbols are written: every
+ * argument a layer computes with (by its type rule: not BatchNorm's gamma
+ * and beta, not labels) goes through one Cast to `dtype` named
+ * VAR_float16 (or _bfloat16), and every loss layer's input through a Cast
+ * back to float32 named LOSS_input_float32. Variables keep their names
+ * and stay float32 (master weights); auxiliary states are left alone.
+ * Errors: MX_ERR_INVALID for another dtype or a graph with a backward
+ * pass. */
+mx_status mx_graph_compute_in(const mx_graph *g, mx_dtype dtype, mx_graph **out);
+
 /* ---------------------------------------------------------------- gradient */
 
 /* Appends the backward graph: gradients of the heads with respect to the

@@ -20,4 +20,9 @@ struct mx_graph {
 /* is_aux[node] for every node (malloc'ed; NULL on allocation failure). */
 bool *graph_aux_mask(const mx_graph *g);
 
+/* Adds a copy of op node `n` (of another graph) to out with remapped
+ * inputs; `no_bias` (when not NULL) replaces that parameter. */
+mx_status graph_copy_op(mx_graph *out, const mx_node *n, const mx_entry *inputs, int n_inputs, const char *no_bias,
+                        uint32_t *id);
+
 #endif
