@@ -58,6 +58,7 @@ typedef struct pass_graph {
     atomic_bool off;           /* node by node for good: why says why */
     char why[384];             /* written before off is set */
     mx_device_graph *graph;    /* captured; used by the pass's engine operations only (ordered by its variables) */
+    float loss_scale;          /* the one graph's kernels were captured with */
     mx_engine_var **reads, **writes; /* every variable of the pass's nodes, made at its first launch */
     int n_reads, n_writes;
 } pass_graph;
@@ -95,6 +96,7 @@ struct mx_executor {
     uint32_t check_pass;         /* forward or backward calls with checks on */
     pass_graph graphs[N_PASS_KINDS];
     atomic_llong graph_launches;
+    float loss_scale;            /* mx_executor_set_loss_scale (1) */
 };
 
 static bool env_flag(const char *name) { return mx_env_long(name, 1) != 0; }
@@ -569,6 +571,7 @@ mx_status mx_executor_bind(mx_runtime *rt, const mx_graph *g, const mx_bind_conf
     }
     if (s == MX_OK) {
         atomic_init(&ex->refs, 1);
+        ex->loss_scale = 1.0f;
         ex->rt = rt;
         ex->ctx = cfg->ctx;
         ex->rng = cfg->rng;
@@ -773,20 +776,21 @@ typedef struct node_job {
     mx_executor *ex;
     node_info *ni;
     bool is_train;
+    float loss_scale;        /* mx_executor_set_loss_scale's when pushed */
 } node_job;
 
 /* The node's kernels on exec (queued, for a device) over the given
  * tensors (the node's own, or float32 copies of them), its error named by
  * the layer. */
-static mx_status run_kernels_on(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec, mx_tensor *in,
-                                mx_tensor *out, mx_tensor *out_grad, mx_tensor *in_grad, const mx_req *req)
+static mx_status run_kernels_on(mx_executor *ex, node_info *ni, bool is_train, float loss_scale, const mx_exec_ctx *exec,
+                                mx_tensor *in, mx_tensor *out, mx_tensor *out_grad, mx_tensor *in_grad, const mx_req *req)
 {
     /* A backward kernel sees the fold only when it takes its gradient itself
      * (CPU kernels of ops with folds_backward). */
     const bool kernel_folds = !ni->backward || (ni->op->folds_backward && ex->ctx.dev_type == MX_DEV_CPU);
     mx_op_ctx ctx = {.exec = exec, .is_train = is_train, .rng = ex->rng, .state = &ni->kernel_state,
                      .fold = kernel_folds ? ni->fold : (mx_fold){MX_FOLD_NONE, 0, 0, 0},
-                     .fixed_inputs = ni->fixed_inputs};
+                     .fixed_inputs = ni->fixed_inputs, .loss_scale = loss_scale};
     if (ni->uses_workspace && ex->workspace) {
         ctx.workspace = mx_ndarray_data(ex->workspace);
         ctx.workspace_bytes = ni->shadow_bytes ? ni->shadow_at : ex->plan.workspace;
@@ -825,7 +829,7 @@ static void floats_to_half(const float *src, void *dst, mx_dtype dt, int64_t n)
  * states, output gradients, forward outputs in backward, outputs they add
  * to), what they write after, rounded to nearest even; an in-place output
  * becomes a write into its own copy. */
-static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec)
+static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, float loss_scale, const mx_exec_ctx *exec)
 {
     mx_tensor in[MX_OP_MAX_IO], out[MX_OP_MAX_IO], og[MX_OP_MAX_IO], ig[MX_OP_MAX_IO];
     mx_req req[2 * MX_OP_MAX_IO];
@@ -855,7 +859,7 @@ static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, con
             t->dtype = MX_FLOAT32;
             at += EXEC_SHADOW_ROUND((size_t)n * sizeof(float));
         }
-    MX_TRY(run_kernels_on(ex, ni, is_train, exec, in, out, og, ig, req));
+    MX_TRY(run_kernels_on(ex, ni, is_train, loss_scale, exec, in, out, og, ig, req));
     const int first_aux = ni->backward ? ni->n_in : ni->n_in - ni->n_aux;
     for (int l = 0; l < 4; l++)
         for (int j = 0; j < counts[l]; j++) {
@@ -868,16 +872,17 @@ static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, con
     return MX_OK;
 }
 
-static mx_status run_node_kernels(mx_executor *ex, node_info *ni, bool is_train, const mx_exec_ctx *exec)
+static mx_status run_node_kernels(mx_executor *ex, node_info *ni, bool is_train, float loss_scale,
+                                  const mx_exec_ctx *exec)
 {
-    if (ni->shadow_bytes) return run_shadowed(ex, ni, is_train, exec);
-    return run_kernels_on(ex, ni, is_train, exec, ni->in, ni->out, ni->out_grad, ni->in_grad, ni->req);
+    if (ni->shadow_bytes) return run_shadowed(ex, ni, is_train, loss_scale, exec);
+    return run_kernels_on(ex, ni, is_train, loss_scale, exec, ni->in, ni->out, ni->out_grad, ni->in_grad, ni->req);
 }
 
 static mx_status node_run(void *payload, const mx_exec_ctx *exec)
 {
     node_job *job = payload;
-    MX_TRY(run_node_kernels(job->ex, job->ni, job->is_train, exec));
+    MX_TRY(run_node_kernels(job->ex, job->ni, job->is_train, job->loss_scale, exec));
     /* Device kernels are queued on the worker's stream. */
     mx_status s = mx_device_op_done(exec);
     if (s != MX_OK) mx_error_prefix(s, "layer '%s'", job->ni->name);
@@ -895,7 +900,7 @@ static mx_status push_node(mx_executor *ex, node_info *ni, bool is_train)
 {
     node_job *job = mx_malloc(sizeof(*job));
     if (!job) return MX_ERR_NOMEM;
-    *job = (node_job){ex, ni, is_train};
+    *job = (node_job){ex, ni, is_train, ex->loss_scale};
     atomic_fetch_add(&ex->refs, 1);
     /* A pass that draws nothing does not wait on (or hold up) the rng. */
     int n_writes = ni->n_writes - (ni->rng_var && !(is_train ? ni->rng_train : ni->rng_infer));
@@ -914,6 +919,7 @@ typedef struct pass_job {
     mx_executor *ex;
     pass_kind kind;
     bool is_train;
+    float loss_scale;        /* mx_executor_set_loss_scale's when pushed */
 } pass_job;
 
 static mx_status run_pass_kernels(void *arg, const mx_exec_ctx *exec)
@@ -922,7 +928,8 @@ static mx_status run_pass_kernels(void *arg, const mx_exec_ctx *exec)
     int begin, end;
     pass_range(job->ex, job->kind, &begin, &end);
     for (int i = begin; i < end; i++)
-        if (job->ex->nodes[i].op) MX_TRY(run_node_kernels(job->ex, &job->ex->nodes[i], job->is_train, exec));
+        if (job->ex->nodes[i].op)
+            MX_TRY(run_node_kernels(job->ex, &job->ex->nodes[i], job->is_train, job->loss_scale, exec));
     return MX_OK;
 }
 
@@ -930,7 +937,8 @@ static mx_status graph_pass_run(void *payload, const mx_exec_ctx *exec)
 {
     pass_job *job = payload;
     pass_graph *pg = &job->ex->graphs[job->kind];
-    if (pg->graph && !mx_device_graph_current(exec, pg->graph)) { /* the scratch moved: capture again */
+    /* The scratch moved, or the loss scale (a kernel argument) changed: capture again. */
+    if (pg->graph && (!mx_device_graph_current(exec, pg->graph) || pg->loss_scale != job->loss_scale)) {
         mx_device_graph_free(pg->graph);
         pg->graph = NULL;
     }
@@ -941,6 +949,7 @@ static mx_status graph_pass_run(void *payload, const mx_exec_ctx *exec)
         } else if (!mx_device_graph_possible(exec, why, sizeof(why))) graph_off(pg, "%s", why);
         else if (mx_device_graph_capture(exec, run_pass_kernels, job, &pg->graph) != MX_OK)
             graph_off(pg, "the capture failed: %s", mx_last_error());
+        else pg->loss_scale = job->loss_scale;
         if (!pg->graph) { /* nothing ran: this pass node by node, here; the next ones as nodes again */
             MX_TRY(run_pass_kernels(job, exec));
             return mx_device_op_done(exec);
@@ -1009,7 +1018,7 @@ static mx_status push_graph_pass(mx_executor *ex, pass_kind k, bool is_train)
     if (!pg->reads) MX_TRY(collect_pass_vars(ex, k, pg));
     pass_job *job = mx_malloc(sizeof(*job));
     if (!job) return MX_ERR_NOMEM;
-    *job = (pass_job){ex, k, is_train};
+    *job = (pass_job){ex, k, is_train, ex->loss_scale};
     atomic_fetch_add(&ex->refs, 1);
     const char *name = k == PASS_BACKWARD ? "backward pass (CUDA graph)" : "forward pass (CUDA graph)";
     mx_engine_op op = {.fn = graph_pass_run, .payload = job, .payload_free = pass_job_free, .reads = pg->reads,
@@ -1084,6 +1093,14 @@ mx_status mx_executor_backward(mx_executor *ex, mx_ndarray *const *head_grads)
     }
     ex->graphs[PASS_BACKWARD].runs++;
     return hand_over_updates(ex, UPDATE_AT_END);
+}
+
+mx_status mx_executor_set_loss_scale(mx_executor *ex, float scale)
+{
+    if (!(scale > 0.0f) || !isfinite(scale))
+        return MX_ERROR(MX_ERR_INVALID, "loss scale %g: a positive finite number is needed", (double)scale);
+    ex->loss_scale = scale;
+    return MX_OK;
 }
 
 int mx_executor_num_outputs(const mx_executor *ex) { return ex->n_outputs; }

@@ -161,6 +161,14 @@ const char *mx_executor_graph_refusal(const mx_executor *ex, bool backward, bool
 /* Passes pushed as one graph launch so far, of all kinds. */
 int64_t mx_executor_graph_launches(const mx_executor *ex);
 
+/* Dynamic loss scaling (float16 training): the backward passes pushed from
+ * now on multiply the gradient every loss layer (SoftmaxOutput, the
+ * regression outputs) starts them with by `scale` (1 at bind), so small
+ * gradients survive float16; the caller divides them back (the
+ * optimizer's rescale_grad). A pass captured as a CUDA graph is captured
+ * again when the scale changed. MX_ERR_INVALID: not positive and finite. */
+mx_status mx_executor_set_loss_scale(mx_executor *ex, float scale);
+
 int mx_executor_num_outputs(const mx_executor *ex);
 mx_ndarray *mx_executor_output(const mx_executor *ex, int i);
 const char *mx_executor_output_name(const mx_executor *ex, int i);

@@ -116,7 +116,17 @@ typedef struct mx_op_ctx {
      * keep what it derives from it (packed or transformed weights) in
      * *state across passes. Forward nodes only; 0 elsewhere. */
     uint32_t fixed_inputs;
+    /* Loss layers' backward (MX_OP_LOSS) multiplies the gradient it
+     * writes by this: dynamic loss scaling (mx_executor_set_loss_scale).
+     * 0 means 1 (contexts that never set it). */
+    float loss_scale;
 } mx_op_ctx;
+
+/* The factor a loss layer's backward applies besides its grad_scale. */
+static inline double mx_op_loss_scale(const mx_op_ctx *ctx)
+{
+    return ctx && ctx->loss_scale > 0.0f ? (double)ctx->loss_scale : 1.0;
+}
 
 /* The kernel thread pool to split work on (NULL: run on the calling thread). */
 static inline mx_threadpool *mx_op_pool(const mx_op_ctx *ctx) { return ctx && ctx->exec ? ctx->exec->pool : NULL; }

@@ -91,8 +91,8 @@ static mx_status reg_forward(reg_kind kind, const mx_tensor *in, const mx_req *r
     return MX_OK;
 }
 
-static mx_status reg_backward(reg_kind kind, const void *p, const mx_tensor *in, const mx_tensor *out,
-                              const mx_req *req, mx_tensor *in_grad)
+static mx_status reg_backward(reg_kind kind, const mx_op_ctx *ctx, const void *p, const mx_tensor *in,
+                              const mx_tensor *out, const mx_req *req, mx_tensor *in_grad)
 {
     const reg_params *rp = p;
     int64_t n = mx_shape_size(&in[0].shape);
@@ -102,7 +102,7 @@ static mx_status reg_backward(reg_kind kind, const void *p, const mx_tensor *in,
     const mx_shape *ls = &in[1].shape;
     int64_t rows = ls->ndim > 0 ? ls->dims[0] : 1;
     int64_t num_output = rows > 0 ? mx_shape_size(ls) / rows : 1;
-    float sc = (float)(rp->grad_scale / (double)(num_output > 0 ? num_output : 1));
+    float sc = (float)(rp->grad_scale * mx_op_loss_scale(ctx) / (double)(num_output > 0 ? num_output : 1));
     const float *y = out[0].data, *t = in[1].data;
     float *g = in_grad[0].data;
     bool add = req[0] == MX_REQ_ADD;
@@ -144,21 +144,21 @@ static mx_status linear_backward(const mx_op_ctx *ctx, const void *p, const mx_t
                                  const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
                                  mx_tensor *aux)
 {
-    (void)ctx, (void)out_grad, (void)aux;
-    return reg_backward(REG_LINEAR, p, in, out, req, in_grad);
+    (void)out_grad, (void)aux;
+    return reg_backward(REG_LINEAR, ctx, p, in, out, req, in_grad);
 }
 static mx_status logistic_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,
                                    const mx_tensor *in, const mx_tensor *out, const mx_req *req, mx_tensor *in_grad,
                                    mx_tensor *aux)
 {
-    (void)ctx, (void)out_grad, (void)aux;
-    return reg_backward(REG_LOGISTIC, p, in, out, req, in_grad);
+    (void)out_grad, (void)aux;
+    return reg_backward(REG_LOGISTIC, ctx, p, in, out, req, in_grad);
 }
 static mx_status mae_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                               const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
-    (void)ctx, (void)out_grad, (void)aux;
-    return reg_backward(REG_MAE, p, in, out, req, in_grad);
+    (void)out_grad, (void)aux;
+    return reg_backward(REG_MAE, ctx, p, in, out, req, in_grad);
 }
 
 MX_OP_GPU_DECLARE(linear_regression_output);

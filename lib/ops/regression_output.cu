@@ -67,7 +67,7 @@ static mx_status reg_gpu_backward(int kind, const mx_op_ctx *ctx, const void *p,
     const mx_shape *ls = &in[1].shape;
     const int64_t rows = ls->ndim > 0 ? ls->dims[0] : 1;
     const int64_t num_output = rows > 0 ? mx_shape_size(ls) / rows : 1;
-    const float sc = (float)(rp->grad_scale / (double)(num_output > 0 ? num_output : 1));
+    const float sc = (float)(rp->grad_scale * mx_op_loss_scale(ctx) / (double)(num_output > 0 ? num_output : 1));
     reg_backward_kernel<<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, stream>>>(
         (const float *)out[0].data, (const float *)in[1].data, (float *)in_grad[0].data, n, sc, kind == REG_GPU_MAE,
         req[0]);

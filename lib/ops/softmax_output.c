@@ -285,7 +285,7 @@ static mx_status so_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     bool add = req[0] == MX_REQ_ADD;
 
     if (mx_shape_equal(&in[1].shape, ds)) { /* probabilities as labels: no normalization */
-        float sc = (float)so->grad_scale;
+        float sc = (float)(so->grad_scale * mx_op_loss_scale(ctx));
         for (int64_t i = 0; i < total; i++) {
             float v = sc * (y[i] - label[i]);
             put(&g[i], og ? v * og[i] : v, add);
@@ -310,7 +310,7 @@ static mx_status so_backward(const mx_op_ctx *ctx, const void *p, const mx_tenso
     } else {
         valid = 1.0;
     }
-    double scale = so->grad_scale / valid;
+    double scale = so->grad_scale * mx_op_loss_scale(ctx) / valid;
     if (so->multi_output && so->normalization != SO_NORM_VALID) scale /= (double)inner;
     float sc = (float)scale;
     float alpha = (float)so->smooth_alpha;

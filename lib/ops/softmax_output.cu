@@ -159,7 +159,7 @@ static mx_status so_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
 
     if (mx_shape_equal(&in[1].shape, ds)) { /* probabilities as labels: no normalization */
         so_backward_prob_kernel<<<mx_cuda_blocks(total), MX_CUDA_THREADS, 0, stream>>>(
-            y, label, og, g, (float)so->grad_scale, req[0], total);
+            y, label, og, g, (float)(so->grad_scale * mx_op_loss_scale(ctx)), req[0], total);
         MX_CUDA_LAUNCHED();
         return MX_OK;
     }
@@ -168,9 +168,10 @@ static mx_status so_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     so_gpu_geometry(so, ds, &outer, &k, &inner);
     const int64_t ignore = so_label_index(so->ignore_label);
     unsigned long long *ignored = NULL;
-    double scale = so->grad_scale;
+    const double grad_scale = so->grad_scale * mx_op_loss_scale(ctx); /* with dynamic loss scaling's factor */
+    double scale = grad_scale;
     if (so->normalization == SO_NORM_BATCH) {
-        scale = so->grad_scale / (so->multi_output ? (double)outer : (double)n_label);
+        scale = grad_scale / (so->multi_output ? (double)outer : (double)n_label);
     } else if (so->normalization == SO_NORM_VALID) {
         void *scratch;
         MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), sizeof(unsigned long long), &scratch));
@@ -187,7 +188,7 @@ static mx_status so_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx_t
     const float off = k > 1 ? alpha / (float)(k - 1) : 0.0f; /* what every other class gets */
     const float on = 1.0f - alpha;                          /* what the labelled class gets */
     so_backward_kernel<<<mx_cuda_blocks(total), MX_CUDA_THREADS, 0, stream>>>(
-        y, label, og, g, outer, k, inner, so->use_ignore, ignore, (float)scale, ignored, so->grad_scale, n_label, on,
+        y, label, og, g, outer, k, inner, so->use_ignore, ignore, (float)scale, ignored, grad_scale, n_label, on,
         off, add);
     MX_CUDA_LAUNCHED();
     return MX_OK;
