@@ -7,6 +7,7 @@
 #include "ndarray/ndarray_internal.h"
 
 #include "blas/blas.h"
+#include "ndarray/dtype_convert.h"
 #include "device/device.h"
 #include "ops/op.h"
 #include <stdio.h>
@@ -36,74 +37,81 @@ static void nd_op_free(void *payload)
 
 /* ---------------------------------------------------------------- kernels */
 
-/* Element i of a typed buffer as double, and the reverse. */
-static double load_as_double(const void *p, mx_dtype t, int64_t i)
+/* A dtype conversion crossing devices (or between two GPUs): through host
+ * memory, converted there (dtype_convert.c): src's bytes come over first
+ * when it is on a GPU, dst's go over last when it is. Runs on the copy
+ * lane, whose copies wait for the devices' compute streams. */
+static mx_status copy_staged(mx_ndarray *dst, mx_ndarray *src, const mx_exec_ctx *exec)
 {
-    switch (t) {
-    case MX_FLOAT32: return ((const float *)p)[i];
-    case MX_FLOAT64: return ((const double *)p)[i];
-    case MX_UINT8: return ((const uint8_t *)p)[i];
-    case MX_INT32: return ((const int32_t *)p)[i];
-    case MX_INT8: return ((const int8_t *)p)[i];
-    case MX_INT64: return (double)((const int64_t *)p)[i];
-    default: return 0.0; /* float16 is rejected before pushing */
-    }
-}
-
-static void store_from_double(void *p, mx_dtype t, int64_t i, double v)
-{
-    switch (t) {
-    case MX_FLOAT32: ((float *)p)[i] = (float)v; break;
-    case MX_FLOAT64: ((double *)p)[i] = v; break;
-    case MX_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    case MX_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case MX_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-    case MX_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-    default: break;
-    }
+    mx_context dc = mx_ndarray_context(dst), sc = mx_ndarray_context(src);
+    bool dg = dc.dev_type == MX_DEV_GPU, sg = sc.dev_type == MX_DEV_GPU;
+    int64_t n = mx_ndarray_size(dst);
+    size_t sbytes = mx_ndarray_nbytes(src), dbytes = mx_ndarray_nbytes(dst);
+    void *s = mx_ndarray_data(src), *d = mx_ndarray_data(dst), *hs = NULL, *hd = NULL;
+    mx_status st = MX_OK;
+    if (sg && !(hs = mx_malloc(sbytes ? sbytes : 1))) st = MX_ERR_NOMEM;
+    if (st == MX_OK && dg && !(hd = mx_malloc(dbytes ? dbytes : 1))) st = MX_ERR_NOMEM;
+    if (st == MX_OK && sg) st = mx_device_copy(hs, mx_cpu(), s, sc, sbytes, exec->stream);
+    if (st == MX_OK) st = mx_dtype_convert("copy", dg ? hd : d, dst->dtype, sg ? hs : s, src->dtype, n, false);
+    if (st == MX_OK && dg) st = mx_device_copy(d, dc, hd, mx_cpu(), dbytes, exec->stream);
+    free(hs);
+    free(hd);
+    return st;
 }
 
 static mx_status run_copy(nd_op *op, const mx_exec_ctx *exec)
 {
     mx_ndarray *dst = op->out, *src = op->a;
-    if (dst->dtype == src->dtype)
-        return mx_device_copy(mx_ndarray_data(dst), mx_ndarray_context(dst), mx_ndarray_data(src),
-                              mx_ndarray_context(src), mx_ndarray_nbytes(dst), exec->stream);
-    /* Casts run on the host (checked at push). */
-    int64_t n = mx_ndarray_size(dst);
+    mx_context dc = mx_ndarray_context(dst), sc = mx_ndarray_context(src);
     void *d = mx_ndarray_data(dst);
     const void *s = mx_ndarray_data(src);
-    if (d == s) return MX_ERROR(MX_ERR_INVALID, "copy: cast onto the same memory");
-    for (int64_t i = 0; i < n; i++) store_from_double(d, dst->dtype, i, load_as_double(s, src->dtype, i));
-    return MX_OK;
+    if (dst->dtype == src->dtype)
+        return mx_device_copy(d, dc, s, sc, mx_ndarray_nbytes(dst), exec->stream);
+    if (d == s) return MX_ERROR(MX_ERR_INVALID, "copy: dtype conversion onto the same memory");
+    int64_t n = mx_ndarray_size(dst);
+    if (dc.dev_type == MX_DEV_CPU && sc.dev_type == MX_DEV_CPU)
+        return mx_dtype_convert("copy", d, dst->dtype, s, src->dtype, n, false);
+#ifdef MX_USE_CUDA
+    if (mx_context_equal(dc, sc)) { /* on one GPU: a kernel on its compute stream (mx_nd_copy) */
+        MX_TRY(mx_dtype_convert_gpu("copy", d, dst->dtype, s, src->dtype, n, false, exec->stream));
+        return mx_device_op_done(exec);
+    }
+#endif
+    return copy_staged(dst, src, exec);
 }
 
 static mx_status run_fill(nd_op *op, const mx_exec_ctx *exec)
 {
     mx_ndarray *dst = op->out;
     int64_t n = mx_ndarray_size(dst);
-    size_t bytes = mx_ndarray_nbytes(dst);
+    size_t bytes = mx_ndarray_nbytes(dst), size = mx_dtype_size(dst->dtype);
     mx_context ctx = mx_ndarray_context(dst);
+    void *d = mx_ndarray_data(dst);
     if (ctx.dev_type == MX_DEV_GPU) {
         const mx_device_ops *dev = mx_device_get(ctx.dev_type);
         if (!dev) return mx_last_status();
-        if (op->scalar == 0.0) return dev->zero(mx_ndarray_data(dst), ctx.dev_id, bytes, exec->stream);
-        /* Any value: fill on the host and copy over. */
-        void *host = mx_malloc(bytes);
-        if (!host) return MX_ERR_NOMEM;
-        for (int64_t i = 0; i < n; i++) store_from_double(host, dst->dtype, i, op->scalar);
-        mx_status s = mx_device_copy(mx_ndarray_data(dst), ctx, host, mx_cpu(), bytes, exec->stream);
-        free(host);
-        return s;
+        if (op->scalar == 0.0) return dev->zero(d, ctx.dev_id, bytes, exec->stream);
+#ifdef MX_USE_CUDA
+        _Alignas(8) unsigned char elem[8];
+        MX_TRY(mx_dtype_from_double("fill", elem, dst->dtype, op->scalar));
+        MX_TRY(mx_dtype_fill_gpu(d, dst->dtype, elem, n, exec->stream));
+        return mx_device_op_done(exec);
+#else
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "fill: a GPU array in a build without CUDA");
+#endif
     }
-    void *d = mx_ndarray_data(dst);
     if (op->scalar == 0.0) {
         memset(d, 0, bytes);
     } else if (dst->dtype == MX_FLOAT32) {
         float v = (float)op->scalar, *f = d;
         for (int64_t i = 0; i < n; i++) f[i] = v;
-    } else {
-        for (int64_t i = 0; i < n; i++) store_from_double(d, dst->dtype, i, op->scalar);
+    } else if (n > 0) { /* one element converted, then repeated by doubling */
+        MX_TRY(mx_dtype_from_double("fill", d, dst->dtype, op->scalar));
+        for (size_t done = size; done < bytes;) {
+            size_t w = done < bytes - done ? done : bytes - done;
+            memcpy((char *)d + done, d, w);
+            done += w;
+        }
     }
     return MX_OK;
 }
@@ -331,22 +339,20 @@ mx_status mx_nd_copy(mx_ndarray *dst, mx_ndarray *src)
     if (mx_ndarray_size(dst) != mx_ndarray_size(src)) MX_TRY(require_same_shape("copy", dst, src));
     mx_context dc = mx_ndarray_context(dst), sc = mx_ndarray_context(src);
     bool gpu = dc.dev_type == MX_DEV_GPU || sc.dev_type == MX_DEV_GPU;
-    if (dst->dtype != src->dtype) {
-        if (gpu) return MX_ERROR(MX_ERR_UNSUPPORTED, "copy: dtype conversion on a GPU is not supported yet");
-        if (dst->dtype == MX_FLOAT16 || src->dtype == MX_FLOAT16)
-            return MX_ERROR(MX_ERR_UNSUPPORTED, "copy: float16 conversion is not supported");
-        if (mx_ndarray_var(dst) == mx_ndarray_var(src))
-            return MX_ERROR(MX_ERR_INVALID, "copy: dtype conversion between views of one array");
-    }
+    bool convert = dst->dtype != src->dtype;
+    if (convert && mx_ndarray_var(dst) == mx_ndarray_var(src))
+        return MX_ERROR(MX_ERR_INVALID, "copy: dtype conversion between views of one array");
     if (mx_ndarray_var(dst) == mx_ndarray_var(src) && dst->offset == src->offset) return MX_OK;
     mx_context ctx = dc.dev_type == MX_DEV_GPU ? dc : sc;
-    return nd_push((nd_op){.kind = ND_COPY, .out = dst, .a = src}, ctx, gpu ? MX_LANE_COPY : MX_LANE_COMPUTE);
+    /* A conversion on one GPU is a kernel, queued on the device's compute
+     * stream like the operators'; other GPU copies run on the copy lane. */
+    bool on_device = convert && gpu && mx_context_equal(dc, sc);
+    return nd_push((nd_op){.kind = ND_COPY, .out = dst, .a = src}, ctx,
+                   gpu && !on_device ? MX_LANE_COPY : MX_LANE_COMPUTE);
 }
 
 mx_status mx_nd_fill(mx_ndarray *dst, double value)
 {
-    if (dst->dtype == MX_FLOAT16 && value != 0.0)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "fill: float16 arrays can only be zero-filled");
     return nd_push((nd_op){.kind = ND_FILL, .out = dst, .scalar = value}, mx_ndarray_context(dst),
                    MX_LANE_COMPUTE);
 }

@@ -1,0 +1,128 @@
+/*
+ * dtype_convert.c - dtype_convert.h on the host: one load table (element
+ * -> double) and one store table (double -> element), applied in chunks,
+ * plus direct loops for float32 <-> float16 / bfloat16 (the same bits:
+ * a float32 survives the trip through double unchanged).
+ */
+#include "ndarray/dtype_convert.h"
+
+#include "base/half.h"
+
+#include <math.h>
+#include <string.h>
+
+/* float -> integer: toward zero, saturated, NaN -> 0. */
+static double saturate(double v, double lo, double hi)
+{
+    if (v != v) return 0.0;
+    v = trunc(v);
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void load(double *d, const void *src, mx_dtype t, int64_t n)
+{
+    switch (t) {
+    case MX_FLOAT32: for (int64_t i = 0; i < n; i++) d[i] = ((const float *)src)[i]; break;
+    case MX_FLOAT64: memcpy(d, src, sizeof(double) * (size_t)n); break;
+    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) d[i] = mx_half_to_float(((const uint16_t *)src)[i]); break;
+    case MX_BFLOAT16: for (int64_t i = 0; i < n; i++) d[i] = mx_bfloat16_to_float(((const uint16_t *)src)[i]); break;
+    case MX_UINT8: for (int64_t i = 0; i < n; i++) d[i] = ((const uint8_t *)src)[i]; break;
+    case MX_INT32: for (int64_t i = 0; i < n; i++) d[i] = ((const int32_t *)src)[i]; break;
+    case MX_INT8: for (int64_t i = 0; i < n; i++) d[i] = ((const int8_t *)src)[i]; break;
+    case MX_INT64: for (int64_t i = 0; i < n; i++) d[i] = (double)((const int64_t *)src)[i]; break;
+    default: break; /* checked by the callers */
+    }
+}
+
+static void store(void *dst, mx_dtype t, const double *d, int64_t n)
+{
+    switch (t) {
+    case MX_FLOAT32: for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)d[i]; break;
+    case MX_FLOAT64: memcpy(dst, d, sizeof(double) * (size_t)n); break;
+    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mx_float_to_half((float)d[i]); break;
+    case MX_BFLOAT16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mx_float_to_bfloat16((float)d[i]);
+        break;
+    case MX_UINT8: for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)saturate(d[i], 0, 255); break;
+    case MX_INT32:
+        for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)saturate(d[i], -2147483648.0, 2147483647.0);
+        break;
+    case MX_INT8: for (int64_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)saturate(d[i], -128, 127); break;
+    case MX_INT64:
+        for (int64_t i = 0; i < n; i++) {
+            double v = saturate(d[i], -9223372036854775808.0, 9223372036854775807.0);
+            ((int64_t *)dst)[i] = v >= 9223372036854775807.0 ? INT64_MAX : (int64_t)v;
+        }
+        break;
+    default: break;
+    }
+}
+
+/* Over i in [0, n): ascending, or descending when `back` (an in-place
+ * conversion to a wider type, whose element i overwrites source elements
+ * i and after). */
+#define EACH(i, n, back, ...)                                                                                      \
+    do {                                                                                                           \
+        if (back)                                                                                                  \
+            for (int64_t i = (n) - 1; i >= 0; i--) { __VA_ARGS__; }                                                \
+        else                                                                                                       \
+            for (int64_t i = 0; i < (n); i++) { __VA_ARGS__; }                                                     \
+    } while (0)
+
+/* float32 <-> a half type without the trip through double (which would
+ * quieten a signalling NaN, nothing else); false when the pair is another. */
+static bool convert_direct(void *dst, mx_dtype dt, const void *src, mx_dtype st, int64_t n, bool back)
+{
+    const float *sf = src;
+    const uint16_t *sh = src;
+    float *df = dst;
+    uint16_t *dh = dst;
+    if (st == MX_FLOAT32 && dt == MX_FLOAT16) EACH(i, n, back, dh[i] = mx_float_to_half(sf[i]));
+    else if (st == MX_FLOAT32 && dt == MX_BFLOAT16) EACH(i, n, back, dh[i] = mx_float_to_bfloat16(sf[i]));
+    else if (st == MX_FLOAT16 && dt == MX_FLOAT32) EACH(i, n, back, df[i] = mx_half_to_float(sh[i]));
+    else if (st == MX_BFLOAT16 && dt == MX_FLOAT32) EACH(i, n, back, df[i] = mx_bfloat16_to_float(sh[i]));
+    else return false;
+    return true;
+}
+
+#define CONVERT_CHUNK 256
+
+mx_status mx_dtype_convert(const char *what, void *dst, mx_dtype dt, const void *src, mx_dtype st, int64_t n,
+                           bool add)
+{
+    if (!mx_dtype_valid((int)dt) || !mx_dtype_valid((int)st))
+        return MX_ERROR(MX_ERR_INVALID, "%s: bad dtype (%d -> %d)", what, (int)st, (int)dt);
+    if (n <= 0) return MX_OK;
+    if (dt == st && !add) {
+        if (dst != src) memmove(dst, src, (size_t)n * mx_dtype_size(dt));
+        return MX_OK;
+    }
+    if (dt == MX_FLOAT32 && st == MX_FLOAT32) { /* add, the common gradient case */
+        float *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+        return MX_OK;
+    }
+    size_t ds = mx_dtype_size(dt), ss = mx_dtype_size(st);
+    bool back = dst == src && ds > ss;
+    if (!add && convert_direct(dst, dt, src, st, n, back)) return MX_OK;
+    double a[CONVERT_CHUNK], b[CONVERT_CHUNK];
+    int64_t chunks = (n + CONVERT_CHUNK - 1) / CONVERT_CHUNK;
+    EACH(c, chunks, back, {
+        int64_t i0 = c * CONVERT_CHUNK, w = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
+        load(a, (const char *)src + (size_t)i0 * ss, st, w);
+        if (add) {
+            load(b, (const char *)dst + (size_t)i0 * ds, dt, w);
+            for (int64_t i = 0; i < w; i++) a[i] += b[i];
+        }
+        store((char *)dst + (size_t)i0 * ds, dt, a, w);
+    });
+    return MX_OK;
+}
+
+mx_status mx_dtype_from_double(const char *what, void *elem, mx_dtype dt, double value)
+{
+    if (!mx_dtype_valid((int)dt)) return MX_ERROR(MX_ERR_INVALID, "%s: bad dtype %d", what, (int)dt);
+    store(elem, dt, &value, 1);
+    return MX_OK;
+}
