@@ -1,36 +1,29 @@
 /*
  * cast.c - Cast: converts data to `dtype`; backward converts the output
- * gradient back to the input's type. Shapes pass through; the dtypes come
- * from the tensors themselves (mx_tensor.dtype), so the executor must
- * allocate the output with this op's dtype parameter (the interface has no
- * type inference yet).
- * Conversions go through double in chunks: float -> integer truncates
- * toward zero like C's cast, but saturates at the type's range and maps
- * NaN to 0 where C (and MXNet) leave it undefined.
+ * gradient back to the input's type. Shapes pass through; the output's
+ * dtype is the parameter (cast_infer_type), and the kernels convert
+ * between the tensors' own dtypes (mx_tensor.dtype), every one of them.
+ * Conversions are the library's one table (ndarray/dtype_convert.h):
+ * through double, float16 and bfloat16 rounding to nearest even (through
+ * float32); float -> integer truncates toward zero like C's cast, but
+ * saturates at the type's range and maps NaN to 0 where C (and MXNet) leave
+ * it undefined.
  */
 #include "ops/op.h"
 #include "ops/cast.h"
-#include "base/half.h"
+#include "ndarray/dtype_convert.h"
 
-#include <math.h>
 #include <stddef.h>
-#include <string.h>
-
-
-/* MXNet's names; bfloat16 and bool are recognised but not supported. */
-static const char *const cast_choices[] = {"float32", "float64", "float16", "uint8", "int32",
-                                           "int8",    "int64",   "bfloat16", "bool", NULL};
-static const int cast_to_dtype[] = {MX_FLOAT32, MX_FLOAT64, MX_FLOAT16, MX_UINT8, MX_INT32, MX_INT8, MX_INT64, -1, -1};
 
 static const mx_param_desc cast_param_table[] = {
-    {"dtype", MX_PARAM_ENUM, NULL, 1, 0, cast_choices, offsetof(cast_params, dtype), "the output data type"},
+    {"dtype", MX_PARAM_ENUM, NULL, 1, 0, mx_cast_choices, offsetof(cast_params, dtype), "the output data type"},
 };
 
 static mx_status cast_check(const void *p)
 {
     const cast_params *cp = p;
-    if (cast_to_dtype[cp->dtype] < 0)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "Cast: parameter 'dtype' value '%s' is not supported", cast_choices[cp->dtype]);
+    if (mx_cast_dtypes[cp->dtype] < 0)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Cast: parameter 'dtype' value '%s' is not supported", mx_cast_choices[cp->dtype]);
     return MX_OK;
 }
 
@@ -51,84 +44,33 @@ static int cast_list_outputs(const void *p, const char **names)
 static mx_status cast_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
 {
     (void)p, (void)n_in, (void)n_out;
-    if (in[0].ndim == 0) return MX_ERROR(MX_ERR_INVALID, "Cast: the shape of data is unknown");
-    out[0] = in[0];
+    /* Both unknown: a Cast of a weight, whose reader gives the output's
+     * shape; mx_graph_infer_shapes then brings it back to the input. */
+    if (in[0].ndim == 0) in[0] = out[0];
+    else out[0] = in[0];
     return MX_OK;
 }
 
-static double saturate(double v, double lo, double hi)
+/* MXNet's CastType: the output is `dtype`, the data any type (float32
+ * when unknown). */
+static mx_status cast_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
 {
-    if (v != v) return 0.0;
-    v = trunc(v);
-    return v < lo ? lo : v > hi ? hi : v;
-}
-
-#define CAST_CHUNK 256
-
-static void load(double *d, const void *src, mx_dtype t, int64_t n)
-{
-    switch (t) {
-    case MX_FLOAT32: for (int64_t i = 0; i < n; i++) d[i] = ((const float *)src)[i]; break;
-    case MX_FLOAT64: for (int64_t i = 0; i < n; i++) d[i] = ((const double *)src)[i]; break;
-    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) d[i] = mx_half_to_float(((const uint16_t *)src)[i]); break;
-    case MX_UINT8: for (int64_t i = 0; i < n; i++) d[i] = ((const uint8_t *)src)[i]; break;
-    case MX_INT32: for (int64_t i = 0; i < n; i++) d[i] = ((const int32_t *)src)[i]; break;
-    case MX_INT8: for (int64_t i = 0; i < n; i++) d[i] = ((const int8_t *)src)[i]; break;
-    case MX_INT64: for (int64_t i = 0; i < n; i++) d[i] = (double)((const int64_t *)src)[i]; break;
-    default: break;
-    }
-}
-
-static void store(void *dst, mx_dtype t, const double *d, int64_t n)
-{
-    switch (t) {
-    case MX_FLOAT32: for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)d[i]; break;
-    case MX_FLOAT64: for (int64_t i = 0; i < n; i++) ((double *)dst)[i] = d[i]; break;
-    case MX_FLOAT16: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mx_float_to_half((float)d[i]); break;
-    case MX_UINT8: for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)saturate(d[i], 0, 255); break;
-    case MX_INT32:
-        for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)saturate(d[i], -2147483648.0, 2147483647.0);
-        break;
-    case MX_INT8: for (int64_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)saturate(d[i], -128, 127); break;
-    case MX_INT64:
-        for (int64_t i = 0; i < n; i++) {
-            double v = saturate(d[i], -9223372036854775808.0, 9223372036854775807.0);
-            ((int64_t *)dst)[i] = v >= 9223372036854775807.0 ? INT64_MAX : (int64_t)v;
-        }
-        break;
-    default: break;
-    }
+    (void)n_in, (void)n_out;
+    const cast_params *cp = p;
+    int want = mx_cast_dtypes[cp->dtype];
+    if (in[0] < 0) in[0] = MX_FLOAT32;
+    if (out[0] >= 0 && out[0] != want)
+        return MX_ERROR(MX_ERR_INVALID, "Cast: output is %s, but dtype is %s", mx_dtype_name((mx_dtype)out[0]),
+                        mx_cast_choices[cp->dtype]);
+    out[0] = want;
+    return MX_OK;
 }
 
 /* dst (dtype dt) = or += src (dtype st) over n elements. */
 static mx_status convert(void *dst, mx_dtype dt, const void *src, mx_dtype st, int64_t n, mx_req req)
 {
     if (req == MX_REQ_NULL) return MX_OK;
-    if (!mx_dtype_valid(dt) || !mx_dtype_valid(st))
-        return MX_ERROR(MX_ERR_INVALID, "Cast: bad tensor dtype (%d -> %d)", (int)st, (int)dt);
-    bool add = req == MX_REQ_ADD;
-    if (dt == st && !add) {
-        if (dst != src) memmove(dst, src, (size_t)n * mx_dtype_size(dt));
-        return MX_OK;
-    }
-    if (dt == MX_FLOAT32 && st == MX_FLOAT32) { /* add, the common gradient case */
-        float *d = dst;
-        const float *s = src;
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-        return MX_OK;
-    }
-    double a[CAST_CHUNK], b[CAST_CHUNK];
-    size_t ds = mx_dtype_size(dt), ss = mx_dtype_size(st);
-    for (int64_t i0 = 0; i0 < n; i0 += CAST_CHUNK) {
-        int64_t w = n - i0 < CAST_CHUNK ? n - i0 : CAST_CHUNK;
-        load(a, (const char *)src + (size_t)i0 * ss, st, w);
-        if (add) {
-            load(b, (const char *)dst + (size_t)i0 * ds, dt, w);
-            for (int64_t i = 0; i < w; i++) a[i] += b[i];
-        }
-        store((char *)dst + (size_t)i0 * ds, dt, a, w);
-    }
-    return MX_OK;
+    return mx_dtype_convert("Cast", dst, dt, src, st, n, req == MX_REQ_ADD);
 }
 
 static mx_status cast_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
@@ -136,9 +78,9 @@ static mx_status cast_forward(const mx_op_ctx *ctx, const void *p, const mx_tens
 {
     (void)ctx, (void)aux;
     const cast_params *cp = p;
-    if (req[0] != MX_REQ_NULL && (int)out[0].dtype != cast_to_dtype[cp->dtype])
+    if (req[0] != MX_REQ_NULL && (int)out[0].dtype != mx_cast_dtypes[cp->dtype])
         return MX_ERROR(MX_ERR_INVALID, "Cast: output tensor is %s, expected %s (dtype parameter)",
-                        mx_dtype_name(out[0].dtype), cast_choices[cp->dtype]);
+                        mx_dtype_name(out[0].dtype), mx_cast_choices[cp->dtype]);
     return convert(out[0].data, out[0].dtype, in[0].data, in[0].dtype, mx_shape_size(&in[0].shape), req[0]);
 }
 
@@ -165,6 +107,8 @@ const mx_op_def mx_op_cast = {
     .list_inputs = cast_list_inputs,
     .list_outputs = cast_list_outputs,
     .infer_shape = cast_infer_shape,
+    .infer_type = cast_infer_type,
+    .cpu_dtypes = MX_CAST_ALL_DTYPES,
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward = cast_forward,
     .backward = cast_backward,

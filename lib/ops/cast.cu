@@ -1,22 +1,20 @@
 /*
- * cast.cu - Cast of cast.c on the GPU, for float32 -> float32 (dtype
- * 'float32' on float32 data): a copy (or an add) forward and backward.
- * Other dtypes are refused with MX_ERR_UNSUPPORTED naming them.
+ * cast.cu - Cast of cast.c on the GPU, for every dtype pair the CPU
+ * converts: one kernel on the op's stream (ndarray/dtype_convert.cu, the
+ * CPU's bits for every element), a copy when the types agree. Forward
+ * checks the output tensor's dtype against the parameter as cast.c does;
+ * backward converts the gradient back to the input's type.
  */
+#include "ndarray/dtype_convert.h"
 #include "ops/cast.h"
-#include "ops/cuda/copy_req.cuh"
 #include "ops/cuda/cuda_op.h"
 
-/* cast.c's choice list, for messages. */
-static const char *const castg_choices[] = {"float32", "float64", "float16", "uint8", "int32",
-                                            "int8",    "int64",   "bfloat16", "bool"};
-
-static mx_status castg_check(const char *what, mx_dtype src, mx_dtype dst)
+static mx_status castg_convert(const mx_op_ctx *ctx, const mx_tensor *dst, const mx_tensor *src, int64_t n,
+                               mx_req req)
 {
-    if (src != MX_FLOAT32 || dst != MX_FLOAT32)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "Cast: %s from %s to %s is not supported on the GPU (float32 only)", what,
-                        mx_dtype_name(src), mx_dtype_name(dst));
-    return MX_OK;
+    if (req == MX_REQ_NULL) return MX_OK;
+    return mx_dtype_convert_gpu("Cast", dst->data, dst->dtype, src->data, src->dtype, n, req == MX_REQ_ADD,
+                                ctx->exec->stream);
 }
 
 static mx_status castg_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
@@ -25,24 +23,21 @@ static mx_status castg_forward(const mx_op_ctx *ctx, const void *p, const mx_ten
     (void)aux;
     const cast_params *cp = (const cast_params *)p;
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    if (cp->dtype != 0) {
-        int nc = (int)(sizeof(castg_choices) / sizeof(castg_choices[0]));
-        return MX_ERROR(MX_ERR_UNSUPPORTED,
-                        "Cast: parameter 'dtype' value '%s' is not supported on the GPU (only 'float32')",
-                        cp->dtype >= 0 && cp->dtype < nc ? castg_choices[cp->dtype] : "?");
-    }
-    MX_TRY(castg_check("forward", in[0].dtype, out[0].dtype));
-    return mx_cuda_copy_req(ctx, "Cast", out[0].data, in[0].data, mx_shape_size(&in[0].shape), MX_FLOAT32, req[0]);
+    int nc = (int)(sizeof(mx_cast_dtypes) / sizeof(mx_cast_dtypes[0]));
+    if (cp->dtype < 0 || cp->dtype >= nc || mx_cast_dtypes[cp->dtype] < 0)
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "Cast: parameter 'dtype' value '%s' is not supported",
+                        cp->dtype >= 0 && cp->dtype < nc ? mx_cast_choices[cp->dtype] : "?");
+    if ((int)out[0].dtype != mx_cast_dtypes[cp->dtype])
+        return MX_ERROR(MX_ERR_INVALID, "Cast: output tensor is %s, expected %s (dtype parameter)",
+                        mx_dtype_name(out[0].dtype), mx_cast_choices[cp->dtype]);
+    return castg_convert(ctx, &out[0], &in[0], mx_shape_size(&in[0].shape), req[0]);
 }
 
 static mx_status castg_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
                                 const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
 {
     (void)p, (void)in, (void)out, (void)aux;
-    if (req[0] == MX_REQ_NULL) return MX_OK;
-    MX_TRY(castg_check("backward", out_grad[0].dtype, in_grad[0].dtype));
-    return mx_cuda_copy_req(ctx, "Cast", in_grad[0].data, out_grad[0].data, mx_shape_size(&in_grad[0].shape),
-                            MX_FLOAT32, req[0]);
+    return castg_convert(ctx, &in_grad[0], &out_grad[0], mx_shape_size(&in_grad[0].shape), req[0]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_cast = {castg_forward, castg_backward, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_cast = {castg_forward, castg_backward, NULL, 0};

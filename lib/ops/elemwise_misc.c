@@ -6,18 +6,22 @@
  *   _identity_with_attr_like_rhs (lhs, rhs of one shape)  y = lhs,
  *                               dlhs = dy, drhs = 0
  *   zeros_like, ones_like       y = 0 or 1 in data's shape, dx = 0
- *   amp_cast (dtype)            y = x, dx = dy; the executor computes in
- *                               float32 only, so dtype must be float32
- *                               (others are an error at parse time)
+ *   amp_cast (dtype)            y = x converted to dtype (float32,
+ *                               float16 and bfloat16 data; other data
+ *                               passes through, as MXNet's AMPCastType),
+ *                               dx = dy converted back (cast.h; in place
+ *                               also between types of different sizes)
  *   where (condition, x, y)     out = condition != 0 ? x : y; dx and dy
  *                               take the gradient where their branch was
  *                               chosen, condition gets 0. condition has
  *                               x's shape, or is 1-D of length x.shape[0]
  *                               and picks whole rows (MXNet 1.9.1).
- * float32, any shape; everything runs in place where an output can reuse
- * an input's buffer.
+ * float32 (amp_cast: the dtypes of dtype_convert.h), any shape; everything
+ * runs in place where an output can reuse an input's buffer.
  */
 #include "ops/op.h"
+#include "ops/cast.h"
+#include "ndarray/dtype_convert.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -142,43 +146,68 @@ COPY_DEF(ones_like, "ones_like", A(), "Ones of data's shape.");
 
 /* ------------------------------------------------------- amp_cast */
 
-typedef struct amp_params {
-    int dtype;
-} amp_params;
-
-static const char *const amp_dtypes[] = {"bfloat16", "float16", "float32", "float64",
-                                         "int32",    "int64",   "int8",    "uint8", NULL};
-enum { AMP_FLOAT32 = 2 };
-
 static const mx_param_desc amp_param_table[] = {
-    {"dtype", MX_PARAM_ENUM, NULL, 1, 0, amp_dtypes, offsetof(amp_params, dtype), "the output data type"},
+    {"dtype", MX_PARAM_ENUM, NULL, 1, 0, mx_amp_cast_choices, offsetof(amp_cast_params, dtype),
+     "the output data type (float32, float16 and bfloat16 data only; other data passes through)"},
 };
 
-static mx_status amp_check(const void *p)
+static mx_status amp_cast_infer_shape(const void *p, mx_shape *in, int n_in, mx_shape *out, int n_out)
 {
-    const amp_params *ap = p;
-    if (ap->dtype != AMP_FLOAT32)
-        return MX_ERROR(MX_ERR_UNSUPPORTED,
-                        "amp_cast: parameter 'dtype' value '%s' is not supported (graphs run in float32 only; "
-                        "only dtype='float32' is accepted)",
-                        amp_dtypes[ap->dtype]);
+    (void)p, (void)n_in, (void)n_out;
+    return same_shape("amp_cast", in, out);
+}
+
+/* MXNet's AMPCastType (mx_amp_cast_out_dtype); unknown data is float32. */
+static mx_status amp_cast_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)n_in, (void)n_out;
+    if (in[0] < 0) in[0] = MX_FLOAT32;
+    mx_dtype want = mx_amp_cast_out_dtype(p, (mx_dtype)in[0]);
+    if (out[0] >= 0 && out[0] != (int)want)
+        return MX_ERROR(MX_ERR_INVALID, "amp_cast: output is %s, but %s data casts to %s",
+                        mx_dtype_name((mx_dtype)out[0]), mx_dtype_name((mx_dtype)in[0]), mx_dtype_name(want));
+    out[0] = want;
     return MX_OK;
 }
 
-COPY_FUNCS(amp_cast, "amp_cast", COPY_PASS)
+/* Like Cast's (cast.c): out = data converted (dtype_convert.h), the output
+ * tensor of the type mx_amp_cast_out_dtype gives. */
+static mx_status amp_cast_forward(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                                  mx_tensor *out, mx_tensor *aux)
+{
+    (void)ctx, (void)aux;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    mx_dtype want = mx_amp_cast_out_dtype(p, in[0].dtype);
+    if (out[0].dtype != want)
+        return MX_ERROR(MX_ERR_INVALID, "amp_cast: output tensor is %s, expected %s for %s data",
+                        mx_dtype_name(out[0].dtype), mx_dtype_name(want), mx_dtype_name(in[0].dtype));
+    return mx_dtype_convert("amp_cast", out[0].data, out[0].dtype, in[0].data, in[0].dtype,
+                            mx_shape_size(&in[0].shape), req[0] == MX_REQ_ADD);
+}
+
+/* The gradient converted back to the input's type. */
+static mx_status amp_cast_backward(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
+                                   const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+{
+    (void)ctx, (void)p, (void)in, (void)out, (void)aux;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    return mx_dtype_convert("amp_cast", in_grad[0].data, in_grad[0].dtype, out_grad[0].data, out_grad[0].dtype,
+                            mx_shape_size(&in_grad[0].shape), req[0] == MX_REQ_ADD);
+}
 
 MX_OP_GPU_DECLARE(amp_cast);
 
 const mx_op_def mx_op_amp_cast = {
     .name = "amp_cast",
-    .doc = "Casts data to dtype for mixed precision (float32 here: a copy).",
+    .doc = "Casts float32, float16 and bfloat16 data to dtype for mixed precision; other data passes through.",
     .params = amp_param_table,
     .n_params = (int)(sizeof(amp_param_table) / sizeof(amp_param_table[0])),
-    .params_size = sizeof(amp_params),
-    .check = amp_check,
+    .params_size = sizeof(amp_cast_params),
     .list_inputs = one_input,
     .list_outputs = one_output,
     .infer_shape = amp_cast_infer_shape,
+    .infer_type = amp_cast_infer_type,
+    .cpu_dtypes = MX_CAST_ALL_DTYPES,
     .backward_deps = MX_BWD_OUT_GRAD,
     .forward_inplace = inplace00,
     .backward_inplace = inplace00,

@@ -1,11 +1,13 @@
 /*
  * elemwise_misc.cu - elemwise_misc.c's utilities on the GPU: BlockGrad,
- * _copy, amp_cast (float32 only, checked at parse time), zeros_like,
+ * _copy, amp_cast (every dtype pair, as on the CPU), zeros_like,
  * ones_like, _identity_with_attr_like_rhs and where (condition of x's
  * shape, or 1-D picking whole rows). Copies go through copy_req.cuh (a
  * write in place is a no-op); fills and where are one thread per element,
  * each element read before it is written (the in-place options hold).
  */
+#include "ndarray/dtype_convert.h" /* first: C linkage for the C headers it includes */
+#include "ops/cast.h"
 #include "ops/cuda/copy_req.cuh"
 #include "ops/cuda/cuda_op.h"
 
@@ -52,13 +54,40 @@ enum { EMG_PASS, EMG_BLOCK, EMG_ZERO, EMG_ONE };
         if (KIND == EMG_PASS) return emg_copy(ctx, opname, in_grad[0].data, out_grad[0].data, n, req[0]);          \
         return emg_fill(ctx, (float *)in_grad[0].data, 0.0f, n, req[0]);                                           \
     }                                                                                                              \
-    extern "C" const mx_op_kernels mx_op_gpu_##id = {emg_##id##_fwd, emg_##id##_bwd, NULL};
+    extern "C" const mx_op_kernels mx_op_gpu_##id = {emg_##id##_fwd, emg_##id##_bwd, NULL, 0};
 
 EMG_COPY(block_grad, "BlockGrad", EMG_BLOCK)
 EMG_COPY(copy, "_copy", EMG_PASS)
 EMG_COPY(zeros_like, "zeros_like", EMG_ZERO)
 EMG_COPY(ones_like, "ones_like", EMG_ONE)
-EMG_COPY(amp_cast, "amp_cast", EMG_PASS)
+
+/* ------------------------------------------------------- amp_cast */
+
+/* elemwise_misc.c's amp_cast: the output of mx_amp_cast_out_dtype's type,
+ * converted on the op's stream (dtype_convert.cu: the CPU's bits). */
+static mx_status emg_amp_cast_fwd(const mx_op_ctx *ctx, const void *p, const mx_tensor *in, const mx_req *req,
+                                  mx_tensor *out, mx_tensor *aux)
+{
+    (void)aux;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    mx_dtype want = mx_amp_cast_out_dtype((const amp_cast_params *)p, in[0].dtype);
+    if (out[0].dtype != want)
+        return MX_ERROR(MX_ERR_INVALID, "amp_cast: output tensor is %s, expected %s for %s data",
+                        mx_dtype_name(out[0].dtype), mx_dtype_name(want), mx_dtype_name(in[0].dtype));
+    return mx_dtype_convert_gpu("amp_cast", out[0].data, out[0].dtype, in[0].data, in[0].dtype,
+                                mx_shape_size(&in[0].shape), req[0] == MX_REQ_ADD, ctx->exec->stream);
+}
+
+static mx_status emg_amp_cast_bwd(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
+                                  const mx_tensor *out, const mx_req *req, mx_tensor *in_grad, mx_tensor *aux)
+{
+    (void)p, (void)in, (void)out, (void)aux;
+    if (req[0] == MX_REQ_NULL) return MX_OK;
+    return mx_dtype_convert_gpu("amp_cast", in_grad[0].data, in_grad[0].dtype, out_grad[0].data, out_grad[0].dtype,
+                                mx_shape_size(&in_grad[0].shape), req[0] == MX_REQ_ADD, ctx->exec->stream);
+}
+
+extern "C" const mx_op_kernels mx_op_gpu_amp_cast = {emg_amp_cast_fwd, emg_amp_cast_bwd, NULL, MX_CAST_ALL_DTYPES};
 
 /* ------------------------------------------------------- _identity_with_attr_like_rhs */
 
@@ -79,7 +108,7 @@ static mx_status emg_iwalr_bwd(const mx_op_ctx *ctx, const void *p, const mx_ten
     return emg_fill(ctx, (float *)in_grad[1].data, 0.0f, n, req[1]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_identity_with_attr_like_rhs = {emg_iwalr_fwd, emg_iwalr_bwd, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_identity_with_attr_like_rhs = {emg_iwalr_fwd, emg_iwalr_bwd, NULL, 0};
 
 /* ------------------------------------------------------- where */
 
@@ -139,4 +168,4 @@ static mx_status emg_where_bwd(const mx_op_ctx *ctx, const void *p, const mx_ten
     return emg_fill(ctx, (float *)in_grad[0].data, 0.0f, mx_shape_size(&in[0].shape), req[0]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_where = {emg_where_fwd, emg_where_bwd, NULL};
+extern "C" const mx_op_kernels mx_op_gpu_where = {emg_where_fwd, emg_where_bwd, NULL, 0};
