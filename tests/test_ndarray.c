@@ -1,4 +1,5 @@
 /* test_ndarray.c - arrays, imperative ops, laziness, RNG, the allocator. */
+#include "base/half.h"
 #include "ndarray/ndarray.h"
 
 #include <check.h>
@@ -89,7 +90,7 @@ END_TEST
 START_TEST(fill_every_dtype)
 {
     mx_runtime *rt = make_runtime(false, 2);
-    const mx_dtype types[] = {MX_FLOAT32, MX_FLOAT64, MX_UINT8, MX_INT32, MX_INT8, MX_INT64};
+    const mx_dtype types[] = {MX_FLOAT32, MX_FLOAT64, MX_UINT8, MX_INT32, MX_INT8, MX_INT64, MX_FLOAT16, MX_BFLOAT16};
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         mx_ndarray *a = new_array(rt, MX_SHAPE(3, 5), types[t]);
         ck_assert_int_eq(mx_nd_fill(a, 7), MX_OK);
@@ -129,6 +130,114 @@ START_TEST(cast_copies_convert_values)
     mx_ndarray_free(i32);
     mx_ndarray_free(f);
     mx_ndarray_free(u8);
+    mx_runtime_free(rt);
+}
+END_TEST
+
+/* Copies to and from float16 / bfloat16: rounding to nearest even at ties,
+ * overflow to inf (65520), subnormals, -0, inf and NaN, hand-worked; every
+ * pattern of both formats back unchanged through float32 and float64;
+ * integers saturating; fills of any value. */
+START_TEST(half_copies_convert_values)
+{
+    mx_runtime *rt = make_runtime(false, 2);
+    enum { N = 14 };
+    const uint32_t fbits[N] = {0x3f800000, 0x477fef00, 0x477ff000, 0xc77ff000, 0x33000000, 0x33c00000, 0x387fe000,
+                               0x3f801000, 0x3f803000, 0x3f808000, 0x3f818000, 0x80000000, 0x7f800000, 0xffc00000};
+    const uint16_t want_h[N] = {0x3c00, 0x7bff, 0x7c00, 0xfc00, 0x0000, 0x0002, 0x0400,
+                                0x3c00, 0x3c02, 0x3c04, 0x3c0c, 0x8000, 0x7c00, 0xfe00};
+    const uint16_t want_b[N] = {0x3f80, 0x4780, 0x4780, 0xc780, 0x3300, 0x33c0, 0x3880,
+                                0x3f80, 0x3f80, 0x3f80, 0x3f82, 0x8000, 0x7f80, 0xffc0};
+    float f[N];
+    memcpy(f, fbits, sizeof(f));
+    mx_ndarray *src = array_from(rt, MX_SHAPE(2, 7), f);
+    mx_ndarray *h = new_array(rt, MX_SHAPE(N), MX_FLOAT16), *b = new_array(rt, MX_SHAPE(N), MX_BFLOAT16);
+    ck_assert_int_eq(mx_nd_copy(h, src), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(b, src), MX_OK);
+    uint16_t got[N];
+    ck_assert_int_eq(mx_ndarray_to_host(h, got, sizeof(got)), MX_OK);
+    for (int i = 0; i < N; i++) ck_assert_msg(got[i] == want_h[i], "half(0x%08x) = 0x%04x", fbits[i], got[i]);
+    ck_assert_int_eq(mx_ndarray_to_host(b, got, sizeof(got)), MX_OK);
+    for (int i = 0; i < N; i++) ck_assert_msg(got[i] == want_b[i], "bfloat16(0x%08x) = 0x%04x", fbits[i], got[i]);
+    /* float16 -> bfloat16 -> float16 of these: through float32 */
+    mx_ndarray *hb = new_array(rt, MX_SHAPE(N), MX_BFLOAT16);
+    ck_assert_int_eq(mx_nd_copy(hb, h), MX_OK);
+    ck_assert_int_eq(mx_ndarray_to_host(hb, got, sizeof(got)), MX_OK);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(got[i] == mx_float_to_bfloat16(mx_half_to_float(want_h[i])), "bfloat16(half 0x%04x) = 0x%04x",
+                      want_h[i], got[i]);
+    mx_ndarray_free(hb), mx_ndarray_free(src), mx_ndarray_free(h), mx_ndarray_free(b);
+
+    /* every pattern through float32 and float64 and back */
+    static uint16_t all[65536], again[65536];
+    static float wide[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    const mx_dtype halves[2] = {MX_FLOAT16, MX_BFLOAT16}, wides[2] = {MX_FLOAT32, MX_FLOAT64};
+    for (int t = 0; t < 2; t++)
+        for (int w = 0; w < 2; w++) {
+            uint16_t exp = t ? 0x7f80 : 0x7c00;
+            mx_ndarray *a = new_array(rt, MX_SHAPE(256, 256), halves[t]);
+            mx_ndarray *x = new_array(rt, MX_SHAPE(65536), wides[w]);
+            mx_ndarray *back = new_array(rt, MX_SHAPE(65536), halves[t]);
+            ck_assert_int_eq(mx_ndarray_from_host(a, all, sizeof(all)), MX_OK);
+            ck_assert_int_eq(mx_nd_copy(x, a), MX_OK);
+            ck_assert_int_eq(mx_nd_copy(back, x), MX_OK);
+            ck_assert_int_eq(mx_ndarray_to_host(back, again, sizeof(again)), MX_OK);
+            if (w == 0) {
+                ck_assert_int_eq(mx_ndarray_to_host(x, wide, sizeof(wide)), MX_OK);
+                ck_assert(wide[0x3c00] == 1.0f || t == 1);
+                ck_assert(t == 0 || wide[0x3f80] == 1.0f);
+                ck_assert(t == 1 || (wide[0x0001] == 0x1p-24f && wide[0x7bff] == 65504.0f && signbit(wide[0x8000])));
+            }
+            for (int i = 0; i < 65536; i++) {
+                bool nan = (i & exp) == exp && (i & ~(exp | 0x8000));
+                if (nan) ck_assert_msg((again[i] & exp) == exp && (again[i] & ~(exp | 0x8000)), "NaN 0x%04x", i);
+                else ck_assert_msg(again[i] == i, "%s 0x%04x -> %s -> 0x%04x", mx_dtype_name(halves[t]), i,
+                                   mx_dtype_name(wides[w]), again[i]);
+            }
+            mx_ndarray_free(a), mx_ndarray_free(x), mx_ndarray_free(back);
+        }
+
+    /* to integers: truncated and saturated, NaN 0 */
+    const uint16_t hv[5] = {0x7c00, 0xfc00, 0x7e00, 0xc0b0 /* -2.34375 */, 0x5bf8 /* 255 */};
+    mx_ndarray *h5 = new_array(rt, MX_SHAPE(5), MX_FLOAT16), *i8 = new_array(rt, MX_SHAPE(5), MX_INT8);
+    mx_ndarray *u8 = new_array(rt, MX_SHAPE(5), MX_UINT8);
+    ck_assert_int_eq(mx_ndarray_from_host(h5, hv, sizeof(hv)), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(i8, h5), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(u8, h5), MX_OK);
+    int8_t gi[5];
+    uint8_t gu[5];
+    ck_assert_int_eq(mx_ndarray_to_host(i8, gi, sizeof(gi)), MX_OK);
+    ck_assert_int_eq(mx_ndarray_to_host(u8, gu, sizeof(gu)), MX_OK);
+    ck_assert(gi[0] == 127 && gi[1] == -128 && gi[2] == 0 && gi[3] == -2 && gi[4] == 127);
+    ck_assert(gu[0] == 255 && gu[1] == 0 && gu[2] == 0 && gu[3] == 0 && gu[4] == 255);
+
+    /* fills: any value, rounded like a copy */
+    const double fills[4] = {1.5, 65520.0, 0x1p-25 * 3.0, -1e-9};
+    const uint16_t fill_h[4] = {0x3e00, 0x7c00, 0x0002, 0x8000}, fill_b[4] = {0x3fc0, 0x4780, 0x33c0, 0xb089};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(mx_nd_fill(h5, fills[k]), MX_OK);
+        ck_assert_int_eq(mx_ndarray_to_host(h5, got, 5 * sizeof(uint16_t)), MX_OK);
+        for (int i = 0; i < 5; i++) ck_assert_msg(got[i] == fill_h[k], "fill %g: 0x%04x", fills[k], got[i]);
+        mx_ndarray *b5 = new_array(rt, MX_SHAPE(5), MX_BFLOAT16);
+        ck_assert_int_eq(mx_nd_fill(b5, fills[k]), MX_OK);
+        ck_assert_int_eq(mx_ndarray_to_host(b5, got, 5 * sizeof(uint16_t)), MX_OK);
+        for (int i = 0; i < 5; i++) ck_assert_msg(got[i] == fill_b[k], "bfloat16 fill %g: 0x%04x", fills[k], got[i]);
+        mx_ndarray_free(b5);
+    }
+    ck_assert_int_eq(mx_nd_fill(i8, 300), MX_OK); /* saturates */
+    ck_assert_int_eq(mx_ndarray_to_host(i8, gi, sizeof(gi)), MX_OK);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(gi[i], 127);
+    /* a conversion between views of one storage block is refused */
+    mx_ndarray *view;
+    ck_assert_int_eq(mx_ndarray_view(u8, 0, MX_SHAPE(5), MX_INT8, &view), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(view, h5), MX_OK); /* other storage: fine */
+    mx_ndarray_free(view);
+    ck_assert_int_eq(mx_ndarray_view(h5, 0, MX_SHAPE(5), MX_UINT8, &view), MX_OK);
+    ck_assert_int_eq(mx_nd_copy(view, h5), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "copy: dtype conversion between views of one array"));
+    mx_ndarray_free(view);
+    mx_ndarray_free(h5), mx_ndarray_free(i8), mx_ndarray_free(u8);
     mx_runtime_free(rt);
 }
 END_TEST
@@ -517,6 +626,7 @@ int main(void)
     tcase_add_test(tc, shapes_and_dtypes);
     tcase_add_test(tc, fill_every_dtype);
     tcase_add_test(tc, cast_copies_convert_values);
+    tcase_add_test(tc, half_copies_convert_values);
     tcase_add_test(tc, elementwise_matches_reference);
     tcase_add_test(tc, dot_matches_naive_product);
     tcase_add_test(tc, slices_share_storage);
