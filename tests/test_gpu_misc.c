@@ -5,11 +5,16 @@
  * repeat, Pad, UpSampling, take / one_hot and the normalisations
  * (LayerNorm, GroupNorm, InstanceNorm, L2Normalization) against their CPU
  * twins (gpucheck): every parameter value the GPU supports, odd sizes,
- * forward and backward with write / add / null requests. Without a visible
+ * forward and backward with write / add / null requests; Cast and amp_cast
+ * for every dtype pair (float16, bfloat16 included), bit for bit. Without a visible
  * GPU the comparisons are skipped; the registration checks run in every
  * build.
  */
 #include "support/gpucheck.h"
+#ifdef MX_USE_CUDA
+#include "device/cuda_worker.h"
+#include "device/device.h"
+#endif
 
 #include <check.h>
 #include <math.h>
@@ -498,6 +503,131 @@ START_TEST(test_gpu_kernels_registered)
 }
 END_TEST
 
+/* ------------------------------------------------------------ Cast, amp_cast */
+
+#ifdef MX_USE_CUDA
+/* Random bit patterns of a dtype (halves: every pattern, n >= 65536),
+ * floats after hand-picked specials (ties, overflow, subnormals, NaNs). */
+static void *cast_values(mx_dtype t, int64_t n, uint64_t seed)
+{
+    static const uint32_t special[] = {0x3f801000, 0x3f803000, 0x3f808000, 0x3f818000, 0x477ff000, 0x477fef00,
+                                       0x33000000, 0x387fe000, 0x80000000, 0x7f800000, 0x7fc00000, 0x7f800001,
+                                       0x7fa12345, 0x00018000, 0x7f7fffff, 0x4f000000, 0xdf000000};
+    const int ns = (int)(sizeof(special) / sizeof(special[0]));
+    size_t size = mx_dtype_size(t);
+    unsigned char *p = malloc(size * (size_t)n);
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (int64_t i = 0; i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        uint32_t fb = i < ns ? special[i] : (uint32_t)(r >> 20);
+        float f;
+        memcpy(&f, &fb, 4);
+        double d = i % 3 == 2 ? (double)f * (1.0 + 0x1p-40) : f;
+        uint16_t h = (uint16_t)(i * 40503 + seed);
+        if (t == MX_FLOAT32) memcpy(p + 4 * i, &f, 4);
+        else if (t == MX_FLOAT64) memcpy(p + 8 * i, &d, 8);
+        else if (t == MX_FLOAT16 || t == MX_BFLOAT16) memcpy(p + 2 * i, &h, 2);
+        else memcpy(p + size * (size_t)i, &r, size);
+    }
+    return p;
+}
+
+static bool cast_nan(const unsigned char *p, mx_dtype t)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    if (t == MX_FLOAT32) return isnan(*(const float *)(const void *)p);
+    if (t == MX_FLOAT64) return isnan(*(const double *)(const void *)p);
+    if (t == MX_FLOAT16) return (h & 0x7fff) > 0x7c00;
+    if (t == MX_BFLOAT16) return (h & 0x7fff) > 0x7f80;
+    return false;
+}
+
+/* Runs op (forward, or backward from `from` into `to`) on the CPU and the
+ * GPU on the same bytes; the results agree bit for bit (accumulating: a
+ * NaN's payload aside). */
+static void cast_compare(const mx_op_def *op, const void *params, bool backward, mx_dtype from, mx_dtype to,
+                         int64_t n, mx_req req, const mx_device_ops *dev, mx_cuda_worker *w)
+{
+    size_t fb = mx_dtype_size(from) * (size_t)n, tb = mx_dtype_size(to) * (size_t)n;
+    void *src = cast_values(from, n, (uint64_t)from * 31 + to), *dst0 = cast_values(to, n, 99);
+    void *cpu = malloc(tb), *gpu = malloc(tb), *dsrc, *ddst;
+    memcpy(cpu, dst0, tb);
+    ck_assert_int_eq(dev->alloc(0, fb, &dsrc), MX_OK);
+    ck_assert_int_eq(dev->alloc(0, tb, &ddst), MX_OK);
+    ck_assert_int_eq(dev->copy(dsrc, mx_gpu(0), src, mx_cpu(), fb, w), MX_OK);
+    ck_assert_int_eq(dev->copy(ddst, mx_gpu(0), dst0, mx_cpu(), tb, w), MX_OK);
+    mx_exec_ctx cexec = {.ctx = mx_cpu()}, gexec = {.ctx = mx_gpu(0), .lane = MX_LANE_COMPUTE, .stream = w};
+    mx_op_ctx cctx = {.exec = &cexec}, gctx = {.exec = &gexec};
+    mx_op_kernels gk;
+    ck_assert_int_eq(mx_op_kernels_for(op, mx_gpu(0), &gk), MX_OK);
+    mx_req r[1] = {req};
+    for (int d = 0; d < 2; d++) {
+        mx_context ctx = d ? mx_gpu(0) : mx_cpu();
+        mx_tensor a = {d ? dsrc : src, MX_SHAPE(n), from, ctx, 0}, b = {d ? ddst : cpu, MX_SHAPE(n), to, ctx, 0};
+        mx_status st = backward ? (d ? gk.backward : op->backward)(d ? &gctx : &cctx, params, &a, &b, NULL, r, &b, NULL)
+                                : (d ? gk.forward : op->forward)(d ? &gctx : &cctx, params, &a, r, &b, NULL);
+        ck_assert_msg(st == MX_OK, "%s %s -> %s on %s: %s", op->name, mx_dtype_name(from), mx_dtype_name(to),
+                      d ? "GPU" : "CPU", mx_last_error());
+    }
+    ck_assert_msg(mx_cuda_worker_sync(w) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(dev->copy(gpu, mx_cpu(), ddst, mx_gpu(0), tb, w), MX_OK);
+    size_t size = mx_dtype_size(to);
+    for (size_t i = 0; i < tb; i += size) {
+        const unsigned char *c = (unsigned char *)cpu + i, *g = (unsigned char *)gpu + i;
+        if (memcmp(c, g, size) == 0 || (req == MX_REQ_ADD && cast_nan(c, to) && cast_nan(g, to))) continue;
+        uint64_t x = 0, y = 0;
+        memcpy(&x, c, size), memcpy(&y, g, size);
+        ck_abort_msg("%s%s %s -> %s req %d [%zu]: GPU 0x%llx, CPU 0x%llx", op->name, backward ? " backward" : "",
+                     mx_dtype_name(from), mx_dtype_name(to), (int)req, i / size, (unsigned long long)y,
+                     (unsigned long long)x);
+    }
+    dev->free(0, dsrc), dev->free(0, ddst);
+    free(src), free(dst0), free(cpu), free(gpu);
+}
+#endif
+
+/* Cast and amp_cast on the GPU: every dtype pair, forward (write, add)
+ * and backward, the CPU's bits. */
+START_TEST(test_cast_gpu_vs_cpu)
+{
+#ifdef MX_USE_CUDA
+    static const char *const names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64", "bfloat16"};
+    static const mx_dtype types[] = {MX_FLOAT32, MX_FLOAT64, MX_FLOAT16, MX_UINT8, MX_INT32, MX_INT8, MX_INT64, MX_BFLOAT16};
+    const int nt = 8;
+    const int64_t n = 66001;
+    const mx_device_ops *dev = mx_device_get(MX_DEV_GPU);
+    ck_assert_ptr_nonnull(dev);
+    mx_cuda_worker *w;
+    ck_assert_msg(mx_cuda_worker_create(0, &w) == MX_OK, "%s", mx_last_error());
+    const mx_op_def *cast = mx_op_find("Cast"), *amp = mx_op_find("amp_cast");
+    _Alignas(16) char params[64];
+    const char *k[] = {"dtype"};
+    for (int b = 0; b < nt; b++) {
+        const char *v[] = {names[b]};
+        ck_assert_int_eq(mx_op_parse_params(cast, k, v, 1, params), MX_OK);
+        for (int a = 0; a < nt; a++) {
+            cast_compare(cast, params, false, types[a], types[b], n, MX_REQ_WRITE, dev, w);
+            cast_compare(cast, params, false, types[a], types[b], n, MX_REQ_ADD, dev, w);
+            cast_compare(cast, params, true, types[b], types[a], n, MX_REQ_ADD, dev, w);
+        }
+    }
+    const mx_dtype amp_types[] = {MX_FLOAT32, MX_FLOAT16, MX_BFLOAT16};
+    const char *amp_names[] = {"float32", "float16", "bfloat16"};
+    for (int b = 0; b < 3; b++) {
+        const char *v[] = {amp_names[b]};
+        ck_assert_int_eq(mx_op_parse_params(amp, k, v, 1, params), MX_OK);
+        for (int a = 0; a < 3; a++) {
+            cast_compare(amp, params, false, amp_types[a], amp_types[b], n, MX_REQ_WRITE, dev, w);
+            cast_compare(amp, params, true, amp_types[b], amp_types[a], n, MX_REQ_WRITE, dev, w);
+            cast_compare(amp, params, true, amp_types[b], amp_types[a], n, MX_REQ_ADD, dev, w);
+        }
+    }
+    mx_cuda_worker_destroy(w);
+#endif
+}
+END_TEST
+
 static void tests_everywhere(TCase *tc)
 {
     tcase_add_test(tc, test_gpu_kernels_registered);
@@ -521,6 +651,7 @@ static void tests_on_gpu(TCase *tc)
     tcase_add_test(tc, test_upsampling_gpu_vs_cpu);
     tcase_add_test(tc, test_take_one_hot_gpu_vs_cpu);
     tcase_add_test(tc, test_norms_gpu_vs_cpu);
+    tcase_add_test(tc, test_cast_gpu_vs_cpu);
 }
 
 int main(void)

@@ -3,7 +3,9 @@
  * the same calls on CPU arrays: element-wise and scalar arithmetic (the
  * operators' GPU kernels), dot with each transpose (batch_dot's cuBLAS
  * path), uniform and normal draws (the same numbers for the same seed),
- * and arrays on two devices refused. Skips loudly without a GPU.
+ * arrays on two devices refused, and copies converting between every pair
+ * of dtypes (float16, bfloat16 included) and fills, bit for bit with the
+ * CPU's. Skips loudly without a GPU.
  */
 #include "ndarray/ndarray.h"
 #include "support/gpucheck.h"
@@ -165,6 +167,105 @@ START_TEST(test_pinned_copies)
 }
 END_TEST
 
+/* Values of every dtype for the conversion tests: floats random bit
+ * patterns after hand-picked specials (ties, overflow, subnormals, -0,
+ * inf, NaNs), float64 also beyond float32's range, the half types every
+ * pattern (n >= 65536), integers random bits. */
+static void *typed_values(mx_dtype t, int64_t n, uint64_t seed)
+{
+    static const uint32_t special[] = {0x3f800000, 0x477fef00, 0x477ff000, 0xc77ff000, 0x33000000, 0x33c00000,
+                                       0x387fe000, 0x3f801000, 0x3f803000, 0x3f808000, 0x3f818000, 0x80000000,
+                                       0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0x7fa12345, 0x00018000,
+                                       0x7f7fffff, 0x4f000000, 0xdf000000, 0x437f8000};
+    const int ns = (int)(sizeof(special) / sizeof(special[0]));
+    size_t size = mx_dtype_size(t);
+    unsigned char *p = malloc(size * (size_t)n);
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        uint32_t fb = i < ns ? special[i] : (uint32_t)(r >> 20);
+        float f;
+        memcpy(&f, &fb, 4);
+        if (t == MX_FLOAT32) memcpy(p + 4 * i, &f, 4);
+        else if (t == MX_FLOAT64) {
+            double d = i % 5 == 4 ? (double)f * 1e300 : i % 5 == 3 ? (double)f * (1.0 + 0x1p-40) : f;
+            memcpy(p + 8 * i, &d, 8);
+        } else if (t == MX_FLOAT16 || t == MX_BFLOAT16) {
+            uint16_t h = (uint16_t)(i * 40503 + seed);
+            memcpy(p + 2 * i, &h, 2);
+        } else {
+            memcpy(p + size * (size_t)i, &r, size);
+        }
+    }
+    return p;
+}
+
+static mx_ndarray *make_typed(mx_context ctx, mx_shape s, mx_dtype t, const void *v)
+{
+    mx_ndarray *a;
+    ck_assert_msg(mx_ndarray_create(rt, s, t, ctx, &a) == MX_OK, "%s", mx_last_error());
+    if (v) ck_assert_int_eq(mx_ndarray_from_host(a, v, mx_ndarray_nbytes(a)), MX_OK);
+    return a;
+}
+
+/* a and b (same shape and dtype) hold the same bytes. */
+static void expect_same_bits(const char *what, mx_dtype st, mx_dtype dt, mx_ndarray *want, mx_ndarray *got)
+{
+    size_t bytes = mx_ndarray_nbytes(want), size = mx_dtype_size(dt);
+    unsigned char *a = malloc(bytes), *b = malloc(bytes);
+    ck_assert_msg(mx_ndarray_to_host(want, a, bytes) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_ndarray_to_host(got, b, bytes) == MX_OK, "%s", mx_last_error());
+    for (size_t i = 0; i < bytes; i += size) {
+        if (memcmp(a + i, b + i, size) == 0) continue;
+        uint64_t x = 0, y = 0;
+        memcpy(&x, a + i, size), memcpy(&y, b + i, size);
+        ck_abort_msg("%s %s -> %s [%zu]: 0x%llx, CPU 0x%llx", what, mx_dtype_name(st), mx_dtype_name(dt), i / size,
+                     (unsigned long long)y, (unsigned long long)x);
+    }
+    free(a), free(b);
+}
+
+/* Copies converting between every pair of dtypes, float16 and bfloat16
+ * included, on one GPU (the conversion kernels) and across CPU <-> GPU,
+ * give the CPU's bits; fills of half arrays too. */
+START_TEST(test_dtype_copies_match_cpu)
+{
+    if (!gpucheck_gpu_visible()) return;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    const mx_dtype types[] = {MX_FLOAT32, MX_FLOAT64, MX_FLOAT16, MX_BFLOAT16, MX_UINT8, MX_INT32, MX_INT8, MX_INT64};
+    const int nt = (int)(sizeof(types) / sizeof(types[0]));
+    const mx_shape s = MX_SHAPE(257, 259); /* 66563 elements: every half pattern, odd sizes */
+    for (int a = 0; a < nt; a++) {
+        void *v = typed_values(types[a], mx_shape_size(&s), (uint64_t)a + 1);
+        mx_ndarray *cs = make_typed(mx_cpu(), s, types[a], v), *gs = make_typed(mx_gpu(0), s, types[a], v);
+        for (int b = 0; b < nt; b++) {
+            mx_ndarray *cd = make_typed(mx_cpu(), s, types[b], NULL), *gd = make_typed(mx_gpu(0), s, types[b], NULL);
+            mx_ndarray *up = make_typed(mx_gpu(0), s, types[b], NULL), *down = make_typed(mx_cpu(), s, types[b], NULL);
+            ck_assert_msg(mx_nd_copy(cd, cs) == MX_OK, "%s", mx_last_error());
+            ck_assert_msg(mx_nd_copy(gd, gs) == MX_OK, "%s", mx_last_error());
+            ck_assert_msg(mx_nd_copy(up, cs) == MX_OK, "%s", mx_last_error());
+            ck_assert_msg(mx_nd_copy(down, gs) == MX_OK, "%s", mx_last_error());
+            expect_same_bits("gpu", types[a], types[b], cd, gd);
+            expect_same_bits("cpu->gpu", types[a], types[b], cd, up);
+            expect_same_bits("gpu->cpu", types[a], types[b], cd, down);
+            mx_ndarray_free(cd), mx_ndarray_free(gd), mx_ndarray_free(up), mx_ndarray_free(down);
+        }
+        mx_ndarray_free(cs), mx_ndarray_free(gs);
+        free(v);
+    }
+    const double fills[] = {1.5, 65520.0, 0x1p-25 * 3.0, -1e-9, 300.7, -0.0, 1e39};
+    for (int t = 0; t < nt; t++)
+        for (size_t k = 0; k < sizeof(fills) / sizeof(fills[0]); k++) {
+            mx_ndarray *c = make_typed(mx_cpu(), MX_SHAPE(1000, 3), types[t], NULL);
+            mx_ndarray *g = make_typed(mx_gpu(0), MX_SHAPE(1000, 3), types[t], NULL);
+            ck_assert_msg(mx_nd_fill(c, fills[k]) == MX_OK && mx_nd_fill(g, fills[k]) == MX_OK, "%s", mx_last_error());
+            expect_same_bits("fill", types[t], types[t], c, g);
+            mx_ndarray_free(c), mx_ndarray_free(g);
+        }
+    mx_runtime_free(rt);
+}
+END_TEST
+
 static void tests_on_gpu(TCase *tc)
 {
     tcase_add_test(tc, test_arithmetic_matches_cpu);
@@ -172,6 +273,7 @@ static void tests_on_gpu(TCase *tc)
     tcase_add_test(tc, test_random_draws_equal_cpu_for_a_seed);
     tcase_add_test(tc, test_two_devices_refused);
     tcase_add_test(tc, test_pinned_copies);
+    tcase_add_test(tc, test_dtype_copies_match_cpu);
 }
 
 int main(void)
