@@ -533,6 +533,25 @@ mx_status mx_graph_infer_shapes(const mx_graph *g, const char *const *names, con
             }
         }
     }
+    /* Back from readers: a layer that left an input unknown (a Cast of a
+     * weight) learns it from its output, which a later layer gave. */
+    for (int i = g->n_nodes - 1; i >= 0 && s == MX_OK; i--) {
+        const mx_node *n = &g->nodes[i];
+        if (n->kind != MX_NODE_OP) continue;
+        bool unknown = false;
+        mx_shape in[MX_OP_MAX_IO];
+        for (int j = 0; j < n->n_inputs; j++) {
+            in[j] = *mx_graph_entry_shape(out, n->inputs[j]);
+            unknown |= in[j].ndim == 0;
+        }
+        if (!unknown) continue;
+        s = n->op->infer_shape(n->params, in, n->n_inputs, &out->shapes[out->entry_offset[i]], n->n_outputs);
+        if (s != MX_OK) mx_error_prefix(s, "layer '%s' (%s)", n->name, n->op->name);
+        for (int j = 0; j < n->n_inputs && s == MX_OK; j++) {
+            mx_shape *slot = &out->shapes[out->entry_offset[n->inputs[j].node] + n->inputs[j].index];
+            if (slot->ndim == 0) *slot = in[j];
+        }
+    }
     for (int i = 0; i < g->n_nodes && s == MX_OK; i++)
         for (int k = 0; k < g->nodes[i].n_outputs; k++)
             if (out->shapes[out->entry_offset[i] + (uint32_t)k].ndim == 0 && g->nodes[i].kind == MX_NODE_VARIABLE) {

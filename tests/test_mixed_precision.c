@@ -1,0 +1,342 @@
+/*
+ * test_mixed_precision.c - fit.dtype's graph and executor path on the CPU:
+ * mx_graph_compute_in's Casts, dtype inference (BatchNorm's float32
+ * parameters, the float32 loss), and training passes of float16 and
+ * bfloat16 graphs (float32 kernels on float32 copies, half storage between
+ * layers) against the float32 graph: the same values to within the
+ * format's rounding, and not bit-equal (the half storage really rounds).
+ */
+#include "executor/executor.h"
+#include "support/graphs.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* conv -> BN -> relu -> conv -> BN, + shortcut, relu, pool, concat with a
+ * 1x1 branch, flatten, FC, softmax: every layer kind of the shipped nets. */
+static mx_graph *small_net(void)
+{
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    mx_entry stem = test_entry(test_graph_op(g, "Convolution", "conv0", "kernel=(3,3);pad=(1,1);num_filter=4", &x, 1));
+    mx_entry t = test_entry(test_graph_op(g, "BatchNorm", "bn1", "fix_gamma=False", &stem, 1));
+    t = test_entry(test_graph_op(g, "Activation", "relu1", "act_type=relu", &t, 1));
+    t = test_entry(test_graph_op(g, "Convolution", "conv1", "kernel=(3,3);pad=(1,1);num_filter=4", &t, 1));
+    t = test_entry(test_graph_op(g, "BatchNorm", "bn2", "fix_gamma=False", &t, 1));
+    mx_entry sum_in[2] = {t, stem};
+    t = test_entry(test_graph_op(g, "ElementWiseSum", "res", "num_args=2", sum_in, 2));
+    t = test_entry(test_graph_op(g, "Activation", "relu2", "act_type=relu", &t, 1));
+    t = test_entry(test_graph_op(g, "Pooling", "pool", "kernel=(2,2);stride=(2,2);pool_type=max", &t, 1));
+    mx_entry b = test_entry(test_graph_op(g, "Convolution", "side", "kernel=(1,1);num_filter=2", &t, 1));
+    mx_entry cat_in[2] = {t, b};
+    t = test_entry(test_graph_op(g, "Concat", "cat", "num_args=2;dim=1", cat_in, 2));
+    t = test_entry(test_graph_op(g, "Flatten", "flat", NULL, &t, 1));
+    t = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=5", &t, 1));
+    t = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &t, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &t, 1), MX_OK);
+    return g;
+}
+
+static const mx_shape data_shape = {4, {6, 3, 8, 8}};
+
+static mx_dtype dtype_of(const mx_graph *g, const mx_graph_shapes *sh, const char *node)
+{
+    uint32_t id = mx_graph_find(g, node);
+    ck_assert_msg(id != MX_NO_NODE, "no node %s", node);
+    return mx_graph_entry_dtype(sh, test_entry(id));
+}
+
+START_TEST(the_graph_casts_arguments_and_losses)
+{
+    mx_graph *g = small_net(), *h = NULL;
+    ck_assert_int_eq(mx_graph_compute_in(g, MX_FLOAT16, &h), MX_OK);
+    /* One Cast per computed-with argument, none for BatchNorm's own or the label. */
+    const char *cast[] = {"data_float16", "conv0_weight_float16", "conv0_bias_float16", "conv1_weight_float16",
+                          "side_weight_float16", "fc_weight_float16", "fc_bias_float16", "softmax_input_float32"};
+    for (size_t i = 0; i < sizeof(cast) / sizeof(cast[0]); i++) {
+        uint32_t id = mx_graph_find(h, cast[i]);
+        ck_assert_msg(id != MX_NO_NODE && !strcmp(mx_graph_node(h, id)->op->name, "Cast"), "no Cast %s", cast[i]);
+    }
+    ck_assert_uint_eq(mx_graph_find(h, "bn1_gamma_float16"), MX_NO_NODE);
+    ck_assert_uint_eq(mx_graph_find(h, "softmax_label_float16"), MX_NO_NODE);
+    /* The arguments are the float32 graph's, in the same order. */
+    uint32_t a[64], b[64];
+    int na = mx_graph_list_arguments(g, a), nb = mx_graph_list_arguments(h, b);
+    ck_assert_int_eq(na, nb);
+    for (int i = 0; i < na; i++)
+        ck_assert_str_eq(mx_graph_node(g, a[i])->name, mx_graph_node(h, b[i])->name);
+
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    ck_assert_int_eq(mx_graph_infer_shapes(h, names, &data_shape, 1, &sh), MX_OK);
+    ck_assert_msg(mx_graph_infer_types(h, NULL, NULL, 0, &sh) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(dtype_of(h, &sh, "data"), MX_FLOAT32);
+    ck_assert_int_eq(dtype_of(h, &sh, "conv0_weight"), MX_FLOAT32);
+    ck_assert_int_eq(dtype_of(h, &sh, "conv0"), MX_FLOAT16);
+    ck_assert_int_eq(dtype_of(h, &sh, "bn1"), MX_FLOAT16);
+    ck_assert_int_eq(dtype_of(h, &sh, "bn1_gamma"), MX_FLOAT32);
+    ck_assert_int_eq(dtype_of(h, &sh, "bn1_moving_var"), MX_FLOAT32);
+    ck_assert_int_eq(dtype_of(h, &sh, "cat"), MX_FLOAT16);
+    ck_assert_int_eq(dtype_of(h, &sh, "fc"), MX_FLOAT16);
+    ck_assert_int_eq(dtype_of(h, &sh, "softmax"), MX_FLOAT32);
+    ck_assert_int_eq(dtype_of(h, &sh, "softmax_label"), MX_FLOAT32);
+    mx_graph_shapes_free(&sh);
+    mx_graph_free(h);
+
+    ck_assert_int_eq(mx_graph_compute_in(g, MX_INT32, &h), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "float16 or bfloat16"));
+    mx_graph_free(g);
+}
+END_TEST
+
+START_TEST(type_conflicts_name_the_layer)
+{
+    /* A float16 data variable (its __dtype__, as MXNet's JSON writes it)
+     * feeding a layer whose weight says float32. */
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    ck_assert_int_eq(mx_graph_set_attr(g, x.node, "__dtype__", "2"), MX_OK);
+    uint32_t w;
+    mx_attr wa = {"__dtype__", "0"};
+    ck_assert_int_eq(mx_graph_add_variable(g, "fc_weight", &wa, 1, &w), MX_OK);
+    mx_entry in[2] = {x, test_entry(w)};
+    mx_entry y = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3;no_bias=True", in, 2));
+    ck_assert_int_eq(mx_graph_set_heads(g, &y, 1), MX_OK);
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    mx_shape s = MX_SHAPE(2, 4);
+    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &s, 1, &sh), MX_OK);
+    ck_assert_int_eq(mx_graph_infer_types(g, NULL, NULL, 0, &sh), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "'fc'") && strstr(mx_last_error(), "float32") &&
+                      strstr(mx_last_error(), "float16"),
+                  "%s", mx_last_error());
+    ck_assert_ptr_null(sh.dtypes);
+    ck_assert_int_eq(mx_graph_set_attr(g, w, "__dtype__", "99"), MX_OK);
+    ck_assert_int_eq(mx_graph_infer_types(g, NULL, NULL, 0, &sh), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "__dtype__ '99'"));
+    mx_graph_shapes_free(&sh);
+    mx_graph_free(g);
+}
+END_TEST
+
+typedef struct run {
+    mx_runtime *rt;
+    mx_executor *ex;
+    mx_ndarray *args[32], *grads[32], *aux[32];
+    int n_args, n_aux;
+    float *out, *grad[32];
+} run;
+
+static uint64_t rng = 7;
+static float uniform(float lo, float hi)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 11) * 0x1.0p-53);
+}
+
+static float *host(mx_ndarray *a)
+{
+    size_t bytes = mx_ndarray_nbytes(a);
+    float *p = malloc(bytes);
+    ck_assert_msg(mx_ndarray_to_host(a, p, bytes) == MX_OK, "%s", mx_last_error());
+    return p;
+}
+
+/* One training step of g (in dtype: the mixed-precision graph) from the
+ * same random arguments. */
+static void step(run *r, mx_graph *g, mx_dtype dtype)
+{
+    memset(r, 0, sizeof(*r));
+    rng = 7;
+    mx_engine_config cfg = mx_engine_config_default();
+    cfg.cpu_workers = 2;
+    ck_assert_int_eq(mx_runtime_create(&cfg, &r->rt), MX_OK);
+    mx_graph *bound_g = g;
+    if (dtype != MX_FLOAT32) ck_assert_int_eq(mx_graph_compute_in(g, dtype, &bound_g), MX_OK);
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &data_shape, 1, &sh), MX_OK);
+    uint32_t ids[64];
+    r->n_args = mx_graph_list_arguments(g, ids);
+    r->n_aux = mx_graph_list_aux(g, ids + r->n_args);
+    for (int i = 0; i < r->n_args + r->n_aux; i++) {
+        const mx_shape *s = mx_graph_entry_shape(&sh, test_entry(ids[i]));
+        const char *name = mx_graph_node(g, ids[i])->name;
+        mx_ndarray *a;
+        ck_assert_int_eq(mx_ndarray_create(r->rt, *s, MX_FLOAT32, mx_cpu(), &a), MX_OK);
+        int64_t n = mx_ndarray_size(a);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++)
+            v[k] = strstr(name, "moving_var") ? 1.0f
+                   : strstr(name, "moving_mean") ? 0.0f
+                   : strstr(name, "label") ? (float)(k % 5)
+                   : strstr(name, "gamma") ? uniform(0.5f, 1.5f)
+                                           : uniform(-1.0f, 1.0f);
+        ck_assert_int_eq(mx_ndarray_from_host(a, v, sizeof(float) * (size_t)n), MX_OK);
+        free(v);
+        if (i >= r->n_args) {
+            r->aux[i - r->n_args] = a;
+            continue;
+        }
+        r->args[i] = a;
+        if (!strstr(name, "label")) ck_assert_int_eq(mx_ndarray_create(r->rt, *s, MX_FLOAT32, mx_cpu(), &r->grads[i]), MX_OK);
+    }
+    mx_graph_shapes_free(&sh);
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = r->args, .arg_grads = r->grads, .aux = r->aux, .for_training = true};
+    ck_assert_msg(mx_executor_bind(r->rt, bound_g, &bc, &r->ex) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(mx_executor_forward(r->ex, true), MX_OK);
+    ck_assert_int_eq(mx_executor_backward(r->ex, NULL), MX_OK);
+    ck_assert_int_eq(mx_ndarray_dtype(mx_executor_output(r->ex, 0)), MX_FLOAT32);
+    r->out = host(mx_executor_output(r->ex, 0));
+    for (int i = 0; i < r->n_args; i++)
+        if (r->grads[i]) r->grad[i] = host(r->grads[i]);
+    if (bound_g != g) mx_graph_free(bound_g);
+}
+
+static void finish_run(run *r)
+{
+    mx_executor_free(r->ex);
+    for (int i = 0; i < r->n_args; i++) {
+        mx_ndarray_free(r->args[i]);
+        mx_ndarray_free(r->grads[i]);
+        free(r->grad[i]);
+    }
+    for (int i = 0; i < r->n_aux; i++) mx_ndarray_free(r->aux[i]);
+    free(r->out);
+    mx_runtime_free(r->rt);
+}
+
+/* Largest difference relative to the tensor's largest value, or to
+ * `floor` when that is larger (a gradient that is 0 but for rounding:
+ * a bias before a BatchNorm). */
+static double rel_diff(const float *a, const float *b, int64_t n, double floor, bool *differs)
+{
+    double scale = floor > 1e-30 ? floor : 1e-30, diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(isfinite(b[i]), "element %lld is not finite", (long long)i);
+        scale = fmax(scale, fabs((double)a[i]));
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+        *differs |= a[i] != b[i];
+    }
+    return diff / scale;
+}
+
+static void compare_precision(mx_dtype dtype, double tol)
+{
+    mx_graph *g = small_net();
+    run full, half;
+    step(&full, g, MX_FLOAT32);
+    step(&half, g, dtype);
+    bool differs = false;
+    double d = rel_diff(full.out, half.out, mx_shape_size(&data_shape) / (3 * 64) * 5, 0, &differs);
+    ck_assert_msg(d < tol, "%s: outputs differ by %g of their scale", mx_dtype_name(dtype), d);
+    uint32_t ids[64];
+    mx_graph_list_arguments(g, ids);
+    double largest = 0; /* of any gradient: a hundredth of it is the floor of every scale */
+    for (int i = 0; i < full.n_args; i++)
+        for (int64_t k = 0; full.grad[i] && k < mx_ndarray_size(full.grads[i]); k++)
+            largest = fmax(largest, fabs((double)full.grad[i][k]));
+    for (int i = 0; i < full.n_args; i++) {
+        if (!full.grad[i]) continue;
+        double gd = rel_diff(full.grad[i], half.grad[i], mx_ndarray_size(full.grads[i]), 1e-2 * largest, &differs);
+        ck_assert_msg(gd < tol, "%s: gradient of %s differs by %g of its scale", mx_dtype_name(dtype),
+                      mx_graph_node(g, ids[i])->name, gd);
+    }
+    ck_assert_msg(differs, "%s: the half-precision run gave float32's bits: nothing was rounded", mx_dtype_name(dtype));
+    finish_run(&full);
+    finish_run(&half);
+    mx_graph_free(g);
+}
+
+START_TEST(float16_training_matches_float32)
+{
+    compare_precision(MX_FLOAT16, 2e-2);
+}
+END_TEST
+
+START_TEST(bfloat16_training_matches_float32)
+{
+    compare_precision(MX_BFLOAT16, 8e-2);
+}
+END_TEST
+
+/* A power-of-two loss scale multiplies every gradient exactly. */
+START_TEST(loss_scale_multiplies_every_gradient)
+{
+    mx_graph *g = small_net();
+    run plain, scaled;
+    step(&plain, g, MX_FLOAT32);
+    memset(&scaled, 0, sizeof(scaled));
+    step(&scaled, g, MX_FLOAT32);
+    ck_assert_int_eq(mx_executor_set_loss_scale(scaled.ex, 0.0f), MX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(mx_last_error(), "positive finite"));
+    ck_assert_int_eq(mx_executor_set_loss_scale(scaled.ex, INFINITY), MX_ERR_INVALID);
+    ck_assert_int_eq(mx_executor_set_loss_scale(scaled.ex, 1024.0f), MX_OK);
+    ck_assert_int_eq(mx_executor_forward(scaled.ex, true), MX_OK);
+    ck_assert_int_eq(mx_executor_backward(scaled.ex, NULL), MX_OK);
+    int checked = 0;
+    for (int i = 0; i < plain.n_args; i++) {
+        if (!plain.grad[i]) continue;
+        float *v = host(scaled.grads[i]);
+        for (int64_t k = 0; k < mx_ndarray_size(plain.grads[i]); k++)
+            ck_assert_msg(v[k] == 1024.0f * plain.grad[i][k], "argument %d element %lld: %g, not 1024 x %g", i,
+                          (long long)k, (double)v[k], (double)plain.grad[i][k]);
+        free(v);
+        checked++;
+    }
+    ck_assert_int_ge(checked, 10);
+    finish_run(&plain);
+    finish_run(&scaled);
+    mx_graph_free(g);
+}
+END_TEST
+
+START_TEST(arrays_must_have_the_graphs_dtypes)
+{
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    mx_entry y = test_entry(test_graph_op(g, "FullyConnected", "fc", "num_hidden=3", &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &y, 1), MX_OK);
+    mx_runtime *rt;
+    mx_engine_config cfg = mx_engine_config_default();
+    ck_assert_int_eq(mx_runtime_create(&cfg, &rt), MX_OK);
+    mx_ndarray *args[3];
+    ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(2, 4), MX_FLOAT16, mx_cpu(), &args[0]), MX_OK);
+    ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(3, 4), MX_FLOAT32, mx_cpu(), &args[1]), MX_OK);
+    ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(3), MX_FLOAT32, mx_cpu(), &args[2]), MX_OK);
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = args};
+    mx_executor *ex = NULL;
+    ck_assert_int_eq(mx_executor_bind(rt, g, &bc, &ex), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "'data' is a float16 array; the graph computes it in float32"), "%s",
+                  mx_last_error());
+    ck_assert_ptr_null(ex);
+    for (int i = 0; i < 3; i++) mx_ndarray_free(args[i]);
+    mx_runtime_free(rt);
+    mx_graph_free(g);
+}
+END_TEST
+
+
+int main(void)
+{
+    Suite *s = suite_create("mixed_precision");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, the_graph_casts_arguments_and_losses);
+    tcase_add_test(tc, type_conflicts_name_the_layer);
+    tcase_add_test(tc, float16_training_matches_float32);
+    tcase_add_test(tc, bfloat16_training_matches_float32);
+    tcase_add_test(tc, loss_scale_multiplies_every_gradient);
+    tcase_add_test(tc, arrays_must_have_the_graphs_dtypes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
