@@ -551,6 +551,78 @@ START_TEST(synthetic_data_trains)
 }
 END_TEST
 
+/* ------------------------------------------------------------ mixed precision */
+
+/* fit.dtype: float16 trains LeNet beside float32 with loss scaling (steps
+ * skipped at the first scales), writes the float32 graph and weights, and
+ * resumes from an epoch checkpoint bit for bit (the scaler's state rides
+ * in .states); bfloat16 scales nothing; bad values are refused. */
+START_TEST(mixed_precision_trains_and_resumes_exactly)
+{
+    const char *net = TOOL_SANITIZED ? "configs/lenet.conf train.num_parts=120 val.num_parts=50 fit.disp_batches=1000"
+                                     : "configs/lenet.conf " LENET_SUBSET;
+    char *err, args[2048];
+    snprintf(args, sizeof(args), "%s fit.num_epoch=2 fit.model_prefix=%s/f32/net", net, tmp);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    double acc32 = last_validation_accuracy(err);
+    free(err);
+    snprintf(args, sizeof(args), "%s fit.num_epoch=2 fit.dtype=float16 fit.model_prefix=%s/a/net", net, tmp);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    double acc16 = last_validation_accuracy(err);
+    ck_assert_msg(strstr(err, "Mixed precision: layers compute in float16") && strstr(err, "dynamic loss scaling") &&
+                      strstr(err, "Gradients overflowed at loss scale 65536: update skipped (1 so far)") &&
+                      strstr(err, "Epoch[1] loss scale "),
+                  "%s", err);
+    free(err);
+    ck_assert_msg(acc16 > acc32 - 0.05, "float16 validation accuracy %.4f, float32's %.4f", acc16, acc32);
+    /* What MXNet loads: the config's graph (no Casts) and float32 weights. */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/a/net-symbol.json", tmp);
+    char *json = tool_slurp(path, NULL);
+    ck_assert_ptr_null(strstr(json, "Cast"));
+    free(json);
+    snprintf(path, sizeof(path), "%s/a/net-0002.params", tmp);
+    weights w;
+    load_weights(path, &w);
+    for (int i = 0; i < w.args.count; i++) ck_assert_int_eq(mx_ndarray_dtype(w.args.arrays[i]), MX_FLOAT32);
+    free_weights(&w);
+
+    /* One epoch, then the second from its checkpoint: the same bits. */
+    snprintf(args, sizeof(args), "%s fit.num_epoch=1 fit.dtype=float16 fit.model_prefix=%s/b/net", net, tmp);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    free(err);
+    snprintf(args, sizeof(args), "%s fit.num_epoch=2 fit.dtype=float16 fit.model_prefix=%s/b/net --resume", net, tmp);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    free(err);
+    const char *suffix[] = {"0002.params", "0002.states"};
+    for (int k = 0; k < 2; k++) {
+        char pa[512], pb[512];
+        snprintf(pa, sizeof(pa), "%s/a/net-%s", tmp, suffix[k]);
+        snprintf(pb, sizeof(pb), "%s/b/net-%s", tmp, suffix[k]);
+        size_t la, lb;
+        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
+        ck_assert_uint_eq(la, lb);
+        ck_assert_msg(memcmp(a, b, la) == 0, "float16: %s differs after a resume", suffix[k]);
+        free(a);
+        free(b);
+    }
+
+    snprintf(args, sizeof(args), "%s fit.num_epoch=1 fit.dtype=bfloat16", net);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "layers compute in bfloat16") && !strstr(err, "loss scal"), "%s", err);
+    ck_assert_msg(last_validation_accuracy(err) > acc32 / 2 - 0.05, "%s", err); /* one epoch of two */
+    free(err);
+
+    ck_assert_int_ne(run("configs/lenet.conf fit.dtype=float64", &err), 0);
+    ck_assert_msg(strstr(err, "dtype") && strstr(err, "float64") && strstr(err, "bfloat16"), "%s", err);
+    free(err);
+    ck_assert_int_ne(run("configs/lenet.conf fit.dtype=float16 fit.kvstore=dist_sync", &err), 0);
+    ck_assert_msg(strstr(err, "float16 with kvstore 'dist_sync' is not supported yet") && strstr(err, "bfloat16"), "%s",
+                  err);
+    free(err);
+}
+END_TEST
+
 /* ------------------------------------------------------------ memory */
 
 /* Peak RSS of every child waited for so far, in KiB. */
@@ -602,6 +674,7 @@ int main(void)
     tcase_add_test(tc, unavailable_contexts_are_refused);
     tcase_add_test(tc, two_cpu_contexts_train_like_one);
     tcase_add_test(tc, synthetic_data_trains);
+    tcase_add_test(tc, mixed_precision_trains_and_resumes_exactly);
     tcase_add_test(tc, checkpoint_save_adds_no_copy_of_the_weights);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

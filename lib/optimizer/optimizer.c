@@ -272,6 +272,14 @@ mx_status mx_optimizer_set_learning_rate(mx_optimizer *opt, double lr)
     return MX_OK;
 }
 
+mx_status mx_optimizer_set_rescale_grad(mx_optimizer *opt, double rescale)
+{
+    if (!(rescale > 0 && rescale < 1e300))
+        return MX_ERROR(MX_ERR_INVALID, "%s: bad rescale_grad %g", opt->kind->name, rescale);
+    opt->p.rescale_grad = rescale;
+    return MX_OK;
+}
+
 double mx_optimizer_learning_rate(mx_optimizer *opt)
 {
     return opt->sched ? mx_lr_scheduler_lr(opt->sched, opt->num_update) : opt->p.learning_rate;

@@ -190,6 +190,10 @@ void mx_optimizer_free(mx_optimizer *opt);
 
 const char *mx_optimizer_name(const mx_optimizer *opt);
 const mx_optimizer_params *mx_optimizer_get_params(const mx_optimizer *opt);
+/* Sets rescale_grad for the updates pushed from now on (those pushed
+ * before keep theirs): dynamic loss scaling divides it by each step's
+ * scale. MX_ERR_INVALID: not positive and finite. */
+mx_status mx_optimizer_set_rescale_grad(mx_optimizer *opt, double rescale);
 /* The parameter table of optimizer `name` (for --help output). */
 mx_status mx_optimizer_param_table(const char *name, const mx_param_desc **table, int *n);
 

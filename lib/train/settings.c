@@ -16,6 +16,9 @@
 
 #define F(f) offsetof(mx_fit_params, f)
 #define NOR 1, 0
+/* fit.dtype's choices, in mx_fit_dtype's order. */
+static const char *const fit_dtypes[] = {"float32", "float16", "bfloat16", NULL};
+static const mx_dtype fit_dtype_values[] = {MX_FLOAT32, MX_FLOAT16, MX_BFLOAT16};
 static const mx_param_desc fit_table[] = {
     {"num_epoch", MX_PARAM_INT, "10", 0, 1e9, NULL, F(num_epoch), "epochs to train"},
     {"ctx", MX_PARAM_STRING, "cpu", NOR, NULL, F(ctx), "devices: cpu, cpu:0-3, gpu:0, gpu:0-3, gpu:0,2"},
@@ -38,6 +41,9 @@ static const mx_param_desc fit_table[] = {
     {"grad_accum", MX_PARAM_INT, "1", 1, 1e6, NULL, F(grad_accum), "batches whose gradients make one update"},
     {"check_numerics", MX_PARAM_BOOL, "0", NOR, NULL, F(check_numerics),
      "check every layer's output and gradient for NaN/Inf every batch"},
+    {"dtype", MX_PARAM_ENUM, "float32", NOR, fit_dtypes, F(dtype),
+     "the layers' compute type: float32, or float16 / bfloat16 mixed precision (float32 master weights, BatchNorm "
+     "statistics and loss; dynamic loss scaling for float16)"},
     {"cuda_graph", MX_PARAM_BOOL, "1", NOR, NULL, F(cuda_graph),
      "GPU: each kind of pass (forward, backward, validation) captured as a CUDA graph after its first run and "
      "launched as one, where it can be (not with Dropout in training, nor under fit.profile)"},
@@ -240,6 +246,12 @@ static mx_status parse_fit(mx_train_settings *s, const mx_param_input *in)
         return blame_owner(in, "initializer", MX_ERR_INVALID);
     if (mx_metric_parse_list(s->fit.metric, &s->metrics, &s->n_metrics) != MX_OK)
         return blame_owner(in, "metric", MX_ERR_INVALID);
+    /* Skipping a step on overflow needs every rank to agree on it. */
+    if (mx_train_settings_dtype(s) == MX_FLOAT16 && mx_kvstore_type_is_dist(s->fit.kvstore))
+        return mx_params_blame(in, "fit", "dtype", MX_ERR_UNSUPPORTED,
+                               "float16 with kvstore '%s' is not supported yet (dynamic loss scaling skips steps the "
+                               "ranks would have to agree on): use bfloat16, which needs no loss scaling",
+                               s->fit.kvstore);
     return parse_fixed(s, in);
 }
 
@@ -278,10 +290,13 @@ const mx_data_iter_spec *mx_train_settings_shape_source(const mx_train_settings 
     return s->train ? s->train : s->val;
 }
 
+mx_dtype mx_train_settings_dtype(const mx_train_settings *s) { return fit_dtype_values[s->fit.dtype]; }
+
 bool mx_train_settings_update_in_backward(const mx_train_settings *s, const char **why_not)
 {
     const char *reason = NULL;
     if (mx_env_long("MXC_UPDATE_IN_BACKWARD", 1) == 0) reason = "MXC_UPDATE_IN_BACKWARD=0";
+    else if (mx_train_settings_dtype(s) == MX_FLOAT16) reason = "float16's loss scaling checks every gradient first";
     else if (s->n_ctx != 1) reason = "several contexts sum their gradients first";
     else if (s->ctx[0].dev_type != MX_DEV_CPU) reason = "CPU contexts only so far";
     else if (mx_kvstore_type_is_dist(s->fit.kvstore)) reason = "a dist store sums the workers' gradients first";

@@ -12,7 +12,7 @@
  *   save_period [1], initializer [xavier(rnd_type=gaussian, factor_type=in,
  *   magnitude=2)], metric [acc], seed [0], disp_batches [20],
  *   load_epoch [-1], finetune_from [""], fixed_params [""],
- *   grad_accum [1], check_numerics [0], cuda_graph [1] (GPU), work_load_list [""],
+ *   grad_accum [1], check_numerics [0], dtype [float32], cuda_graph [1] (GPU), work_load_list [""],
  *   stall_timeout [60] (under mpirun), fusion_bytes [0: 1 MiB] (dist_sync
  *   kinds), profile [""], profile_batches [""],
  *   max_skip_fraction [0.01].
@@ -50,6 +50,7 @@ typedef struct mx_fit_params {
     char fixed_params[MX_PARAM_STRING_MAX];  /* glob patterns of frozen parameters */
     int64_t grad_accum;                     /* batches summed into one update */
     bool check_numerics;                    /* check every layer every batch */
+    int dtype;                              /* compute type: index of float32, float16, bfloat16 */
     bool cuda_graph;                        /* GPU: passes as CUDA graphs where they can be captured */
     char work_load_list[MX_PARAM_STRING_MAX]; /* share of each context in a batch ("" equal) */
     double stall_timeout;                   /* mpirun: seconds a rank may be missing from a collective */
@@ -101,11 +102,14 @@ mx_status mx_train_settings_for_rank(mx_train_settings *s, int local_rank, int l
 /* Whether a parameter name is frozen by fit.fixed_params. */
 bool mx_train_settings_fixed(const mx_train_settings *s, const char *name);
 
+/* fit.dtype: MX_FLOAT32, MX_FLOAT16 or MX_BFLOAT16. */
+mx_dtype mx_train_settings_dtype(const mx_train_settings *s);
 /* Whether training updates each parameter inside the backward pass, as
  * soon as its gradient is final, with the gradient in the executor's plan
  * instead of an array held through the step (mx_bind_config's
  * update_in_backward): one CPU context, no dist store (the weights are
- * updated in place), one batch per update (grad_accum 1) and
+ * updated in place), one batch per update (grad_accum 1), no float16 (its
+ * loss scaling checks every gradient before any update) and
  * MXC_UPDATE_IN_BACKWARD not 0. Otherwise *why_not (if given) says why. */
 bool mx_train_settings_update_in_backward(const mx_train_settings *s, const char **why_not);
 

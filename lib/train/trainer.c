@@ -22,6 +22,7 @@
 #include "checkpoint/checkpoint.h"
 #include "device/device.h"
 #include "kvstore/kvstore.h"
+#include "optimizer/loss_scale.h"
 
 #include <errno.h>
 #include <math.h>
@@ -105,7 +106,19 @@ typedef struct trainer {
     char prof_path[PATH_BUF];
     int64_t prof_batch;
     bool prof_open, prof_done;
+    /* fit.dtype float16/bfloat16: the graph the executors bind (the
+     * config's with Casts: mx_graph_compute_in; NULL for float32). */
+    mx_graph *mixed_graph;
+    /* float16: dynamic loss scaling. The scale of the update window under
+     * way (set on every executor at its first batch) and the optimizer's
+     * own rescale_grad, which each applied update divides by it. */
+    bool loss_scaling;
+    mx_loss_scaler scaler;
+    double window_scale, base_rescale;
 } trainer;
+
+/* The graph the executors run. */
+static const mx_graph *bound_graph(const trainer *t) { return t->mixed_graph ? t->mixed_graph : t->cfg->graph; }
 
 static void logf_(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(const trainer *t, const char *fmt, ...)
@@ -413,7 +426,7 @@ static mx_status bind_validation(trainer *t, const mx_shape *vd, const mx_shape 
     }
     mx_bind_config bc = {.ctx = t->group.dev[0].ctx, .args = t->val_args, .aux = t->aux, .for_training = false,
                          .rng = t->rng, .cuda_graph = uses_cuda_graphs(t->s)};
-    return mx_executor_bind(t->rt, t->cfg->graph, &bc, &t->val_ex);
+    return mx_executor_bind(t->rt, bound_graph(t), &bc, &t->val_ex);
 }
 
 static mx_status setup(trainer *t)
@@ -427,6 +440,16 @@ static mx_status setup(trainer *t)
     MX_TRY(check_contexts(t));
     if (has_prefix(t)) MX_TRY(mx_checkpoint_prepare_dir(st->fit.model_prefix));
     t->grad_accum = st->fit.grad_accum;
+    const mx_dtype dtype = mx_train_settings_dtype(st);
+    if (dtype != MX_FLOAT32) {
+        if (mx_graph_compute_in(g, dtype, &t->mixed_graph) != MX_OK) return fit_error(t, "dtype", mx_last_status());
+        t->loss_scaling = dtype == MX_FLOAT16;
+        logf_(t, "Mixed precision: layers compute in %s, with float32 weights, BatchNorm statistics and loss%s%s",
+              mx_dtype_name(dtype), t->loss_scaling ? "; dynamic loss scaling" : "",
+              st->ctx[0].dev_type == MX_DEV_CPU ? " (on the CPU each layer runs in float32 between half-precision "
+                                                  "tensors: slower than float32)"
+                                                : "");
+    }
 
     mx_engine_config ec = mx_engine_config_default();
     /* Several CPU contexts: each gets its share of the cores, so the
@@ -540,7 +563,7 @@ static mx_status setup(trainer *t)
     t->contexts = mx_calloc((size_t)st->n_ctx, sizeof(mx_context));
     if (!t->contexts) return mx_last_status();
     for (int i = 0; i < st->n_ctx; i++) t->contexts[i] = st->ctx[i].dev_type == MX_DEV_CPU ? (mx_context){MX_DEV_CPU, i} : st->ctx[i];
-    train_group_config gc = {.rt = t->rt, .g = g, .ctx = t->contexts, .n_ctx = st->n_ctx,
+    train_group_config gc = {.rt = t->rt, .g = bound_graph(t), .ctx = t->contexts, .n_ctx = st->n_ctx,
                              .work_load = st->work_load, .data_name = names[0], .label_name = names[1],
                              .data_shape = data_shape, .label_shape = label_shape, .reqs = t->reqs, .rng = t->rng,
                              /* checked runs see every layer's output */
@@ -571,6 +594,10 @@ static mx_status setup(trainer *t)
         MX_TRY(mx_ndarray_create(t->rt, vl, MX_FLOAT32, mx_cpu(), &t->val_label_copy));
     }
     MX_TRY(make_optimizer(t));
+    if (t->loss_scaling) {
+        mx_loss_scaler_init(&t->scaler);
+        t->base_rescale = mx_optimizer_get_params(t->optimizer)->rescale_grad;
+    }
     for (int i = 0; i < t->n_args && !t->update_in_place; i++)
         if (t->key[i] >= 0) MX_TRY(mx_kvstore_init(t->kv, t->key[i], t->args[i]));
     MX_TRY(make_metrics(t));
@@ -726,6 +753,7 @@ static void teardown(trainer *t)
     free(t->push_list);
     free(t->pull_list);
     free(t->contexts);
+    mx_graph_free(t->mixed_graph);
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -875,22 +903,32 @@ static mx_status training_state(trainer *t, int epoch, int64_t batch, const char
         mx_rng_get_state(t->rng, v + 3);
         s = mx_ndarray_from_host(extra, v, sizeof(v));
     }
-    int n = states.count + 1;
+    /* float16: the loss scaler, so a resumed run scales as this one. */
+    mx_ndarray *scaler = NULL;
+    if (s == MX_OK && t->loss_scaling) s = mx_ndarray_create(t->rt, MX_SHAPE(6), MX_FLOAT64, mx_cpu(), &scaler);
+    if (s == MX_OK && scaler) {
+        const mx_loss_scaler *ls = &t->scaler;
+        double v[6] = {ls->scale, ls->next_scale, (double)ls->unskipped, (double)ls->steps, (double)ls->skipped,
+                       (double)ls->consecutive_skips};
+        s = mx_ndarray_from_host(scaler, v, sizeof(v));
+    }
+    int n = states.count + 1 + (scaler != NULL);
     out->arrays = mx_calloc((size_t)n, sizeof(mx_ndarray *));
     out->names = mx_calloc((size_t)n, sizeof(char *));
     if (s == MX_OK && (!out->arrays || !out->names)) s = mx_last_status();
     for (int i = 0; i < n && s == MX_OK; i++) {
-        const char *name = i < states.count ? states.names[i] : "trainer:state";
+        const char *name = i < states.count ? states.names[i] : i == states.count ? "trainer:state" : "trainer:loss_scale";
         size_t len = strlen(prefix) + strlen(name) + 1;
         if (!(out->names[i] = mx_malloc(len))) {
             s = mx_last_status();
             break;
         }
         snprintf(out->names[i], len, "%s%s", prefix, name);
-        out->arrays[i] = mx_ndarray_retain(i < states.count ? states.arrays[i] : extra);
+        out->arrays[i] = mx_ndarray_retain(i < states.count ? states.arrays[i] : i == states.count ? extra : scaler);
         out->count++;
     }
     mx_ndarray_free(extra);
+    mx_ndarray_free(scaler);
     mx_ndarray_list_free(&states);
     if (s != MX_OK) mx_ndarray_list_free(out);
     return s;
@@ -969,8 +1007,44 @@ static mx_status restore_weights(trainer *t, const char *path, mx_ndarray_list *
 
 /* Restores optimizer and trainer state from a list (names without prefix);
  * *epoch / *batch get the position it records. */
+/* "trainer:loss_scale" (float16 runs' scaler) out of a state list: into
+ * the scaler when this run scales its loss (a state without it, from a
+ * float32 or bfloat16 run, starts the scaler afresh), else dropped. */
+static mx_status restore_loss_scaler(trainer *t, const char *path, mx_ndarray_list *st)
+{
+    int at = -1;
+    for (int i = 0; i < st->count && st->names; i++)
+        if (!strcmp(st->names[i], "trainer:loss_scale")) at = i;
+    if (at < 0) return MX_OK;
+    mx_ndarray *a = st->arrays[at];
+    double v[6];
+    if (mx_ndarray_size(a) != 6 || mx_ndarray_dtype(a) != MX_FLOAT64)
+        return MX_ERROR(MX_ERR_FORMAT, "%s: 'trainer:loss_scale' is not 6 float64 values", path);
+    MX_TRY(mx_ndarray_to_host(a, v, sizeof(v)));
+    if (t->loss_scaling) {
+        if (!(v[0] >= MX_LOSS_SCALE_FLOOR && v[0] <= t->scaler.max_scale && v[1] >= MX_LOSS_SCALE_FLOOR &&
+              v[1] <= t->scaler.max_scale && v[2] >= 0 && v[3] >= 0 && v[4] >= 0 && v[5] >= 0))
+            return MX_ERROR(MX_ERR_FORMAT, "%s: 'trainer:loss_scale' holds impossible values (scale %g)", path, v[0]);
+        t->scaler.scale = v[0];
+        t->scaler.next_scale = v[1];
+        t->scaler.unskipped = (int64_t)v[2];
+        t->scaler.steps = (int64_t)v[3];
+        t->scaler.skipped = (int64_t)v[4];
+        t->scaler.consecutive_skips = (int64_t)v[5];
+    }
+    mx_ndarray_free(a);
+    free(st->names[at]);
+    for (int i = at; i + 1 < st->count; i++) {
+        st->arrays[i] = st->arrays[i + 1];
+        st->names[i] = st->names[i + 1];
+    }
+    st->count--;
+    return MX_OK;
+}
+
 static mx_status restore_state(trainer *t, const char *path, mx_ndarray_list *st, int64_t *epoch, int64_t *batch)
 {
+    MX_TRY(restore_loss_scaler(t, path, st));
     int extra = -1;
     for (int i = 0; i < st->count && st->names; i++)
         if (!strcmp(st->names[i], "trainer:state")) extra = i;
@@ -1168,9 +1242,55 @@ static mx_status update_in_place(trainer *t, int64_t batches)
  * learnable parameter (later layers first). With accumulation the
  * optimizer's rescale_grad counts grad_accum batches, so a shorter run at
  * the end of an epoch is scaled up to match, and the sums start again. */
+/* float16's loss scaling at an update boundary: whether the window's
+ * gradients are all finite (*apply). If so, the optimizer's rescale_grad
+ * takes the window's scale out; if not, the update is skipped (the sums
+ * start again), as MXNet's AMP does, and a run whose every step
+ * overflows stops (mx_loss_scaler_check). */
+static mx_status scaled_update_applies(trainer *t, bool *apply)
+{
+    int n = 0;
+    mx_ndarray **grads = mx_calloc((size_t)(t->group.n * t->n_args) + 1, sizeof(mx_ndarray *));
+    if (!grads) return mx_last_status();
+    for (int d = 0; d < t->group.n; d++)
+        for (int i = 0; i < t->n_args; i++)
+            if (t->key[i] >= 0 && t->group.dev[d].grads[i]) grads[n++] = t->group.dev[d].grads[i];
+    bool finite = false;
+    mx_status s = mx_all_finite(grads, n, &finite);
+    if (s == MX_OK) *apply = mx_loss_scaler_update(&t->scaler, finite);
+    if (s == MX_OK && *apply) {
+        mx_kvstore_lock_updater(t->kv);
+        s = mx_optimizer_set_rescale_grad(t->optimizer, t->base_rescale / t->window_scale);
+        mx_kvstore_unlock_updater(t->kv);
+    }
+    if (s == MX_OK && !*apply) {
+        logf_(t, "Gradients overflowed at loss scale %g: update skipped (%lld so far)", t->window_scale,
+              (long long)t->scaler.skipped);
+        for (int k = 0; k < n && t->grad_accum > 1 && s == MX_OK; k++) s = mx_nd_fill(grads[k], 0.0);
+        if (s == MX_OK) s = mx_loss_scaler_check(&t->scaler);
+        t->accumulated = 0;
+    }
+    free(grads);
+    return s;
+}
+
+/* The loss scale of a new update window, on every executor. */
+static mx_status start_scaled_window(trainer *t)
+{
+    t->window_scale = mx_loss_scaler_scale(&t->scaler);
+    for (int d = 0; d < t->group.n; d++)
+        MX_TRY(mx_executor_set_loss_scale(t->group.dev[d].ex, (float)t->window_scale));
+    return MX_OK;
+}
+
 static mx_status apply_update(trainer *t, int64_t batches)
 {
     int n = t->group.n;
+    if (t->loss_scaling) {
+        bool apply = false;
+        MX_TRY(scaled_update_applies(t, &apply));
+        if (!apply) return MX_OK;
+    }
     if (t->update_in_place) return update_in_place(t, batches);
     /* Last layers first: their gradients are ready first, and a dist store
      * sends in push order. */
@@ -1260,6 +1380,7 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
             MX_TRY(zero_step(t));
         } else {
             MX_TRY(train_group_load(&t->group, t->data_arg, t->label_arg, batch.data, batch.label));
+            if (t->loss_scaling && t->accumulated == 0) MX_TRY(start_scaled_window(t));
             mx_status s = train_group_forward(&t->group, true);
             if (s == MX_OK) s = train_group_backward(&t->group);
             if (s != MX_OK)
@@ -1322,6 +1443,10 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
     for (int m = 0; m < t->n_metrics; m++)
         logf_(t, "Epoch[%d] Train-%s=%f", epoch, mx_metric_get_name(t->metrics[m]), t->values[m]);
     logf_(t, "Epoch[%d] Time cost=%.3f", epoch, cost);
+    if (t->loss_scaling) {
+        char text[128];
+        logf_(t, "Epoch[%d] %s", epoch, mx_loss_scaler_str(&t->scaler, text, sizeof(text)));
+    }
     if (!t->graphs_logged && t->group.dev[0].ctx.dev_type == MX_DEV_GPU) {
         log_cuda_graphs(t);
         t->graphs_logged = true;
