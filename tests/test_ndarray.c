@@ -237,6 +237,17 @@ START_TEST(half_copies_convert_values)
     ck_assert_int_eq(mx_nd_copy(view, h5), MX_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(mx_last_error(), "copy: dtype conversion between views of one array"));
     mx_ndarray_free(view);
+    /* page-locked host arrays convert on the host too */
+    mx_ndarray *pf, *ph;
+    if (mx_ndarray_create(rt, MX_SHAPE(5), MX_FLOAT32, mx_cpu_pinned(), &pf) == MX_OK) {
+        ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(5), MX_FLOAT16, mx_cpu_pinned(), &ph), MX_OK);
+        ck_assert_int_eq(mx_nd_fill(pf, 65519.0), MX_OK);
+        ck_assert_int_eq(mx_nd_copy(ph, pf), MX_OK);
+        ck_assert_int_eq(mx_nd_copy(h5, ph), MX_OK);
+        ck_assert_int_eq(mx_ndarray_to_host(h5, got, 5 * sizeof(uint16_t)), MX_OK);
+        for (int i = 0; i < 5; i++) ck_assert_int_eq(got[i], 0x7bff);
+        mx_ndarray_free(pf), mx_ndarray_free(ph);
+    }
     mx_ndarray_free(h5), mx_ndarray_free(i8), mx_ndarray_free(u8);
     mx_runtime_free(rt);
 }

@@ -69,10 +69,10 @@ static mx_status run_copy(nd_op *op, const mx_exec_ctx *exec)
         return mx_device_copy(d, dc, s, sc, mx_ndarray_nbytes(dst), exec->stream);
     if (d == s) return MX_ERROR(MX_ERR_INVALID, "copy: dtype conversion onto the same memory");
     int64_t n = mx_ndarray_size(dst);
-    if (dc.dev_type == MX_DEV_CPU && sc.dev_type == MX_DEV_CPU)
-        return mx_dtype_convert("copy", d, dst->dtype, s, src->dtype, n, false);
+    bool dg = dc.dev_type == MX_DEV_GPU, sg = sc.dev_type == MX_DEV_GPU;
+    if (!dg && !sg) return mx_dtype_convert("copy", d, dst->dtype, s, src->dtype, n, false); /* host memory */
 #ifdef MX_USE_CUDA
-    if (mx_context_equal(dc, sc)) { /* on one GPU: a kernel on its compute stream (mx_nd_copy) */
+    if (dg && mx_context_equal(dc, sc)) { /* on one GPU: a kernel on its compute stream (mx_nd_copy) */
         MX_TRY(mx_dtype_convert_gpu("copy", d, dst->dtype, s, src->dtype, n, false, exec->stream));
         return mx_device_op_done(exec);
     }
