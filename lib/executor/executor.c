@@ -1,6 +1,7 @@
 /* executor.c - bind, allocate from the plan, push nodes to the engine. */
 #include "executor/plan.h"
 #include "base/half.h"
+#include "ndarray/dtype_convert.h"
 #include "device/device.h"
 #include "ops/batch_norm.h"
 #include "ops/concat.h"
@@ -804,24 +805,6 @@ static mx_status run_kernels_on(mx_executor *ex, node_info *ni, bool is_train, f
     return s;
 }
 
-static void half_to_floats(const void *src, mx_dtype dt, float *dst, int64_t n)
-{
-    const uint16_t *h = src;
-    if (dt == MX_FLOAT16)
-        for (int64_t i = 0; i < n; i++) dst[i] = mx_half_to_float(h[i]);
-    else
-        for (int64_t i = 0; i < n; i++) dst[i] = mx_bfloat16_to_float(h[i]);
-}
-
-static void floats_to_half(const float *src, void *dst, mx_dtype dt, int64_t n)
-{
-    uint16_t *h = dst;
-    if (dt == MX_FLOAT16)
-        for (int64_t i = 0; i < n; i++) h[i] = mx_float_to_half(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++) h[i] = mx_float_to_bfloat16(src[i]);
-}
-
 /* A CPU node with float16/bfloat16 tensors its kernels do not compute in
  * (as mshadow's half type runs MXNet's CPU kernels: float arithmetic,
  * half storage): its float32 kernels run on float32 copies at the
@@ -853,7 +836,8 @@ static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, flo
             const int64_t n = mx_shape_size(&t->shape);
             const bool is_output = ni->backward ? l == 3 : l == 1;
             const mx_req r = is_output ? req[j] : MX_REQ_NULL;
-            if (!is_output || r == MX_REQ_ADD || (ni->backward && l == 1)) half_to_floats(t->data, t->dtype, (float *)at, n);
+            if (!is_output || r == MX_REQ_ADD || (ni->backward && l == 1))
+                MX_TRY(mx_dtype_convert(ni->name, at, MX_FLOAT32, t->data, t->dtype, n, false));
             if (is_output && r == MX_REQ_INPLACE) req[j] = MX_REQ_WRITE;
             t->data = at;
             t->dtype = MX_FLOAT32;
@@ -867,7 +851,8 @@ static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, flo
             const bool written = ni->backward ? l == 3 && ni->req[j] != MX_REQ_NULL
                                               : (l == 1 && ni->req[j] != MX_REQ_NULL) || (l == 0 && j >= first_aux);
             if (written && lists[l][j].data != orig->data)
-                floats_to_half(lists[l][j].data, orig->data, orig->dtype, mx_shape_size(&orig->shape));
+                MX_TRY(mx_dtype_convert(ni->name, orig->data, orig->dtype, lists[l][j].data, MX_FLOAT32,
+                                        mx_shape_size(&orig->shape), false));
         }
     return MX_OK;
 }
