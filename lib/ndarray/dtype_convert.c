@@ -10,6 +10,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* float -> integer: toward zero, saturated, NaN -> 0. */
 static double saturate(double v, double lo, double hi)
@@ -69,6 +72,39 @@ static void store(void *dst, mx_dtype t, const double *d, int64_t n)
             for (int64_t i = 0; i < (n); i++) { __VA_ARGS__; }                                                     \
     } while (0)
 
+#if defined(__x86_64__)
+/* F16C converts 8 elements an instruction, rounding to nearest even as
+ * half.h does (overflow to inf, subnormals kept); only NaNs differ (F16C
+ * keeps their payload), so a block holding one is redone by half.h and
+ * the bits stay one rule. The executor's half nodes on the CPU convert
+ * every tensor both ways: scalar, that was 58% of a float16 LeNet step. */
+__attribute__((target("avx,f16c"))) static void float_to_half_f16c(uint16_t *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(s + i);
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+            for (int k = 0; k < 8; k++) d[i + k] = mx_float_to_half(s[i + k]);
+    }
+    for (; i < n; i++) d[i] = mx_float_to_half(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void half_to_float_f16c(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm256_storeu_ps(d + i, x);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+            for (int k = 0; k < 8; k++) d[i + k] = mx_half_to_float(s[i + k]);
+    }
+    for (; i < n; i++) d[i] = mx_half_to_float(s[i]);
+}
+
+static bool has_f16c(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+#endif
+
 /* float32 <-> a half type without the trip through double (which would
  * quieten a signalling NaN, nothing else); false when the pair is another. */
 static bool convert_direct(void *dst, mx_dtype dt, const void *src, mx_dtype st, int64_t n, bool back)
@@ -77,6 +113,18 @@ static bool convert_direct(void *dst, mx_dtype dt, const void *src, mx_dtype st,
     const uint16_t *sh = src;
     float *df = dst;
     uint16_t *dh = dst;
+#if defined(__x86_64__)
+    /* Forward in blocks of 8: not for a conversion widening in place. */
+    if (!back && st == MX_FLOAT32 && dt == MX_FLOAT16 && has_f16c()) {
+        float_to_half_f16c(dh, sf, n);
+        return true;
+    }
+    if (!back && st == MX_FLOAT16 && dt == MX_FLOAT32 && has_f16c() &&
+        ((const char *)src + n * 2 <= (const char *)dst || (const char *)dst + n * 4 <= (const char *)src)) {
+        half_to_float_f16c(df, sh, n);
+        return true;
+    }
+#endif
     if (st == MX_FLOAT32 && dt == MX_FLOAT16) EACH(i, n, back, dh[i] = mx_float_to_half(sf[i]));
     else if (st == MX_FLOAT32 && dt == MX_BFLOAT16) EACH(i, n, back, dh[i] = mx_float_to_bfloat16(sf[i]));
     else if (st == MX_FLOAT16 && dt == MX_FLOAT32) EACH(i, n, back, df[i] = mx_half_to_float(sh[i]));
