@@ -124,6 +124,7 @@ END_TEST
 
 typedef struct run {
     mx_runtime *rt;
+    mx_rng *rng; /* Dropout's: the same seed for every run */
     mx_executor *ex;
     mx_ndarray *args[32], *grads[32], *aux[32];
     int n_args, n_aux;
@@ -149,7 +150,7 @@ static float *host(mx_ndarray *a)
 
 /* One training step of g (in dtype: the mixed-precision graph) from the
  * same random arguments. */
-static void step(run *r, mx_graph *g, mx_dtype dtype)
+static void step_on(run *r, mx_graph *g, mx_dtype dtype, mx_shape shape)
 {
     memset(r, 0, sizeof(*r));
     rng = 7;
@@ -160,7 +161,7 @@ static void step(run *r, mx_graph *g, mx_dtype dtype)
     if (dtype != MX_FLOAT32) ck_assert_int_eq(mx_graph_compute_in(g, dtype, &bound_g), MX_OK);
     mx_graph_shapes sh;
     const char *names[] = {"data"};
-    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &data_shape, 1, &sh), MX_OK);
+    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &shape, 1, &sh), MX_OK);
     uint32_t ids[64];
     r->n_args = mx_graph_list_arguments(g, ids);
     r->n_aux = mx_graph_list_aux(g, ids + r->n_args);
@@ -187,7 +188,9 @@ static void step(run *r, mx_graph *g, mx_dtype dtype)
         if (!strstr(name, "label")) ck_assert_int_eq(mx_ndarray_create(r->rt, *s, MX_FLOAT32, mx_cpu(), &r->grads[i]), MX_OK);
     }
     mx_graph_shapes_free(&sh);
-    mx_bind_config bc = {.ctx = mx_cpu(), .args = r->args, .arg_grads = r->grads, .aux = r->aux, .for_training = true};
+    ck_assert_int_eq(mx_rng_create(r->rt, 1, &r->rng), MX_OK);
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = r->args, .arg_grads = r->grads, .aux = r->aux, .for_training = true,
+                         .rng = r->rng};
     ck_assert_msg(mx_executor_bind(r->rt, bound_g, &bc, &r->ex) == MX_OK, "%s", mx_last_error());
     ck_assert_int_eq(mx_executor_forward(r->ex, true), MX_OK);
     ck_assert_int_eq(mx_executor_backward(r->ex, NULL), MX_OK);
@@ -197,6 +200,8 @@ static void step(run *r, mx_graph *g, mx_dtype dtype)
         if (r->grads[i]) r->grad[i] = host(r->grads[i]);
     if (bound_g != g) mx_graph_free(bound_g);
 }
+
+static void step(run *r, mx_graph *g, mx_dtype dtype) { step_on(r, g, dtype, data_shape); }
 
 static void finish_run(run *r)
 {
@@ -208,6 +213,7 @@ static void finish_run(run *r)
     }
     for (int i = 0; i < r->n_aux; i++) mx_ndarray_free(r->aux[i]);
     free(r->out);
+    mx_rng_free(r->rng);
     mx_runtime_free(r->rt);
 }
 
@@ -252,6 +258,86 @@ static void compare_precision(mx_dtype dtype, double tol)
     finish_run(&half);
     mx_graph_free(g);
 }
+
+/* Every layer kind of the shipped configs (test_gpu_half's cases: the CPU
+ * twin its GPU runs are compared with) in float16 and bfloat16 against
+ * float32: data -> layer -> Flatten -> SoftmaxOutput. */
+typedef struct layer_case {
+    const char *op, *params;
+    mx_shape data;
+} layer_case;
+
+static const layer_case layer_cases[] = {
+    {"Convolution", "kernel=(3,3);pad=(1,1);num_filter=8", {4, {4, 3, 8, 8}}},
+    {"Convolution", "kernel=(1,1);stride=(2,2);num_filter=6;no_bias=1", {4, {4, 8, 8, 8}}},
+    {"Convolution", "kernel=(3,3);pad=(1,1);num_filter=8;num_group=4", {4, {2, 8, 6, 6}}},
+    {"Deconvolution", "kernel=(3,3);stride=(2,2);num_filter=4", {4, {2, 3, 5, 5}}},
+    {"BatchNorm", "fix_gamma=0", {4, {4, 6, 5, 5}}},
+    {"BatchNorm", "use_global_stats=1", {4, {4, 6, 5, 5}}},
+    {"Pooling", "pool_type=max;kernel=(3,3);stride=(2,2);pad=(1,1)", {4, {3, 4, 9, 9}}},
+    {"Pooling", "pool_type=avg;global_pool=1;kernel=(1,1)", {4, {3, 5, 6, 6}}},
+    {"Activation", "act_type=sigmoid", {4, {3, 4, 5, 5}}},
+    {"Activation", "act_type=softrelu", {4, {3, 4, 5, 5}}},
+    {"clip", "a_min=-0.5;a_max=0.5", {4, {3, 4, 5, 5}}},
+    {"FullyConnected", "num_hidden=7", {2, {5, 12}}},
+    {"LRN", "nsize=5", {4, {2, 7, 4, 4}}},
+    {"Dropout", "p=0.5", {4, {3, 4, 5, 5}}},
+};
+
+static mx_graph *one_layer(const layer_case *lc)
+{
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    mx_entry y = test_entry(test_graph_op(g, lc->op, "layer", lc->params, &x, 1));
+    y = test_entry(test_graph_op(g, "Flatten", "flatten", NULL, &y, 1));
+    y = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &y, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &y, 1), MX_OK);
+    return g;
+}
+
+START_TEST(every_config_layer_runs_in_half_precision)
+{
+    const mx_dtype dtypes[2] = {MX_FLOAT16, MX_BFLOAT16};
+    const double tol[2] = {1e-2, 6e-2};
+    for (size_t c = 0; c < sizeof(layer_cases) / sizeof(layer_cases[0]); c++)
+        for (int k = 0; k < 2; k++) {
+            const layer_case *lc = &layer_cases[c];
+            mx_graph *g = one_layer(lc);
+            run full, half;
+            step_on(&full, g, MX_FLOAT32, lc->data);
+            step_on(&half, g, dtypes[k], lc->data);
+            bool differs = false;
+            const bool dropout = !strcmp(lc->op, "Dropout"); /* its masks: the same generator, the same draws */
+            int64_t n_out = mx_ndarray_size(mx_executor_output(full.ex, 0));
+            double d = rel_diff(full.out, half.out, n_out, 0, &differs);
+            ck_assert_msg(d < tol[k], "%s %s(%s): outputs differ by %g", mx_dtype_name(dtypes[k]), lc->op, lc->params, d);
+            for (int i = 0; i < full.n_args; i++) {
+                if (!full.grad[i]) continue;
+                const int64_t n = mx_ndarray_size(full.grads[i]);
+                double gd = rel_diff(full.grad[i], half.grad[i], n, 0, &differs);
+                if (!strcmp(lc->op, "clip") && gd >= tol[k]) {
+                    /* An input within a rounding of a bound lands on the
+                     * other side of it: its gradient flips between 0 and
+                     * dy. Few may; the rest must agree. */
+                    double scale = 1e-30;
+                    int64_t flips = 0;
+                    for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs((double)full.grad[i][e]));
+                    for (int64_t e = 0; e < n; e++)
+                        flips += fabs((double)full.grad[i][e] - half.grad[i][e]) > tol[k] * scale;
+                    ck_assert_msg(flips <= n / 50, "%s clip: %lld of %lld gradients differ", mx_dtype_name(dtypes[k]),
+                                  (long long)flips, (long long)n);
+                    continue;
+                }
+                ck_assert_msg(gd < tol[k] || (dropout && gd < 2 * tol[k]), "%s %s(%s): gradient %d differs by %g",
+                              mx_dtype_name(dtypes[k]), lc->op, lc->params, i, gd);
+            }
+            ck_assert_msg(differs, "%s %s(%s): float32's bits", mx_dtype_name(dtypes[k]), lc->op, lc->params);
+            finish_run(&full);
+            finish_run(&half);
+            mx_graph_free(g);
+        }
+}
+END_TEST
 
 START_TEST(float16_training_matches_float32)
 {
@@ -329,6 +415,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, the_graph_casts_arguments_and_losses);
     tcase_add_test(tc, type_conflicts_name_the_layer);
+    tcase_add_test(tc, every_config_layer_runs_in_half_precision);
     tcase_add_test(tc, float16_training_matches_float32);
     tcase_add_test(tc, bfloat16_training_matches_float32);
     tcase_add_test(tc, loss_scale_multiplies_every_gradient);
