@@ -613,6 +613,25 @@ START_TEST(mixed_precision_trains_and_resumes_exactly)
     ck_assert_msg(last_validation_accuracy(err) > acc32 / 2 - 0.05, "%s", err); /* one epoch of two */
     free(err);
 
+    /* The dry run plans the float16 graph: its activations take half the
+     * bytes (LeNet's plan also holds the weights' float16 copies). */
+    ck_assert_int_eq(run("configs/lenet.conf --dry-run", &err), 0);
+    const char *row = strstr(err, "  training  ");
+    ck_assert_ptr_nonnull(row);
+    double both32 = 0, both16 = 0;
+    char unit[8];
+    ck_assert_int_eq(sscanf(row, " training %*s %*s %*s %*s %lf %7s", &both32, unit), 2);
+    ck_assert_str_eq(unit, "MiB");
+    free(err);
+    ck_assert_int_eq(run("configs/lenet.conf --dry-run fit.dtype=float16", &err), 0);
+    ck_assert_msg(strstr(err, "mixed precision: layers compute in float16"), "%s", err);
+    row = strstr(err, "  training  ");
+    ck_assert_ptr_nonnull(row);
+    ck_assert_int_eq(sscanf(row, " training %*s %*s %*s %*s %lf %7s", &both16, unit), 2);
+    ck_assert_str_eq(unit, "MiB");
+    ck_assert_msg(both16 > 0.4 * both32 && both16 < 0.8 * both32, "float16 plan %.1f MiB, float32 %.1f MiB", both16, both32);
+    free(err);
+
     ck_assert_int_ne(run("configs/lenet.conf fit.dtype=float64", &err), 0);
     ck_assert_msg(strstr(err, "dtype") && strstr(err, "float64") && strstr(err, "bfloat16"), "%s", err);
     free(err);

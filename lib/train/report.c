@@ -63,24 +63,33 @@ mx_status mx_train_plan_report(const mx_train_settings *s, mx_train_report *out)
     mx_shape shape;
     MX_TRY(input_shape(s, &name, &shape));
     out->batch_size = shape.dims[0];
-    const mx_graph *g = s->cfg->graph;
-    MX_TRY(mx_executor_plan_memory(g, &name, &shape, 1, true, &out->train));
-    MX_TRY(mx_executor_plan_memory_mirror(g, &name, &shape, 1, 1, &out->train_mirror));
-    MX_TRY(mx_executor_plan_memory_mirror(g, &name, &shape, 1, 2, &out->train_segments));
-    MX_TRY(mx_executor_plan_memory(g, &name, &shape, 1, false, &out->predict));
+    /* fit.dtype: the graph the executors would bind (its variables are the
+     * config graph's, in the same order). */
+    mx_graph *mixed = NULL;
+    if (mx_train_settings_dtype(s) != MX_FLOAT32) MX_TRY(mx_graph_compute_in(s->cfg->graph, mx_train_settings_dtype(s), &mixed));
+    const mx_graph *g = mixed ? mixed : s->cfg->graph;
+    mx_status st = mx_executor_plan_memory(g, &name, &shape, 1, true, &out->train);
+    if (st == MX_OK) st = mx_executor_plan_memory_mirror(g, &name, &shape, 1, 1, &out->train_mirror);
+    if (st == MX_OK) st = mx_executor_plan_memory_mirror(g, &name, &shape, 1, 2, &out->train_segments);
+    if (st == MX_OK) st = mx_executor_plan_memory(g, &name, &shape, 1, false, &out->predict);
+    if (st != MX_OK) {
+        mx_graph_free(mixed);
+        return st;
+    }
     /* The learnable parameters: arguments that are neither inputs nor
      * labels nor frozen, as the trainer's. */
     uint32_t *ids = mx_malloc(sizeof(uint32_t) * ((size_t)mx_graph_num_nodes(g) + 1));
     bool *learnable = mx_calloc((size_t)mx_graph_num_nodes(g) + 1, sizeof(bool));
     bool *is_label = label_mask(s);
-    mx_status st = ids && learnable && is_label ? MX_OK : mx_last_status();
-    int n = st == MX_OK ? mx_graph_list_arguments(g, ids) : 0;
+    st = ids && learnable && is_label ? MX_OK : mx_last_status();
+    int n = st == MX_OK ? mx_graph_list_arguments(s->cfg->graph, ids) : 0; /* g's, in the same order */
     for (int i = 0; i < n; i++)
         learnable[i] = !is_data_input(s, is_label, ids[i]) && !mx_train_settings_fixed(s, mx_graph_node(g, ids[i])->name);
     if (st == MX_OK) st = mx_executor_plan_memory_updating(g, &name, &shape, 1, learnable, &out->train_updating);
     free(ids);
     free(learnable);
     free(is_label);
+    mx_graph_free(mixed);
     return st;
 }
 
@@ -380,6 +389,11 @@ mx_status mx_train_dry_run(const mx_train_settings *s, const mx_train_options *o
               mx_shape_str(mx_graph_entry_shape(&sh, (mx_entry){layer->node, 0}), buf, sizeof(buf)), params ? buf2 : "-");
     }
     logf_(opt, "total parameters: %lld (%s as float32)", (long long)total, human_bytes((double)total * 4, buf, sizeof(buf)));
+    if (mx_train_settings_dtype(s) != MX_FLOAT32)
+        logf_(opt, "mixed precision: layers compute in %s (float32 master weights, BatchNorm statistics and loss%s); "
+                   "the memory plans below are of that graph",
+              mx_dtype_name(mx_train_settings_dtype(s)),
+              mx_train_settings_dtype(s) == MX_FLOAT16 ? "; dynamic loss scaling" : "");
     if (opt->comm) report_communication(s, opt, &sh);
     report_device_store(s, opt, &sh);
     mx_graph_shapes_free(&sh);
