@@ -7,6 +7,7 @@
  * format's rounding, and not bit-equal (the half storage really rounds).
  */
 #include "executor/executor.h"
+#include "predict/predict.h"
 #include "support/graphs.h"
 
 #include <check.h>
@@ -382,6 +383,61 @@ START_TEST(loss_scale_multiplies_every_gradient)
 }
 END_TEST
 
+/* A float16 network MXNet 1.9.1 wrote (scripts/interop/make-fp16-fixture.py:
+ * Casts around float16 convolution, BatchNorm with float32 parameters,
+ * float16 fully-connected; float16 weights in the .params file) predicts
+ * MXNet's float32 probabilities for the same weights to within float16's
+ * rounding; an inner float16 layer comes out as float32 values. */
+#define FP16_FIXTURE "tests/fixtures/mxnet/fp16-convnet/"
+
+static float *read_floats(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    float *v = malloc(sizeof(float) * n);
+    ck_assert_uint_eq(fread(v, sizeof(float), n, f), n);
+    fclose(f);
+    return v;
+}
+
+START_TEST(mxnet_float16_model_predicts)
+{
+    mx_predictor *p = NULL;
+    ck_assert_msg(mx_predictor_load(FP16_FIXTURE "model", 0, &p) == MX_OK, "%s", mx_last_error());
+    mx_predictor_bind_opts o = {.ctx = mx_cpu(), .batch_size = 2, .sample = MX_SHAPE(3, 10, 10)};
+    ck_assert_msg(mx_predictor_bind(p, &o) == MX_OK, "%s", mx_last_error());
+    float *in = read_floats(FP16_FIXTURE "input.f32", 600), *want = read_floats(FP16_FIXTURE "expected.f32", 20);
+    float got[20];
+    ck_assert_msg(mx_predictor_push(p, in) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_predictor_pull(p, got) == MX_OK, "%s", mx_last_error());
+    bool differs = false;
+    for (int i = 0; i < 20; i++) {
+        ck_assert_msg(fabsf(got[i] - want[i]) < 5e-3f, "probability %d: %g, MXNet's float32 %g", i, (double)got[i],
+                      (double)want[i]);
+        differs |= got[i] != want[i];
+    }
+    ck_assert_msg(differs, "float32's bits: the float16 layers did not round");
+    /* An inner layer in float16, read as float32. */
+    o.layer = "relu1";
+    ck_assert_msg(mx_predictor_bind(p, &o) == MX_OK, "%s", mx_last_error());
+    mx_shape os = mx_predictor_output_shape(p);
+    ck_assert_int_eq(mx_shape_size(&os), 8 * 10 * 10);
+    float *relu = malloc(sizeof(float) * 2 * 800);
+    ck_assert_msg(mx_predictor_push(p, in) == MX_OK, "%s", mx_last_error());
+    ck_assert_msg(mx_predictor_pull(p, relu) == MX_OK, "%s", mx_last_error());
+    int positive = 0;
+    for (int i = 0; i < 1600; i++) {
+        ck_assert(relu[i] >= 0 && isfinite(relu[i]));
+        positive += relu[i] > 0;
+    }
+    ck_assert_int_gt(positive, 400);
+    free(relu);
+    free(in);
+    free(want);
+    mx_predictor_free(p);
+}
+END_TEST
+
 START_TEST(arrays_must_have_the_graphs_dtypes)
 {
     mx_entry x;
@@ -420,6 +476,7 @@ int main(void)
     tcase_add_test(tc, bfloat16_training_matches_float32);
     tcase_add_test(tc, loss_scale_multiplies_every_gradient);
     tcase_add_test(tc, arrays_must_have_the_graphs_dtypes);
+    tcase_add_test(tc, mxnet_float16_model_predicts);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

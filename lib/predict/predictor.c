@@ -41,6 +41,7 @@ struct mx_predictor {
     mx_ndarray *data;      /* the bound data argument */
     mx_ndarray *staging;   /* CPU copy of the batch for another context; NULL on the CPU */
     mx_ndarray *output;    /* borrowed from the executor */
+    mx_ndarray *output_f32; /* CPU float32 copy of a half-precision output (else NULL) */
     mx_shape out_sample;
     int64_t batch_size;
     size_t batch_bytes;
@@ -84,7 +85,8 @@ static void unbind(mx_predictor *p)
     p->args = p->aux = NULL;
     p->n_args = p->n_aux = 0;
     mx_ndarray_free(p->staging);
-    p->staging = NULL;
+    mx_ndarray_free(p->output_f32);
+    p->staging = p->output_f32 = NULL;
     p->data = p->output = NULL;
     for (int i = 0; p->fold_arrays && i < 2 * p->n_folds; i++) mx_ndarray_free(p->fold_arrays[i]);
     free(p->fold_arrays);
@@ -250,14 +252,16 @@ bool mx_predictor_shape_hint(const mx_predictor *p, mx_shape *sample)
     return true;
 }
 
-/* A new array on ctx holding src's values. */
-static mx_status to_ctx(mx_runtime *rt, mx_ndarray *src, mx_context ctx, mx_ndarray **out)
+/* An array on ctx holding src's values in dtype (src itself when it is
+ * that already): a float16 model's weights saved as float32, or the
+ * reverse, are converted. */
+static mx_status to_ctx(mx_runtime *rt, mx_ndarray *src, mx_context ctx, mx_dtype dtype, mx_ndarray **out)
 {
-    if (mx_context_equal(mx_ndarray_context(src), ctx) && mx_ndarray_dtype(src) == MX_FLOAT32) {
+    if (mx_context_equal(mx_ndarray_context(src), ctx) && mx_ndarray_dtype(src) == dtype) {
         *out = mx_ndarray_retain(src);
         return MX_OK;
     }
-    MX_TRY(mx_ndarray_create(rt, *mx_ndarray_shape(src), MX_FLOAT32, ctx, out));
+    MX_TRY(mx_ndarray_create(rt, *mx_ndarray_shape(src), dtype, ctx, out));
     return mx_nd_copy(*out, src);
 }
 
@@ -397,28 +401,32 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         s = mx_graph_infer_shapes(g, names, shapes, n, &sh);
         if (s == MX_OK) have_shapes = true;
         else mx_error_prefix(s, "input %s", mx_shape_str(&data_shape, a, sizeof(a)));
+        /* The dtypes the symbol computes in (a float16 model's Casts and
+         * weights): the arrays are made in them, converted from the file. */
+        if (s == MX_OK) s = mx_graph_infer_types(g, NULL, NULL, 0, &sh);
     }
     for (int i = 0; i < p->n_args && s == MX_OK; i++) {
         uint32_t id = arg_ids[i];
         const char *name = mx_graph_node(g, id)->name;
         const mx_shape *shape = mx_graph_entry_shape(&sh, (mx_entry){id, 0});
+        const mx_dtype dtype = mx_graph_entry_dtype(&sh, (mx_entry){id, 0});
         int k = find_name(&p->args_index, name);
         uint32_t source_id = mx_graph_find(p->g, name); /* the label mask is the loaded graph's */
         mx_ndarray *folded = fold_array(p, name);
         if (id == data_id) {
-            s = mx_ndarray_create(p->rt, *shape, MX_FLOAT32, o->ctx, &p->args[i]);
+            s = mx_ndarray_create(p->rt, *shape, dtype, o->ctx, &p->args[i]);
             p->data = p->args[i];
         } else if (folded) {
-            s = to_ctx(p->rt, folded, o->ctx, &p->args[i]);
+            s = to_ctx(p->rt, folded, o->ctx, dtype, &p->args[i]);
         } else if (k >= 0) {
             if (!mx_shape_equal(mx_ndarray_shape(p->file_args.arrays[k]), shape))
                 s = MX_ERROR(MX_ERR_INVALID, "%s: %s has shape %s, the network needs %s", path, name,
                              mx_shape_str(mx_ndarray_shape(p->file_args.arrays[k]), a, sizeof(a)),
                              mx_shape_str(shape, b, sizeof(b)));
             else
-                s = to_ctx(p->rt, p->file_args.arrays[k], o->ctx, &p->args[i]);
+                s = to_ctx(p->rt, p->file_args.arrays[k], o->ctx, dtype, &p->args[i]);
         } else if (source_id != MX_NO_NODE && p->label[source_id]) {
-            s = mx_ndarray_create(p->rt, *shape, MX_FLOAT32, o->ctx, &p->args[i]);
+            s = mx_ndarray_create(p->rt, *shape, dtype, o->ctx, &p->args[i]);
             if (s == MX_OK) s = mx_nd_fill(p->args[i], 0.0);
         } else {
             s = MX_ERROR(MX_ERR_FORMAT, "%s: has no arg:%s, which the symbol needs", path, name);
@@ -428,7 +436,8 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         const char *name = mx_graph_node(g, aux_ids[i])->name;
         int k = find_name(&p->aux_index, name);
         if (k < 0) s = MX_ERROR(MX_ERR_FORMAT, "%s: has no aux:%s, which the symbol needs", path, name);
-        else s = to_ctx(p->rt, p->file_aux.arrays[k], o->ctx, &p->aux[i]);
+        else s = to_ctx(p->rt, p->file_aux.arrays[k], o->ctx, mx_graph_entry_dtype(&sh, (mx_entry){aux_ids[i], 0}),
+                        &p->aux[i]);
     }
     if (s == MX_OK && !p->rng) s = mx_rng_create(p->rt, 0, &p->rng);
     /* Everything but the data is written here and never again: kernels may
@@ -461,8 +470,13 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
     }
     p->batch_size = o->batch_size;
     p->batch_bytes = (size_t)mx_shape_size(&data_shape) * sizeof(float);
-    if (s == MX_OK && !mx_context_equal(o->ctx, mx_cpu()))
+    /* The batch arrives as float32 on the host: staged there when the data
+     * argument lives elsewhere or in another dtype. */
+    if (s == MX_OK && (!mx_context_equal(o->ctx, mx_cpu()) || mx_ndarray_dtype(p->data) != MX_FLOAT32))
         s = mx_ndarray_create(p->rt, data_shape, MX_FLOAT32, mx_cpu(), &p->staging);
+    /* Outputs are read as float32: a half-precision layer's through a copy. */
+    if (s == MX_OK && mx_ndarray_dtype(p->output) != MX_FLOAT32)
+        s = mx_ndarray_create(p->rt, *mx_ndarray_shape(p->output), MX_FLOAT32, mx_cpu(), &p->output_f32);
     if (have_shapes) mx_graph_shapes_free(&sh);
     free(arg_ids);
     free(aux_ids);
@@ -486,6 +500,7 @@ void mx_predictor_memory(const mx_predictor *p, mx_memory_plan_stats *plan, size
     if (output_bytes) *output_bytes = mx_ndarray_nbytes(p->output);
 }
 
+
 mx_status mx_predictor_push(mx_predictor *p, const float *batch)
 {
     if (!p->ex) return MX_ERROR(MX_ERR_INVALID, "mx_predictor_push: not bound");
@@ -501,5 +516,9 @@ mx_status mx_predictor_push(mx_predictor *p, const float *batch)
 mx_status mx_predictor_pull(mx_predictor *p, float *out)
 {
     if (!p->ex) return MX_ERROR(MX_ERR_INVALID, "mx_predictor_pull: not bound");
+    if (p->output_f32) {
+        MX_TRY(mx_nd_copy(p->output_f32, p->output));
+        return mx_ndarray_to_host(p->output_f32, out, mx_ndarray_nbytes(p->output_f32));
+    }
     return mx_ndarray_to_host(p->output, out, mx_ndarray_nbytes(p->output));
 }
