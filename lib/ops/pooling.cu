@@ -42,8 +42,23 @@
  * then one thread per input element gathers, in output raster order, the
  * gradients of the windows covering it (no atomics, deterministic).
  * global_pool is the window = whole plane case of the same kernels.
+ *
+ * float16 and bfloat16 (mixed precision; x, y, dy and dx share the type):
+ * cuDNN gets descriptors of that type (its compute and alpha / beta are
+ * float), and for these types a cuDNN answer of BAD_PARAM (a type a cuDNN
+ * build's pooling lacks) also falls back; the own kernels are templates on
+ * the element type (half.cuh): loads widened to float, the window reduced
+ * in float, each stored element rounded once to the type, as the CPU's
+ * half nodes compute (float kernels between half tensors). Max backward
+ * in these types always runs the own kernels: the inputs have 11 (8)
+ * significant bits, so a window often holds its maximum twice (bfloat16:
+ * a few percent of 3x3 windows of uniform data), and the gradient must go
+ * to the first one in raster order as on the CPU, which cuDNN does not
+ * promise. A max is one of the inputs, so its stored value is exact and
+ * the first-equal search finds it as in float32. float32 keeps its code,
+ * its cuDNN calls and its bits.
  */
-#include "ops/cuda/cuda_op.h"
+#include "ops/cuda/half.cuh"
 
 extern "C" {
 #include "ops/pooling.h"
@@ -93,7 +108,8 @@ __device__ __forceinline__ void pool_out_pos(const pool_gpu_geom &g, int64_t i, 
     *od = r / g.out[1];
 }
 
-__global__ void pool_forward_kernel(pool_gpu_geom g, const float *x, float *y, int64_t n_out, mx_req req)
+template <typename T>
+__global__ void pool_forward_kernel(pool_gpu_geom g, const T *x, T *y, int64_t n_out, mx_req req)
 {
     MX_CUDA_FOR(i, n_out)
     {
@@ -102,13 +118,13 @@ __global__ void pool_forward_kernel(pool_gpu_geom g, const float *x, float *y, i
         const int64_t nd = pool_axis_window(g, 0, od, &d0, &d1);
         const int64_t nh = pool_axis_window(g, 1, oh, &h0, &h1);
         const int64_t nw = pool_axis_window(g, 2, ow, &w0, &w1);
-        const float *xp = x + pl * g.in_plane;
+        const T *xp = x + pl * g.in_plane;
         float acc = g.type == POOL_MAX ? -FLT_MAX : 0.0f;
         for (int64_t d = d0; d < d1; d++)
             for (int64_t h = h0; h < h1; h++) {
-                const float *row = xp + (d * g.in[1] + h) * g.in[2];
+                const T *row = xp + (d * g.in[1] + h) * g.in[2];
                 for (int64_t w = w0; w < w1; w++) {
-                    const float v = row[w];
+                    const float v = mx_load(&row[w]);
                     if (g.type == POOL_MAX) acc = v > acc ? v : acc;
                     else acc += v;
                 }
@@ -117,13 +133,14 @@ __global__ void pool_forward_kernel(pool_gpu_geom g, const float *x, float *y, i
             const float size = pool_size(nd, nh, nw);
             acc = size == 0.0f ? NAN : acc / size;
         }
-        mx_cuda_assign(req, &y[i], acc);
+        mx_assign(req, &y[i], acc);
     }
 }
 
 /* Max backward, step 1: the plane offset of the first element of each
  * output's window (raster order) equal to the output, or -1. */
-__global__ void pool_argmax_kernel(pool_gpu_geom g, const float *x, const float *y, int64_t *arg, int64_t n_out)
+template <typename T>
+__global__ void pool_argmax_kernel(pool_gpu_geom g, const T *x, const T *y, int64_t *arg, int64_t n_out)
 {
     MX_CUDA_FOR(i, n_out)
     {
@@ -132,14 +149,14 @@ __global__ void pool_argmax_kernel(pool_gpu_geom g, const float *x, const float 
         pool_axis_window(g, 0, od, &d0, &d1);
         pool_axis_window(g, 1, oh, &h0, &h1);
         pool_axis_window(g, 2, ow, &w0, &w1);
-        const float *xp = x + pl * g.in_plane;
-        const float yv = y[i];
+        const T *xp = x + pl * g.in_plane;
+        const float yv = mx_load(&y[i]);
         int64_t at = -1;
         for (int64_t d = d0; d < d1 && at < 0; d++)
             for (int64_t h = h0; h < h1 && at < 0; h++) {
                 const int64_t base = (d * g.in[1] + h) * g.in[2];
                 for (int64_t w = w0; w < w1; w++)
-                    if (xp[base + w] == yv) {
+                    if (mx_load(&xp[base + w]) == yv) {
                         at = base + w;
                         break;
                     }
@@ -165,8 +182,8 @@ __device__ __forceinline__ void pool_covering(const pool_gpu_geom &g, int a, int
 /* Step 2 (every type): dx[i] (+)= sum over covering outputs, in output
  * raster order, of max: dy where the output's first maximum is i;
  * avg: dy / size (0 for an empty window); sum: dy. */
-__global__ void pool_backward_kernel(pool_gpu_geom g, const float *dy, const int64_t *arg, float *dx, int64_t n_in,
-                                     mx_req req)
+template <typename T>
+__global__ void pool_backward_kernel(pool_gpu_geom g, const T *dy, const int64_t *arg, T *dx, int64_t n_in, mx_req req)
 {
     MX_CUDA_FOR(i, n_in)
     {
@@ -176,9 +193,9 @@ __global__ void pool_backward_kernel(pool_gpu_geom g, const float *dy, const int
         pool_covering(g, 0, xd, &od0, &od1);
         pool_covering(g, 1, xh, &oh0, &oh1);
         pool_covering(g, 2, xw, &ow0, &ow1);
-        const float *dyp = dy + pl * g.out_plane;
+        const T *dyp = dy + pl * g.out_plane;
         const int64_t *argp = arg ? arg + pl * g.out_plane : nullptr;
-        float acc = req == MX_REQ_ADD ? dx[i] : 0.0f;
+        float acc = req == MX_REQ_ADD ? mx_load(&dx[i]) : 0.0f;
         for (int64_t od = od0; od < od1; od++) {
             int64_t lo, hi;
             const int64_t nd = pool_axis_window(g, 0, od, &lo, &hi);
@@ -187,18 +204,18 @@ __global__ void pool_backward_kernel(pool_gpu_geom g, const float *dy, const int
                 for (int64_t ow = ow0; ow < ow1; ow++) {
                     const int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
                     if (g.type == POOL_MAX) {
-                        if (argp[o] == r) acc += dyp[o];
+                        if (argp[o] == r) acc += mx_load(&dyp[o]);
                     } else if (g.type == POOL_AVG) {
                         const int64_t nw = pool_axis_window(g, 2, ow, &lo, &hi);
                         const float size = pool_size(nd, nh, nw);
-                        acc += size == 0.0f ? 0.0f : dyp[o] / size;
+                        acc += size == 0.0f ? 0.0f : mx_load(&dyp[o]) / size;
                     } else {
-                        acc += dyp[o];
+                        acc += mx_load(&dyp[o]);
                     }
                 }
             }
         }
-        dx[i] = acc;
+        mx_store(&dx[i], acc);
     }
 }
 
@@ -238,20 +255,20 @@ static bool pool_cudnn_fits(const pool_params *pp, const pool_gpu_geom &g, const
     return g.planes * g.in_plane <= lim && g.planes * g.out_plane <= lim;
 }
 
-/* The descriptors of data (N, C, H, W) -> output (N, C, OH, OW); *ok false
- * where cuDNN's output size differs from the inferred one (own kernels). */
+/* The descriptors of data (N, C, H, W) -> output (N, C, OH, OW) in dtype
+ * dt; *ok false where cuDNN's output size differs from the inferred one
+ * (own kernels). */
 static mx_status pool_cudnn_init(pool_cudnn_desc *d, const pool_params *pp, const pool_gpu_geom &g,
-                                 const mx_shape *data, bool *ok)
+                                 const mx_shape *data, mx_dtype dt, bool *ok)
 {
     *ok = false;
     const int n = (int)data->dims[0], c = (int)data->dims[1];
+    const cudnnDataType_t type = mx_cudnn_type(dt);
     MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
     MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->y));
     MX_CUDNN_TRY(cudnnCreatePoolingDescriptor(&d->pool));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, (int)g.in[1],
-                                            (int)g.in[2]));
-    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, (int)g.out[1],
-                                            (int)g.out[2]));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, type, n, c, (int)g.in[1], (int)g.in[2]));
+    MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, type, n, c, (int)g.out[1], (int)g.out[2]));
     const cudnnPoolingMode_t mode = g.type == POOL_MAX         ? CUDNN_POOLING_MAX_DETERMINISTIC
                                     : pp->count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                             : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
@@ -263,23 +280,27 @@ static mx_status pool_cudnn_init(pool_cudnn_desc *d, const pool_params *pp, cons
     return MX_OK;
 }
 
-/* A cuDNN call's status: *used false (own kernels) on NOT_SUPPORTED. */
-static mx_status pool_cudnn_status(cudnnStatus_t st, const char *call, bool *used)
+/* A cuDNN call's status: *used false (own kernels) on NOT_SUPPORTED, and
+ * for float16 / bfloat16 tensors on BAD_PARAM too (a build of cuDNN whose
+ * pooling lacks the type; float32's BAD_PARAM stays an error). */
+static mx_status pool_cudnn_status(cudnnStatus_t st, const char *call, mx_dtype dt, bool *used)
 {
     *used = st == CUDNN_STATUS_SUCCESS;
     if (st == CUDNN_STATUS_SUCCESS || st == CUDNN_STATUS_NOT_SUPPORTED) return MX_OK;
-    return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s", call, cudnnGetErrorString(st));
+    if (dt != MX_FLOAT32 && st == CUDNN_STATUS_BAD_PARAM) return MX_OK;
+    return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s (%s) failed: %s", call, mx_dtype_name(dt),
+                        cudnnGetErrorString(st));
 }
 
 /* What both directions need: *ok false when cuDNN does not compute this
  * pooling exactly (the own kernels then run), else its descriptors in *d
  * and the worker's cuDNN handle. */
 static mx_status pool_cudnn_begin(const mx_op_ctx *ctx, const pool_params *pp, const pool_gpu_geom &g,
-                                  const mx_shape *data, pool_cudnn_desc *d, cudnnHandle_t *h, bool *ok)
+                                  const mx_shape *data, mx_dtype dt, pool_cudnn_desc *d, cudnnHandle_t *h, bool *ok)
 {
     *ok = false;
     if (!pool_cudnn_fits(pp, g, data)) return MX_OK;
-    MX_TRY(pool_cudnn_init(d, pp, g, data, ok));
+    MX_TRY(pool_cudnn_init(d, pp, g, data, dt, ok));
     if (!*ok) return MX_OK;
     return mx_cuda_worker_cudnn(mx_cuda_op_worker(ctx), h);
 }
@@ -292,11 +313,11 @@ static mx_status pool_cudnn_forward(const mx_op_ctx *ctx, const pool_params *pp,
     pool_cudnn_desc d;
     cudnnHandle_t h;
     bool ok;
-    MX_TRY(pool_cudnn_begin(ctx, pp, g, &in[0].shape, &d, &h, &ok));
+    MX_TRY(pool_cudnn_begin(ctx, pp, g, &in[0].shape, in[0].dtype, &d, &h, &ok));
     if (!ok) return MX_OK;
     const float alpha = 1.0f, beta = mx_cuda_beta(req);
     return pool_cudnn_status(cudnnPoolingForward(h, d.pool, &alpha, d.x, in[0].data, &beta, d.y, out[0].data),
-                             "cudnnPoolingForward", used);
+                             "cudnnPoolingForward", in[0].dtype, used);
 }
 
 /* dx from y (the forward output), dy and x. */
@@ -306,15 +327,16 @@ static mx_status pool_cudnn_backward(const mx_op_ctx *ctx, const pool_params *pp
 {
     *used = false;
     if (out == nullptr || out[0].data == nullptr) return MX_OK; /* no forward output: own kernel */
+    if (g.type == POOL_MAX && in[0].dtype != MX_FLOAT32) return MX_OK; /* ties: the first maximum (top) */
     pool_cudnn_desc d;
     cudnnHandle_t h;
     bool ok;
-    MX_TRY(pool_cudnn_begin(ctx, pp, g, &in[0].shape, &d, &h, &ok));
+    MX_TRY(pool_cudnn_begin(ctx, pp, g, &in[0].shape, in[0].dtype, &d, &h, &ok));
     if (!ok) return MX_OK;
     const float alpha = 1.0f, beta = mx_cuda_beta(req);
     return pool_cudnn_status(cudnnPoolingBackward(h, d.pool, &alpha, d.y, out[0].data, d.y, out_grad[0].data, d.x,
                                                   in[0].data, &beta, d.x, in_grad[0].data),
-                             "cudnnPoolingBackward", used);
+                             "cudnnPoolingBackward", in[0].dtype, used);
 }
 
 /* ------------------------------------------------------------ entry points */
@@ -345,8 +367,10 @@ static mx_status pool_gpu_forward(const mx_op_ctx *ctx, const void *p, const mx_
     bool used;
     MX_TRY(pool_cudnn_forward(ctx, pp, g, in, req[0], out, &used));
     if (used) return MX_OK;
-    pool_forward_kernel<<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
-        g, (const float *)in[0].data, (float *)out[0].data, n_out, req[0]);
+    MX_DISPATCH_FLOAT_TYPES(in[0].dtype, "Pooling", {
+        pool_forward_kernel<T><<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+            g, (const T *)in[0].data, (T *)out[0].data, n_out, req[0]);
+    });
     MX_CUDA_LAUNCHED();
     return MX_OK;
 }
@@ -374,15 +398,19 @@ static mx_status pool_gpu_backward(const mx_op_ctx *ctx, const void *p, const mx
         void *scratch = nullptr;
         MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), (size_t)n_out * sizeof(int64_t), &scratch));
         arg = (int64_t *)scratch;
-        pool_argmax_kernel<<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, stream>>>(
-            g, (const float *)in[0].data, (const float *)out[0].data, arg, n_out);
+        MX_DISPATCH_FLOAT_TYPES(in[0].dtype, "Pooling", {
+            pool_argmax_kernel<T><<<mx_cuda_blocks(n_out), MX_CUDA_THREADS, 0, stream>>>(
+                g, (const T *)in[0].data, (const T *)out[0].data, arg, n_out);
+        });
         MX_CUDA_LAUNCHED();
     }
     if (n_out == 0 && req[0] == MX_REQ_ADD) return MX_OK;
-    pool_backward_kernel<<<mx_cuda_blocks(n_in), MX_CUDA_THREADS, 0, stream>>>(
-        g, (const float *)out_grad[0].data, arg, (float *)in_grad[0].data, n_in, req[0]);
+    MX_DISPATCH_FLOAT_TYPES(in[0].dtype, "Pooling", {
+        pool_backward_kernel<T><<<mx_cuda_blocks(n_in), MX_CUDA_THREADS, 0, stream>>>(
+            g, (const T *)out_grad[0].data, arg, (T *)in_grad[0].data, n_in, req[0]);
+    });
     MX_CUDA_LAUNCHED();
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_pooling = {pool_gpu_forward, pool_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_pooling = {pool_gpu_forward, pool_gpu_backward, NULL, MX_HALF_DTYPES};
