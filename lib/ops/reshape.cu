@@ -1,6 +1,8 @@
 /*
  * reshape.cu - Reshape on the GPU: the data is unchanged, so forward and
- * backward are device copies per request (none when run in place).
+ * backward are device copies per request (none when run in place), in any
+ * dtype; req add in float32, float64, float16 and bfloat16 (copy_req.cuh:
+ * the half types summed in float, rounded once).
  */
 #include "ops/cuda/copy_req.cuh"
 
@@ -21,4 +23,4 @@ static mx_status reshape_gpu_backward(const mx_op_ctx *ctx, const void *p, const
                             out_grad[0].dtype, req[0]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_reshape = {reshape_gpu_forward, reshape_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_reshape = {reshape_gpu_forward, reshape_gpu_backward, NULL, MX_HALF_DTYPES};

@@ -1,17 +1,27 @@
 /*
  * copy_req.cuh - dst = src or dst += src over n elements on the op's
  * stream, per a write request: what the GPU kernels of the pure data-view
- * operators (Flatten, Reshape) do. Write/in-place with dst == src is a
- * no-op; accumulation (req add) is float32 and float64 only, as on the CPU.
+ * operators (Flatten, Reshape, expand_dims) do. Write/in-place with
+ * dst == src is a no-op and any dtype is copied by its element size;
+ * accumulation (req add) is float32, float64, float16 and bfloat16 (the
+ * half types summed in float and rounded once, as the CPU's half nodes do
+ * on their float32 copies), other dtypes refused naming op and dtype.
  */
 #ifndef MX_OPS_CUDA_COPY_REQ_CUH
 #define MX_OPS_CUDA_COPY_REQ_CUH
 
 #include "ops/cuda/cuda_op.h"
+#include "ops/cuda/half.cuh"
 
 template <typename T> __global__ void mx_cuda_add_into_k(int64_t n, const T *src, T *dst)
 {
     MX_CUDA_FOR(i, n) dst[i] += src[i];
+}
+
+/* float16 / bfloat16: the sum in float, rounded once to T. */
+template <typename T> __global__ void mx_cuda_add_into_half_k(int64_t n, const T *src, T *dst)
+{
+    MX_CUDA_FOR(i, n) mx_store(&dst[i], mx_load(&dst[i]) + mx_load(&src[i]));
 }
 
 static inline mx_status mx_cuda_copy_req(const mx_op_ctx *ctx, const char *op, void *dst, const void *src, int64_t n,
@@ -31,6 +41,14 @@ static inline mx_status mx_cuda_copy_req(const mx_op_ctx *ctx, const char *op, v
     } else if (dtype == MX_FLOAT64) {
         mx_cuda_add_into_k<double><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, stream>>>(n, (const double *)src,
                                                                                         (double *)dst);
+        MX_CUDA_LAUNCHED();
+    } else if (dtype == MX_FLOAT16) {
+        mx_cuda_add_into_half_k<__half><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, stream>>>(
+            n, (const __half *)src, (__half *)dst);
+        MX_CUDA_LAUNCHED();
+    } else if (dtype == MX_BFLOAT16) {
+        mx_cuda_add_into_half_k<__nv_bfloat16><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, stream>>>(
+            n, (const __nv_bfloat16 *)src, (__nv_bfloat16 *)dst);
         MX_CUDA_LAUNCHED();
     } else {
         return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: accumulating (req add) into %s is not supported", op,
