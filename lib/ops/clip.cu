@@ -2,25 +2,31 @@
  * clip.cu - clip of clip.c on the GPU: y = min(max(x, a_min), a_max) and
  * dx = dy where a_min <= x <= a_max, 0 outside; one thread per element,
  * the CPU's expressions (NaN passes forward, its gradient passes too).
+ * float32, float16 and bfloat16 tensors (one dtype for data, output and
+ * gradients): read as float, compared against the float bounds, stored
+ * rounded to the tensor's type (half.cuh), as the CPU's half nodes do on
+ * their float32 copies; req add sums in float and rounds once.
  */
 #include "ops/clip.h"
 #include "ops/cuda/cuda_op.h"
+#include "ops/cuda/half.cuh"
 
-__global__ void clipg_fwd_k(int64_t n, const float *x, float *y, float lo, float hi, mx_req req)
+template <typename T> __global__ void clipg_fwd_k(int64_t n, const T *x, T *y, float lo, float hi, mx_req req)
 {
     MX_CUDA_FOR(i, n)
     {
-        float v = x[i];
-        mx_cuda_assign(req, &y[i], v > hi ? hi : v < lo ? lo : v);
+        float v = mx_load(&x[i]);
+        mx_assign(req, &y[i], v > hi ? hi : v < lo ? lo : v);
     }
 }
 
-__global__ void clipg_bwd_k(int64_t n, const float *dy, const float *x, float *dx, float lo, float hi, mx_req req)
+template <typename T>
+__global__ void clipg_bwd_k(int64_t n, const T *dy, const T *x, T *dx, float lo, float hi, mx_req req)
 {
     MX_CUDA_FOR(i, n)
     {
-        float v = x[i];
-        mx_cuda_assign(req, &dx[i], (v > hi || v < lo) ? 0.0f : dy[i]);
+        float v = mx_load(&x[i]);
+        mx_assign(req, &dx[i], (v > hi || v < lo) ? 0.0f : mx_load(&dy[i]));
     }
 }
 
@@ -32,9 +38,14 @@ static mx_status clipg_forward(const mx_op_ctx *ctx, const void *p, const mx_ten
     if (req[0] == MX_REQ_NULL) return MX_OK;
     int64_t n = mx_shape_size(&in[0].shape);
     if (n <= 0) return MX_OK;
-    clipg_fwd_k<<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
-        n, (const float *)in[0].data, (float *)out[0].data, (float)cp->a_min, (float)cp->a_max, req[0]);
-    MX_CUDA_LAUNCHED();
+    if (out[0].dtype != in[0].dtype)
+        return MX_ERROR(MX_ERR_INVALID, "clip: output is %s but data is %s", mx_dtype_name(out[0].dtype),
+                        mx_dtype_name(in[0].dtype));
+    MX_DISPATCH_FLOAT_TYPES(in[0].dtype, "clip", {
+        clipg_fwd_k<T><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+            n, (const T *)in[0].data, (T *)out[0].data, (float)cp->a_min, (float)cp->a_max, req[0]);
+        MX_CUDA_LAUNCHED();
+    });
     return MX_OK;
 }
 
@@ -46,11 +57,17 @@ static mx_status clipg_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     if (req[0] == MX_REQ_NULL) return MX_OK;
     int64_t n = mx_shape_size(&in[0].shape);
     if (n <= 0) return MX_OK;
-    clipg_bwd_k<<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
-        n, (const float *)out_grad[0].data, (const float *)in[0].data, (float *)in_grad[0].data, (float)cp->a_min,
-        (float)cp->a_max, req[0]);
-    MX_CUDA_LAUNCHED();
+    const mx_dtype dt = out_grad[0].dtype;
+    if (in[0].dtype != dt || in_grad[0].dtype != dt)
+        return MX_ERROR(MX_ERR_INVALID, "clip: backward tensors differ in dtype (data %s, gradients %s, %s)",
+                        mx_dtype_name(in[0].dtype), mx_dtype_name(dt), mx_dtype_name(in_grad[0].dtype));
+    MX_DISPATCH_FLOAT_TYPES(dt, "clip", {
+        clipg_bwd_k<T><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(
+            n, (const T *)out_grad[0].data, (const T *)in[0].data, (T *)in_grad[0].data, (float)cp->a_min,
+            (float)cp->a_max, req[0]);
+        MX_CUDA_LAUNCHED();
+    });
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_clip = {clipg_forward, clipg_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_clip = {clipg_forward, clipg_backward, NULL, MX_HALF_DTYPES};
