@@ -5,10 +5,14 @@
  * the slab widths (at most MX_OP_MAX_IO). Forward copies that input's
  * element into the output, backward copies the gradient element back into
  * that input's gradient, each per its own request. Any dtype is copied
- * (by element size); accumulation (req add) is float32 and float64 only,
- * as on the CPU.
+ * (by element size); accumulation (req add) is float32 and float64, as on
+ * the CPU, and float16 / bfloat16 (mixed precision): the sum in float,
+ * rounded once to the tensor's type (half.cuh), as the CPU's half nodes do
+ * on their float32 copies. Accumulating other dtypes is refused naming the
+ * dtype.
  */
 #include "ops/cuda/cuda_op.h"
+#include "ops/cuda/half.cuh"
 
 extern "C" {
 #include "ops/concat.h"
@@ -24,6 +28,16 @@ typedef struct concat_gpu_args {
     void *ptr[MX_OP_MAX_IO];          /* inputs (forward) or their gradients (backward) */
     mx_req req[MX_OP_MAX_IO];         /* backward: per input gradient */
 } concat_gpu_args;
+
+/* *dst += v: in T's own arithmetic (float, double; integer types are
+ * never added: concat_launch refuses), or for the half types in float,
+ * rounded once. */
+template <typename T> __device__ __forceinline__ void concat_add(T *dst, T v) { *dst += v; }
+__device__ __forceinline__ void concat_add(__half *dst, __half v) { mx_store(dst, mx_load(dst) + mx_load(&v)); }
+__device__ __forceinline__ void concat_add(__nv_bfloat16 *dst, __nv_bfloat16 v)
+{
+    mx_store(dst, mx_load(dst) + mx_load(&v));
+}
 
 /* BACKWARD false: big[at] = small_i[...] per req0; true: small_i[...] =
  * big[at] per a.req[i]. */
@@ -46,7 +60,7 @@ __global__ void concat_k(int64_t total, concat_gpu_args a, T *big, mx_req req0)
             dst = &big[at];
             v = *small;
         }
-        if (req == MX_REQ_ADD) *dst += v;
+        if (req == MX_REQ_ADD) concat_add(dst, v);
         else *dst = v;
     }
 }
@@ -62,6 +76,10 @@ static mx_status concat_launch(const mx_op_ctx *ctx, const concat_gpu_args *a, v
         concat_k<float, BACKWARD><<<blocks, MX_CUDA_THREADS, 0, st>>>(total, *a, (float *)big, req0);
     } else if (dtype == MX_FLOAT64) {
         concat_k<double, BACKWARD><<<blocks, MX_CUDA_THREADS, 0, st>>>(total, *a, (double *)big, req0);
+    } else if (dtype == MX_FLOAT16 && any_add) {
+        concat_k<__half, BACKWARD><<<blocks, MX_CUDA_THREADS, 0, st>>>(total, *a, (__half *)big, req0);
+    } else if (dtype == MX_BFLOAT16 && any_add) {
+        concat_k<__nv_bfloat16, BACKWARD><<<blocks, MX_CUDA_THREADS, 0, st>>>(total, *a, (__nv_bfloat16 *)big, req0);
     } else if (any_add) {
         return MX_ERROR(MX_ERR_UNSUPPORTED, "Concat: accumulating (req add) into %s is not supported",
                         mx_dtype_name(dtype));
@@ -135,4 +153,4 @@ static mx_status concat_gpu_backward(const mx_op_ctx *ctx, const void *p, const 
     return concat_launch<true>(ctx, &a, out_grad[0].data, outer * a.row, out_grad[0].dtype, MX_REQ_NULL, any_add);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_concat = {concat_gpu_forward, concat_gpu_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_concat = {concat_gpu_forward, concat_gpu_backward, NULL, MX_HALF_DTYPES};
