@@ -3,7 +3,10 @@
  * converts: one kernel on the op's stream (ndarray/dtype_convert.cu, the
  * CPU's bits for every element), a copy when the types agree. Forward
  * checks the output tensor's dtype against the parameter as cast.c does;
- * backward converts the gradient back to the input's type.
+ * backward converts the gradient back to the input's type. Every dtype
+ * dtype_convert.cu converts is declared (MX_CAST_ALL_DTYPES, as amp_cast):
+ * mixed precision's float32 <-> float16 / bfloat16 Casts among them, req
+ * add summing in double and rounding once, as the CPU.
  */
 #include "ndarray/dtype_convert.h"
 #include "ops/cast.h"
@@ -40,4 +43,4 @@ static mx_status castg_backward(const mx_op_ctx *ctx, const void *p, const mx_te
     return castg_convert(ctx, &in_grad[0], &out_grad[0], mx_shape_size(&in_grad[0].shape), req[0]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_cast = {castg_forward, castg_backward, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_cast = {castg_forward, castg_backward, NULL, MX_CAST_ALL_DTYPES};

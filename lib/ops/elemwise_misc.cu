@@ -5,30 +5,56 @@
  * shape, or 1-D picking whole rows). Copies go through copy_req.cuh (a
  * write in place is a no-op); fills and where are one thread per element,
  * each element read before it is written (the in-place options hold).
+ * BlockGrad, _copy, zeros_like, ones_like and _identity_with_attr_like_rhs
+ * take float32, float16 and bfloat16 (copies by element size; fills and
+ * req add in float, rounded once to the tensor's type: half.cuh, as the
+ * CPU's half nodes); amp_cast every dtype pair; where float32 only.
  */
 #include "ndarray/dtype_convert.h" /* first: C linkage for the C headers it includes */
 #include "ops/cast.h"
 #include "ops/cuda/copy_req.cuh"
 #include "ops/cuda/cuda_op.h"
+#include "ops/cuda/half.cuh"
 
-__global__ void emg_fill_k(int64_t n, float *dst, float v, mx_req req)
+template <typename T> __global__ void emg_fill_k(int64_t n, T *dst, float v, mx_req req)
 {
-    MX_CUDA_FOR(i, n) mx_cuda_assign(req, &dst[i], v);
+    MX_CUDA_FOR(i, n) mx_assign(req, &dst[i], v);
 }
 
-/* elemwise_misc.c's put_fill: write v, or add it (nothing to add for 0). */
+/* elemwise_misc.c's put_fill: write v, or add it (nothing to add for 0),
+ * into a tensor t of float32, float16 or bfloat16. */
+static mx_status emg_fill_as(const mx_op_ctx *ctx, const char *op, const mx_tensor *t, float v, int64_t n,
+                             mx_req req)
+{
+    if (req == MX_REQ_NULL || n <= 0) return MX_OK;
+    if (req == MX_REQ_ADD && v == 0.0f) return MX_OK;
+    MX_DISPATCH_FLOAT_TYPES(t->dtype, op, {
+        emg_fill_k<T><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(n, (T *)t->data, v, req);
+        MX_CUDA_LAUNCHED();
+    });
+    return MX_OK;
+}
+
+/* where's float32 fill. */
 static mx_status emg_fill(const mx_op_ctx *ctx, float *dst, float v, int64_t n, mx_req req)
 {
     if (req == MX_REQ_NULL || n <= 0) return MX_OK;
     if (req == MX_REQ_ADD && v == 0.0f) return MX_OK;
-    emg_fill_k<<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(n, dst, v, req);
+    emg_fill_k<float><<<mx_cuda_blocks(n), MX_CUDA_THREADS, 0, mx_cuda_op_stream(ctx)>>>(n, dst, v, req);
     MX_CUDA_LAUNCHED();
     return MX_OK;
 }
 
-static mx_status emg_copy(const mx_op_ctx *ctx, const char *op, void *dst, const void *src, int64_t n, mx_req req)
+/* dst = src (or +=) between tensors of one dtype (float32, float16 or
+ * bfloat16: what the kernels declare). */
+static mx_status emg_copy(const mx_op_ctx *ctx, const char *op, const mx_tensor *dst, const mx_tensor *src, int64_t n,
+                          mx_req req)
 {
-    return mx_cuda_copy_req(ctx, op, dst, src, n, MX_FLOAT32, req);
+    if (req == MX_REQ_NULL) return MX_OK;
+    if (dst->dtype != src->dtype)
+        return MX_ERROR(MX_ERR_INVALID, "%s: input is %s but output is %s", op, mx_dtype_name(src->dtype),
+                        mx_dtype_name(dst->dtype));
+    return mx_cuda_copy_req(ctx, op, dst->data, src->data, n, dst->dtype, req);
 }
 
 /* ------------------------------------------------------- copies and fills */
@@ -42,8 +68,8 @@ enum { EMG_PASS, EMG_BLOCK, EMG_ZERO, EMG_ONE };
         (void)p, (void)aux;                                                                                        \
         int64_t n = mx_shape_size(&out[0].shape);                                                                  \
         if (KIND == EMG_ZERO || KIND == EMG_ONE)                                                                   \
-            return emg_fill(ctx, (float *)out[0].data, KIND == EMG_ONE ? 1.0f : 0.0f, n, req[0]);                  \
-        return emg_copy(ctx, opname, out[0].data, in[0].data, n, req[0]);                                          \
+            return emg_fill_as(ctx, opname, &out[0], KIND == EMG_ONE ? 1.0f : 0.0f, n, req[0]);                    \
+        return emg_copy(ctx, opname, &out[0], &in[0], n, req[0]);                                                  \
     }                                                                                                              \
     static mx_status emg_##id##_bwd(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad,                \
                                     const mx_tensor *in, const mx_tensor *out, const mx_req *req,                  \
@@ -51,10 +77,10 @@ enum { EMG_PASS, EMG_BLOCK, EMG_ZERO, EMG_ONE };
     {                                                                                                              \
         (void)p, (void)in, (void)out, (void)aux;                                                                   \
         int64_t n = mx_shape_size(&in_grad[0].shape);                                                              \
-        if (KIND == EMG_PASS) return emg_copy(ctx, opname, in_grad[0].data, out_grad[0].data, n, req[0]);          \
-        return emg_fill(ctx, (float *)in_grad[0].data, 0.0f, n, req[0]);                                           \
+        if (KIND == EMG_PASS) return emg_copy(ctx, opname, &in_grad[0], &out_grad[0], n, req[0]);                  \
+        return emg_fill_as(ctx, opname, &in_grad[0], 0.0f, n, req[0]);                                            \
     }                                                                                                              \
-    extern "C" const mx_op_kernels mx_op_gpu_##id = {emg_##id##_fwd, emg_##id##_bwd, NULL, 0};
+    extern "C" const mx_op_kernels mx_op_gpu_##id = {emg_##id##_fwd, emg_##id##_bwd, NULL, MX_HALF_DTYPES};
 
 EMG_COPY(block_grad, "BlockGrad", EMG_BLOCK)
 EMG_COPY(copy, "_copy", EMG_PASS)
@@ -95,8 +121,7 @@ static mx_status emg_iwalr_fwd(const mx_op_ctx *ctx, const void *p, const mx_ten
                                mx_tensor *out, mx_tensor *aux)
 {
     (void)p, (void)aux;
-    return emg_copy(ctx, "_identity_with_attr_like_rhs", out[0].data, in[0].data, mx_shape_size(&out[0].shape),
-                    req[0]);
+    return emg_copy(ctx, "_identity_with_attr_like_rhs", &out[0], &in[0], mx_shape_size(&out[0].shape), req[0]);
 }
 
 static mx_status emg_iwalr_bwd(const mx_op_ctx *ctx, const void *p, const mx_tensor *out_grad, const mx_tensor *in,
@@ -104,11 +129,12 @@ static mx_status emg_iwalr_bwd(const mx_op_ctx *ctx, const void *p, const mx_ten
 {
     (void)p, (void)in, (void)out, (void)aux;
     int64_t n = mx_shape_size(&out_grad[0].shape);
-    MX_TRY(emg_copy(ctx, "_identity_with_attr_like_rhs", in_grad[0].data, out_grad[0].data, n, req[0]));
-    return emg_fill(ctx, (float *)in_grad[1].data, 0.0f, n, req[1]);
+    MX_TRY(emg_copy(ctx, "_identity_with_attr_like_rhs", &in_grad[0], &out_grad[0], n, req[0]));
+    return emg_fill_as(ctx, "_identity_with_attr_like_rhs", &in_grad[1], 0.0f, n, req[1]);
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_identity_with_attr_like_rhs = {emg_iwalr_fwd, emg_iwalr_bwd, NULL, 0};
+extern "C" const mx_op_kernels mx_op_gpu_identity_with_attr_like_rhs = {emg_iwalr_fwd, emg_iwalr_bwd, NULL,
+                                                                        MX_HALF_DTYPES};
 
 /* ------------------------------------------------------- where */
 
