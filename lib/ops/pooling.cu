@@ -44,19 +44,19 @@
  * global_pool is the window = whole plane case of the same kernels.
  *
  * float16 and bfloat16 (mixed precision; x, y, dy and dx share the type):
- * cuDNN gets descriptors of that type (its compute and alpha / beta are
- * float), and for these types a cuDNN answer of BAD_PARAM (a type a cuDNN
- * build's pooling lacks) also falls back; the own kernels are templates on
- * the element type (half.cuh): loads widened to float, the window reduced
- * in float, each stored element rounded once to the type, as the CPU's
- * half nodes compute (float kernels between half tensors). Max backward
- * in these types always runs the own kernels: the inputs have 11 (8)
- * significant bits, so a window often holds its maximum twice (bfloat16:
- * a few percent of 3x3 windows of uniform data), and the gradient must go
- * to the first one in raster order as on the CPU, which cuDNN does not
- * promise. A max is one of the inputs, so its stored value is exact and
- * the first-equal search finds it as in float32. float32 keeps its code,
- * its cuDNN calls and its bits.
+ * cuDNN gets descriptors of that type (float compute, float alpha / beta);
+ * for these types any NOT_SUPPORTED_* answer or a plain BAD_PARAM (a cuDNN
+ * build whose pooling lacks the type) also falls back to the own kernels.
+ * Those are templates on the element type (half.cuh): loads widened to
+ * float, the window reduced in float, each stored element rounded once to
+ * the type, as the CPU's half nodes compute (float kernels between half
+ * tensors). Max backward in these types always runs the own kernels: at 11
+ * (8) significant bits a window often holds its maximum twice (bfloat16: a
+ * few percent of 3x3 windows of uniform data), and the gradient must go to
+ * the first one in raster order as on the CPU, which cuDNN does not
+ * promise. A max is one of the inputs, so its stored value is exact and the
+ * first-equal search finds it as in float32. float32 keeps its code, its
+ * cuDNN calls and its bits.
  */
 #include "ops/cuda/half.cuh"
 
@@ -280,14 +280,16 @@ static mx_status pool_cudnn_init(pool_cudnn_desc *d, const pool_params *pp, cons
     return MX_OK;
 }
 
-/* A cuDNN call's status: *used false (own kernels) on NOT_SUPPORTED, and
- * for float16 / bfloat16 tensors on BAD_PARAM too (a build of cuDNN whose
- * pooling lacks the type; float32's BAD_PARAM stays an error). */
+/* A cuDNN call's status: *used false (own kernels) on NOT_SUPPORTED; for
+ * float16 / bfloat16 tensors also on any NOT_SUPPORTED_* code (cuDNN 9's
+ * finer codes: _DATA_TYPE, ...) and on plain BAD_PARAM (a build of cuDNN
+ * whose pooling lacks the type). float32's answers are handled as before. */
 static mx_status pool_cudnn_status(cudnnStatus_t st, const char *call, mx_dtype dt, bool *used)
 {
     *used = st == CUDNN_STATUS_SUCCESS;
     if (st == CUDNN_STATUS_SUCCESS || st == CUDNN_STATUS_NOT_SUPPORTED) return MX_OK;
-    if (dt != MX_FLOAT32 && st == CUDNN_STATUS_BAD_PARAM) return MX_OK;
+    if (dt != MX_FLOAT32 && ((int)st / 1000 * 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM))
+        return MX_OK;
     return mx_error_set(MX_ERR_DEVICE, __FILE__, __LINE__, "%s (%s) failed: %s", call, mx_dtype_name(dt),
                         cudnnGetErrorString(st));
 }
