@@ -5,6 +5,18 @@
  *   forward   cudnnConvolutionForward (+ cudnnAddTensor for the bias),
  *   backward  cudnnConvolutionBackwardData / BackwardFilter / BackwardBias,
  * each output written per its request through cuDNN's beta.
+ * float16 and bfloat16 (mixed precision; data, weight, bias, output and
+ * their gradients all of one type): the same calls on half descriptors
+ * with float compute (float accumulation, results rounded to the type),
+ * tensor-core math admitted (CUDNN_TENSOR_OP_MATH while listing; each
+ * algorithm run under the math type its perf entry reports; no
+ * down-conversion; ops/cuda/cudnn_conv.cuh); the bias is added and its
+ * gradient summed by own kernels in float (cudnn_conv.cuh), the bias added
+ * to the output already rounded to the type (two roundings where the CPU's
+ * half node rounds once). float32 keeps FMA math and today's bits. The
+ * cached choices are keyed by dtype as well as shape. Every variant below
+ * (heuristics, timing runs, determinism, the backend path) applies to the
+ * half types alike; other dtypes are refused (MX_ERR_UNSUPPORTED).
  *
  * Algorithms, per MXNet's cudnn_tune, within the layer's `workspace` (MB):
  *   off                      cuDNN's heuristics (cudnnGet*_v7): the first
@@ -59,9 +71,10 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-/* The 2-D problem (1-D: H = 1, KH = 1). */
+/* The 2-D problem (1-D: H = 1, KH = 1) and its tensors' dtype. */
 struct conv_gpu_geom {
     int n, c, h, w, f, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, groups;
+    mx_dtype dtype;
 };
 
 static int conv_axis(const mx_tuple *t, int rank, int i, int dflt)
@@ -71,10 +84,11 @@ static int conv_axis(const mx_tuple *t, int rank, int i, int dflt)
     return t->ndim > 0 ? (int)t->v[k] : dflt;
 }
 
-static conv_gpu_geom conv_gpu_geometry(const conv_params *p, const mx_shape *d)
+static conv_gpu_geom conv_gpu_geometry(const conv_params *p, const mx_shape *d, mx_dtype dtype)
 {
     const int r = p->kernel.ndim;
     conv_gpu_geom g;
+    g.dtype = dtype;
     g.n = (int)d->dims[0];
     g.c = (int)d->dims[1];
     g.h = r == 1 ? 1 : (int)d->dims[2];
@@ -98,10 +112,11 @@ using conv_descs = mx_cudnn_conv;
 
 static mx_status conv_descs_init(conv_descs *d, const conv_gpu_geom &g)
 {
+    const mx_dtype dtype = g.dtype;
     const mx_cudnn_conv_shape shape = {g.n,  g.c,  g.h,  g.w,  g.f,  g.oh, g.ow,      g.kh, g.kw,
                                        g.ph, g.pw, g.sh, g.sw, g.dh, g.dw, g.groups, g.f};
     int dims[4];
-    MX_TRY(mx_cudnn_conv_init(d, shape, dims));
+    MX_TRY(mx_cudnn_conv_init(d, shape, dtype, dims));
     /* cuDNN's own output size must be the one Convolution inferred. */
     const int n = dims[0], c = dims[1], h = dims[2], w = dims[3];
     if (n != g.n || c != g.f || h != g.oh || w != g.ow)
@@ -113,11 +128,12 @@ static mx_status conv_descs_init(conv_descs *d, const conv_gpu_geom &g)
 
 /* ------------------------------------------------------------ algorithms */
 
-/* One direction's choice. */
+/* One direction's choice (math: the type it runs under; half only). */
 struct conv_choice {
     bool have;
     int algo;
     size_t ws;
+    cudnnMathType_t math;
 };
 
 /* The backend (graph) forward of one node and shape. */
@@ -134,9 +150,10 @@ static void conv_graph_fwd_release(conv_graph_fwd *f)
     mx_gconv_graph_destroy(&f->graph);
 }
 
-/* What a node caches: the choices for one data shape. */
+/* What a node caches: the choices for one data shape and dtype. */
 struct conv_gpu_state {
     mx_shape data;
+    mx_dtype dtype;
     int tune;
     int64_t workspace;
     conv_choice fwd, bwd_data, bwd_filter;
@@ -151,12 +168,6 @@ static void conv_gpu_state_free(void *state)
 }
 
 static const size_t CONV_FASTEST_CAP = (size_t)1 << 30;
-
-/* FMA (or default) math only: never a tensor-core (TF32) variant. */
-static bool conv_math_ok(cudnnMathType_t m)
-{
-    return m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
 
 /* Rounds up to 256 bytes (the alignment of what follows in scratch). */
 static size_t conv_align(size_t b) { return (b + 255) & ~(size_t)255; }
@@ -203,12 +214,17 @@ static bool conv_pick(cudnnHandle_t h, const conv_descs &d, conv_dir dir, const 
     const bool only_deterministic = mx_determinism_enforced();
     for (int i = 0; i < n; i++) {
         size_t ws = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].math) || perf[i].memory > limit) continue;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !mx_cudnn_conv_math_ok(d.dtype, perf[i].math) ||
+            perf[i].memory > limit)
+            continue;
         if (only_deterministic && !perf[i].deterministic) continue;
+        /* Half: the workspace under the algorithm's own math type. */
+        if (mx_cudnn_conv_math(d, perf[i].math) != MX_OK) continue;
         if (!conv_ws_of(h, d, dir, perf[i].algo, &ws) || ws > limit) continue;
         out->have = true;
         out->algo = perf[i].algo;
         out->ws = ws;
+        out->math = perf[i].math;
         return true;
     }
     return false;
@@ -219,6 +235,7 @@ enum { CONV_MAX_ALGOS = 16 };
 static mx_status conv_heuristic(cudnnHandle_t h, const conv_descs &d, conv_dir dir, conv_perf *perf, int *n)
 {
     int got = 0;
+    MX_TRY(mx_cudnn_conv_math(d, mx_cudnn_conv_list_math(d.dtype))); /* half: tensor ops listed too */
     if (dir == DIR_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[CONV_MAX_ALGOS];
         MX_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CONV_MAX_ALGOS, &got, r));
@@ -245,11 +262,12 @@ static mx_status conv_find(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_des
     size_t out_elems = dir == DIR_FWD        ? (size_t)g.n * g.f * g.oh * g.ow
                        : dir == DIR_BWD_DATA ? (size_t)g.n * g.c * g.h * g.w
                                              : (size_t)g.f * (g.c / g.groups) * g.kh * g.kw;
-    size_t out_bytes = conv_align(out_elems * sizeof(float));
+    size_t out_bytes = conv_align(out_elems * mx_dtype_size(d.dtype));
     void *scratch = nullptr;
     MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), out_bytes + limit, &scratch));
     void *tmp = scratch, *ws = limit ? (char *)scratch + out_bytes : nullptr;
     int got = 0;
+    MX_TRY(mx_cudnn_conv_math(d, mx_cudnn_conv_list_math(d.dtype))); /* half: tensor ops timed too */
     if (dir == DIR_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[CONV_MAX_ALGOS];
         MX_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, a, d.w, b, d.conv, d.y, tmp, CONV_MAX_ALGOS, &got,
@@ -276,10 +294,17 @@ static bool conv_log_on(void)
     return e && *e && strcmp(e, "0") != 0;
 }
 
+/* " float16" / " bfloat16" after a half layer's shape in the logs. */
+static const char *conv_log_dtype(mx_dtype d)
+{
+    return d == MX_FLOAT16 ? " float16" : d == MX_BFLOAT16 ? " bfloat16" : "";
+}
+
 /* MX_CUDNN_LOG=1 (a diagnostic): each timing run's candidates and the
  * choice on stderr, one line per layer shape and direction:
  *   cudnn conv fwd n64 c256 56x56 f64 1x1/1 g1: chose 1 (0.412 ms, 0 MB) | 1:0.412 0:0.530 ...
- * (algorithm number: cuDNN's enum of that direction; time: its run here). */
+ * (algorithm number: cuDNN's enum of that direction; time: its run here;
+ * "*": a math type other than FMA, tensor ops for half layers). */
 static void conv_log_find(const conv_gpu_geom &g, conv_dir dir, const conv_perf *perf, int n, const conv_choice *out)
 {
     if (!conv_log_on()) return;
@@ -288,9 +313,9 @@ static void conv_log_find(const conv_gpu_geom &g, conv_dir dir, const conv_perf 
     float chosen_ms = -1;
     for (int i = 0; i < n; i++)
         if (perf[i].algo == out->algo && perf[i].status == CUDNN_STATUS_SUCCESS) chosen_ms = perf[i].time_ms;
-    int len = snprintf(line, sizeof(line), "cudnn conv %s n%d c%d %dx%d f%d %dx%d/%d g%d: chose %d (%.3f ms, %zu MB) |",
-                       short_names[dir], g.n, g.c, g.h, g.w, g.f, g.kh, g.kw, g.sh, g.groups, out->algo, chosen_ms,
-                       out->ws >> 20);
+    int len = snprintf(line, sizeof(line), "cudnn conv %s n%d c%d %dx%d f%d %dx%d/%d g%d%s: chose %d (%.3f ms, %zu MB) |",
+                       short_names[dir], g.n, g.c, g.h, g.w, g.f, g.kh, g.kw, g.sh, g.groups,
+                       conv_log_dtype(g.dtype), out->algo, chosen_ms, out->ws >> 20);
     for (int i = 0; i < n && len > 0 && (size_t)len < sizeof(line); i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS)
             len += snprintf(line + len, sizeof(line) - (size_t)len, " %d:%.3f%s", perf[i].algo, perf[i].time_ms,
@@ -337,9 +362,15 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
                           : dir == DIR_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
                                                 : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
         size_t limit = 0;
-        for (int i = 0; i < count; i++) {
-            size_t ws = 0;
-            if (conv_ws_of(h, d, dir, i, &ws) && ws <= cap && ws > limit) limit = ws;
+        /* Half: the algorithms' workspaces under tensor-op and FMA math
+         * (float32: the descriptor's FMA math alone). */
+        const cudnnMathType_t maths[2] = {mx_cudnn_conv_list_math(d.dtype), CUDNN_FMA_MATH};
+        for (int m = 0; m < (d.dtype == MX_FLOAT32 ? 1 : 2); m++) {
+            MX_TRY(mx_cudnn_conv_math(d, maths[m]));
+            for (int i = 0; i < count; i++) {
+                size_t ws = 0;
+                if (conv_ws_of(h, d, dir, i, &ws) && ws <= cap && ws > limit) limit = ws;
+            }
         }
         /* A failed timing run (say, no scratch of that size) leaves the
          * choice to the heuristics below. */
@@ -360,7 +391,8 @@ static mx_status conv_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const conv_p
 
 /* The node's cached choices for this data shape (a fresh record when the
  * shape changed), or NULL when the node has no state slot. */
-static mx_status conv_state(const mx_op_ctx *ctx, const conv_params *p, const mx_shape *data, conv_gpu_state **out)
+static mx_status conv_state(const mx_op_ctx *ctx, const conv_params *p, const mx_shape *data, mx_dtype dtype,
+                            conv_gpu_state **out)
 {
     *out = nullptr;
     if (!ctx->state) return MX_OK;
@@ -369,13 +401,15 @@ static mx_status conv_state(const mx_op_ctx *ctx, const conv_params *p, const mx
         s = (conv_gpu_state *)calloc(1, sizeof(*s));
         if (!s) return MX_ERROR(MX_ERR_NOMEM, "Convolution: out of memory for the cuDNN state");
         *ctx->state = s;
-    } else if (mx_shape_equal(&s->data, data) && s->tune == p->cudnn_tune && s->workspace == p->workspace) {
+    } else if (mx_shape_equal(&s->data, data) && s->dtype == dtype && s->tune == p->cudnn_tune &&
+               s->workspace == p->workspace) {
         *out = s;
         return MX_OK;
     }
     conv_graph_fwd_release(&s->gfwd);
     memset(s, 0, sizeof(*s));
     s->data = *data;
+    s->dtype = dtype;
     s->tune = p->cudnn_tune;
     s->workspace = p->workspace;
     *out = s;
@@ -472,8 +506,8 @@ template <typename F> static mx_status conv_time(cudaStream_t stream, conv_event
 /* "cudnn conv fwd n64 c256 56x56 f64 1x1/1 g1" (as conv_log_find). */
 static int conv_log_prefix(char *line, size_t size, const conv_gpu_geom &g)
 {
-    return snprintf(line, size, "cudnn conv fwd n%d c%d %dx%d f%d %dx%d/%d g%d: graph", g.n, g.c, g.h, g.w, g.f, g.kh,
-                    g.kw, g.sh, g.groups);
+    return snprintf(line, size, "cudnn conv fwd n%d c%d %dx%d f%d %dx%d/%d g%d%s: graph", g.n, g.c, g.h, g.w, g.f,
+                    g.kh, g.kw, g.sh, g.groups, conv_log_dtype(g.dtype));
 }
 
 /* MX_CUDNN_LOG=1: why this shape stays on the legacy path. */
@@ -531,11 +565,12 @@ static mx_status conv_graph_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const 
     const bool timed = tune != CONV_TUNE_OFF && !mx_determinism_enforced();
     const size_t ws_limit = (size_t)p->workspace << 20;
     const size_t cap = timed && tune == CONV_TUNE_FASTEST ? CONV_FASTEST_CAP : ws_limit;
-    const mx_gconv_filter filt = {mx_determinism_enforced(), (int64_t)cap};
+    /* Tensor-core engines for half tensors only (float32's would be TF32). */
+    const mx_gconv_filter filt = {mx_determinism_enforced(), (int64_t)cap, g.dtype != MX_FLOAT32};
     const mx_gconv_shape shape = {g.n, g.c, g.h, g.w, g.f, g.oh, g.ow, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw};
 
     conv_graph_cands c;
-    cudnnStatus_t st = mx_gconv_graph_build(h, shape, &c.graph);
+    cudnnStatus_t st = mx_gconv_graph_build(h, shape, mx_cudnn_type(g.dtype), &c.graph);
     if (st != CUDNN_STATUS_SUCCESS) {
         conv_log_graph_failed(g, "operation graph", st, 0, 0, 0, 0);
         return MX_OK;
@@ -589,7 +624,7 @@ static mx_status conv_graph_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const 
         for (int i = 0; i < c.n; i++)
             if ((size_t)c.plans[i].ws > need) need = (size_t)c.plans[i].ws;
         if (need < 256) need = 256;
-        const size_t out_bytes = conv_align((size_t)g.n * g.f * g.oh * g.ow * sizeof(float));
+        const size_t out_bytes = conv_align((size_t)g.n * g.f * g.oh * g.ow * mx_dtype_size(g.dtype));
         void *scratch = nullptr;
         MX_TRY(mx_cuda_worker_scratch(mx_cuda_op_worker(ctx), out_bytes + need, &scratch));
         void *tmp = scratch, *ws = (char *)scratch + out_bytes;
@@ -598,6 +633,7 @@ static mx_status conv_graph_choose(const mx_op_ctx *ctx, cudnnHandle_t h, const 
         MX_CUDA_TRY(cudaEventCreate(&ev.start));
         MX_CUDA_TRY(cudaEventCreate(&ev.stop));
         const float one = 1.0f, zero = 0.0f;
+        MX_TRY(mx_cudnn_conv_math(d, legacy.math));
         MX_TRY(conv_time(
             stream, ev,
             [&] {
@@ -657,6 +693,17 @@ static mx_status conv_graph_forward(const mx_op_ctx *ctx, cudnnHandle_t h, const
 
 /* ------------------------------------------------------------ kernels */
 
+/* Every tensor of the call in `dtype` (the executor gives a node one
+ * dtype; a mixed call is refused rather than misread). */
+static mx_status conv_check_dtypes(const char *what, const mx_tensor *t, int n, mx_dtype dtype)
+{
+    for (int i = 0; i < n; i++)
+        if (t[i].data && t[i].dtype != dtype)
+            return MX_ERROR(MX_ERR_UNSUPPORTED, "Convolution: %s %d is %s but data is %s (one dtype per node on gpu)",
+                            what, i, mx_dtype_name(t[i].dtype), mx_dtype_name(dtype));
+    return MX_OK;
+}
+
 static mx_status conv_gpu_refuse(const conv_params *p)
 {
     if (p->cudnn_off)
@@ -675,7 +722,10 @@ static mx_status conv_gpu_forward(const mx_op_ctx *ctx, const void *vp, const mx
     const conv_params *p = (const conv_params *)vp;
     MX_TRY(conv_gpu_refuse(p));
     if (req[0] == MX_REQ_NULL) return MX_OK;
-    const conv_gpu_geom g = conv_gpu_geometry(p, &in[0].shape);
+    const mx_dtype dtype = in[0].dtype;
+    MX_TRY(conv_check_dtypes("input", in, p->no_bias ? 2 : 3, dtype));
+    MX_TRY(conv_check_dtypes("output", out, 1, dtype));
+    const conv_gpu_geom g = conv_gpu_geometry(p, &in[0].shape, dtype);
     if (g.n == 0) return MX_OK; /* an empty batch: nothing to write */
     mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
     cudnnHandle_t h;
@@ -683,7 +733,7 @@ static mx_status conv_gpu_forward(const mx_op_ctx *ctx, const void *vp, const mx
     conv_descs d;
     MX_TRY(conv_descs_init(&d, g));
     conv_gpu_state *s;
-    MX_TRY(conv_state(ctx, p, &in[0].shape, &s));
+    MX_TRY(conv_state(ctx, p, &in[0].shape, dtype, &s));
     conv_choice c;
     MX_TRY(conv_get_choice(ctx, h, p, d, g, s, DIR_FWD, in[0].data, in[1].data, &c));
     bool done = false;
@@ -692,10 +742,15 @@ static mx_status conv_gpu_forward(const mx_op_ctx *ctx, const void *vp, const mx
     if (!done) {
         void *ws = nullptr;
         if (c.ws) MX_TRY(mx_cuda_worker_scratch(worker, c.ws, &ws));
+        MX_TRY(mx_cudnn_conv_math(d, c.math));
         MX_CUDNN_TRY(cudnnConvolutionForward(h, &one, d.x, in[0].data, d.w, in[1].data, d.conv,
                                              (cudnnConvolutionFwdAlgo_t)c.algo, ws, c.ws, &beta, d.y, out[0].data));
     }
-    if (!p->no_bias) MX_CUDNN_TRY(cudnnAddTensor(h, &one, d.b, in[2].data, &one, d.y, out[0].data));
+    if (p->no_bias) return MX_OK;
+    if (dtype == MX_FLOAT32) MX_CUDNN_TRY(cudnnAddTensor(h, &one, d.b, in[2].data, &one, d.y, out[0].data));
+    else
+        MX_TRY(mx_conv_bias_add(mx_cuda_op_stream(ctx), "Convolution", dtype, out[0].data, in[2].data, g.n, g.f,
+                                (int64_t)g.oh * g.ow));
     return MX_OK;
 }
 
@@ -711,15 +766,20 @@ static mx_status conv_gpu_backward(const mx_op_ctx *ctx, const void *vp, const m
     const bool want_dw = req[1] != MX_REQ_NULL && in_grad[1].data;
     const bool want_db = !p->no_bias && req[2] != MX_REQ_NULL && in_grad[2].data;
     if (!want_dx && !want_dw && !want_db) return MX_OK;
-    const conv_gpu_geom g = conv_gpu_geometry(p, &in[0].shape);
+    const mx_dtype dtype = in[0].dtype;
+    MX_TRY(conv_check_dtypes("input", in, 2, dtype));
+    MX_TRY(conv_check_dtypes("output gradient", out_grad, 1, dtype));
+    MX_TRY(conv_check_dtypes("input gradient", in_grad, want_db ? 3 : 2, dtype));
+    const conv_gpu_geom g = conv_gpu_geometry(p, &in[0].shape, dtype);
+    const size_t esize = mx_dtype_size(dtype); /* 0 bits are 0.0 in all three types */
     mx_cuda_worker *worker = mx_cuda_op_worker(ctx);
     cudaStream_t stream = mx_cuda_op_stream(ctx);
     if (g.n == 0) { /* an empty batch: zero weight and bias gradients (written), nothing else */
         if (want_dw && req[1] != MX_REQ_ADD)
             MX_CUDA_TRY(cudaMemsetAsync(in_grad[1].data, 0,
-                                        (size_t)g.f * (g.c / g.groups) * g.kh * g.kw * sizeof(float), stream));
+                                        (size_t)g.f * (g.c / g.groups) * g.kh * g.kw * esize, stream));
         if (want_db && req[2] != MX_REQ_ADD)
-            MX_CUDA_TRY(cudaMemsetAsync(in_grad[2].data, 0, (size_t)g.f * sizeof(float), stream));
+            MX_CUDA_TRY(cudaMemsetAsync(in_grad[2].data, 0, (size_t)g.f * esize, stream));
         return MX_OK;
     }
     cudnnHandle_t h;
@@ -727,7 +787,7 @@ static mx_status conv_gpu_backward(const mx_op_ctx *ctx, const void *vp, const m
     conv_descs d;
     MX_TRY(conv_descs_init(&d, g));
     conv_gpu_state *s;
-    MX_TRY(conv_state(ctx, p, &in[0].shape, &s));
+    MX_TRY(conv_state(ctx, p, &in[0].shape, dtype, &s));
     conv_choice cd{}, cf{};
     if (want_dx) MX_TRY(conv_get_choice(ctx, h, p, d, g, s, DIR_BWD_DATA, in[1].data, out_grad[0].data, &cd));
     if (want_dw) MX_TRY(conv_get_choice(ctx, h, p, d, g, s, DIR_BWD_FILTER, in[0].data, out_grad[0].data, &cf));
@@ -737,21 +797,27 @@ static mx_status conv_gpu_backward(const mx_op_ctx *ctx, const void *vp, const m
     const float one = 1.0f;
     if (want_dx) {
         const float beta = mx_cuda_beta(req[0]);
+        MX_TRY(mx_cudnn_conv_math(d, cd.math));
         MX_CUDNN_TRY(cudnnConvolutionBackwardData(h, &one, d.w, in[1].data, d.y, out_grad[0].data, d.conv,
                                                   (cudnnConvolutionBwdDataAlgo_t)cd.algo, ws, cd.ws, &beta, d.x,
                                                   in_grad[0].data));
     }
     if (want_dw) {
         const float beta = mx_cuda_beta(req[1]);
+        MX_TRY(mx_cudnn_conv_math(d, cf.math));
         MX_CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, d.x, in[0].data, d.y, out_grad[0].data, d.conv,
                                                     (cudnnConvolutionBwdFilterAlgo_t)cf.algo, ws, cf.ws, &beta, d.w,
                                                     in_grad[1].data));
     }
-    if (want_db) {
+    if (want_db && dtype == MX_FLOAT32) {
         const float beta = mx_cuda_beta(req[2]);
         MX_CUDNN_TRY(cudnnConvolutionBackwardBias(h, &one, d.y, out_grad[0].data, &beta, d.b, in_grad[2].data));
+    } else if (want_db) {
+        MX_TRY(mx_conv_bias_grad(stream, "Convolution", dtype, out_grad[0].data, in_grad[2].data, g.n, g.f,
+                                 (int64_t)g.oh * g.ow, req[2]));
     }
     return MX_OK;
 }
 
-extern "C" const mx_op_kernels mx_op_gpu_convolution = {conv_gpu_forward, conv_gpu_backward, conv_gpu_state_free, 0};
+extern "C" const mx_op_kernels mx_op_gpu_convolution = {conv_gpu_forward, conv_gpu_backward, conv_gpu_state_free,
+                                                        MX_HALF_DTYPES};

@@ -1,17 +1,21 @@
 /*
- * cudnn_graph_conv.cuh - a 2-d float32 NCHW forward convolution on the
- * cuDNN backend (graph) C API (cudnn_graph.h), for Convolution's forward:
+ * cudnn_graph_conv.cuh - a 2-d NCHW forward convolution (float32, float16
+ * or bfloat16 tensors) on the cuDNN backend (graph) C API (cudnn_graph.h),
+ * for Convolution's forward:
  *   one CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR in an
- *   operation graph (x, w, y packed NCHW, 16-byte aligned, uids 'x' 'w'
- *   'y'; cross-correlation, float compute, alpha 1, beta 0: write only);
+ *   operation graph (x, w, y packed NCHW of one data type, 16-byte aligned,
+ *   uids 'x' 'w' 'y'; cross-correlation, float compute for every type,
+ *   alpha 1, beta 0: write only);
  *   engine configs from CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR (mode A, then
  *   the fallback list), minus every engine whose numerical notes say
- *   TENSOR_CORE (TF32), DOWN_CONVERT_INPUTS or REDUCED_PRECISION_REDUCTION
- *   (float32 stays FMA, as CUDNN_FMA_MATH on the legacy path; PyTorch drops
- *   the first two for float32 without allow_tf32), NONDETERMINISTIC when
- *   asked, and RUNTIME_COMPILATION (an NVRTC build per shape: seconds of
- *   set-up); an execution plan finalized for each survivor whose workspace
- *   fits a cap.
+ *   DOWN_CONVERT_INPUTS or REDUCED_PRECISION_REDUCTION (float accumulation
+ *   for every type), TENSOR_CORE unless the filter admits tensor cores
+ *   (float32 never: TF32; it stays FMA, as CUDNN_FMA_MATH on the legacy
+ *   path; PyTorch drops TENSOR_CORE and DOWN_CONVERT_INPUTS for float32
+ *   without allow_tf32 and DOWN_CONVERT_INPUTS always; half tensors admit
+ *   them), NONDETERMINISTIC when asked, and RUNTIME_COMPILATION (an NVRTC
+ *   build per shape: seconds of set-up); an execution plan finalized for
+ *   each survivor whose workspace fits a cap.
  * Everything here reports cuDNN's status instead of raising an error: the
  * caller treats any failure as "no backend plan" and keeps its legacy path.
  * Groups are not expressed (the caller uses this for num_group 1 only).
@@ -82,12 +86,11 @@ static inline void mx_gconv_plan_destroy(mx_gconv_plan *p)
     mx_gconv_destroy(&p->cfg);
 }
 
-/* A packed NCHW float tensor, 16-byte aligned. */
-static inline cudnnStatus_t mx_gconv_tensor(cudnnBackendDescriptor_t *out, int64_t uid, int64_t d0, int64_t d1,
-                                            int64_t d2, int64_t d3)
+/* A packed NCHW tensor of `type`, 16-byte aligned. */
+static inline cudnnStatus_t mx_gconv_tensor(cudnnBackendDescriptor_t *out, cudnnDataType_t type, int64_t uid,
+                                            int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
     MX_GCONV_TRY(mx_gconv_create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, out));
-    const cudnnDataType_t type = CUDNN_DATA_FLOAT;
     const int64_t dims[4] = {d0, d1, d2, d3};
     const int64_t strides[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
     const int64_t alignment = 16;
@@ -99,14 +102,17 @@ static inline cudnnStatus_t mx_gconv_tensor(cudnnBackendDescriptor_t *out, int64
     return cudnnBackendFinalize(*out);
 }
 
-/* The finalized operation graph of y = conv(x, w) (alpha 1, beta 0). On
- * failure *g holds what was made so far (mx_gconv_graph_destroy frees it). */
-static inline cudnnStatus_t mx_gconv_graph_build(cudnnHandle_t handle, const mx_gconv_shape &s, mx_gconv_graph *g)
+/* The finalized operation graph of y = conv(x, w) (alpha 1, beta 0), x, w
+ * and y of data type `type` (CUDNN_DATA_FLOAT, _HALF or _BFLOAT16), float
+ * compute. On failure *g holds what was made so far (mx_gconv_graph_destroy
+ * frees it). */
+static inline cudnnStatus_t mx_gconv_graph_build(cudnnHandle_t handle, const mx_gconv_shape &s, cudnnDataType_t type,
+                                                 mx_gconv_graph *g)
 {
     *g = mx_gconv_graph{};
-    MX_GCONV_TRY(mx_gconv_tensor(&g->x, MX_GCONV_UID_X, s.n, s.c, s.h, s.w));
-    MX_GCONV_TRY(mx_gconv_tensor(&g->w, MX_GCONV_UID_W, s.k, s.c, s.kh, s.kw));
-    MX_GCONV_TRY(mx_gconv_tensor(&g->y, MX_GCONV_UID_Y, s.n, s.k, s.oh, s.ow));
+    MX_GCONV_TRY(mx_gconv_tensor(&g->x, type, MX_GCONV_UID_X, s.n, s.c, s.h, s.w));
+    MX_GCONV_TRY(mx_gconv_tensor(&g->w, type, MX_GCONV_UID_W, s.k, s.c, s.kh, s.kw));
+    MX_GCONV_TRY(mx_gconv_tensor(&g->y, type, MX_GCONV_UID_Y, s.n, s.k, s.oh, s.ow));
 
     MX_GCONV_TRY(mx_gconv_create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &g->conv));
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
@@ -191,6 +197,7 @@ static inline cudnnStatus_t mx_gconv_heuristics(const mx_gconv_graph &g, cudnnBa
 struct mx_gconv_filter {
     bool deterministic_only;
     int64_t ws_cap;
+    bool tensor_cores; /* engines noted TENSOR_CORE (half tensors; never float32: that is TF32) */
 };
 
 /* Whether the engine of `cfg` is admitted (notes), and its global index. */
@@ -219,9 +226,10 @@ static inline cudnnStatus_t mx_gconv_engine_ok(cudnnBackendDescriptor_t cfg, con
     if (n_num > CUDNN_NUMERICAL_NOTE_TYPE_COUNT) n_num = CUDNN_NUMERICAL_NOTE_TYPE_COUNT;
     if (n_beh > CUDNN_BEHAVIOR_NOTE_TYPE_COUNT) n_beh = CUDNN_BEHAVIOR_NOTE_TYPE_COUNT;
     for (int64_t i = 0; i < n_num; i++) {
-        if (num[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || num[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+        if (num[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
             num[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
             return CUDNN_STATUS_SUCCESS;
+        if (!f.tensor_cores && num[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return CUDNN_STATUS_SUCCESS;
         if (f.deterministic_only && num[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return CUDNN_STATUS_SUCCESS;
     }
     for (int64_t i = 0; i < n_beh; i++)
