@@ -1,11 +1,11 @@
 /*
  * expand_dims.cu - expand_dims' and squeeze's CUDA kernels: the data does
  * not move, so forward and backward are copies (or accumulations) of the
- * whole buffer on the op's stream, a no-op when written in place. As on
- * the CPU, accumulating (req add) is float32 only, and float16 / bfloat16
- * (mixed precision: the CPU's half nodes add on float32 copies; here
+ * whole buffer on the op's stream, a no-op when written in place.
+ * Accumulating (req add) takes float32, as on the CPU, and float16 /
+ * bfloat16 (mixed precision: the CPU's half nodes add on float32 copies;
  * copy_req.cuh sums in float and rounds once); float64 and integer
- * accumulation is refused naming op and dtype.
+ * accumulation is refused naming op and dtype, as on the CPU.
  */
 #include "ops/cuda/copy_req.cuh"
 
