@@ -281,6 +281,45 @@ START_TEST(half_helpers_round_to_nearest_even)
 }
 END_TEST
 
+/* The bulk conversions (mx_dtype_convert: F16C and AVX2 blocks of 8
+ * where the CPU has them) give the scalar helpers' bits for every input of
+ * the rounding set (NaNs of every payload among them) and every half
+ * pattern, at every alignment of a block. */
+START_TEST(bulk_conversions_give_the_helpers_bits)
+{
+    make_tables();
+    int n;
+    float *f = rounding_inputs(&n);
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n + 2);
+    float *back = malloc(sizeof(float) * (size_t)n + 4);
+    const mx_dtype types[2] = {MX_FLOAT16, MX_BFLOAT16};
+    for (int t = 0; t < 2; t++)
+        for (int skew = 0; skew < 3; skew++) { /* blocks of 8 starting off the inputs' alignment */
+            ck_assert_int_eq(mx_dtype_convert("test", h, types[t], f + skew, MX_FLOAT32, n - skew, false), MX_OK);
+            for (int i = 0; i < n - skew; i++) {
+                uint16_t want = t ? mx_float_to_bfloat16(f[i + skew]) : mx_float_to_half(f[i + skew]);
+                ck_assert_msg(h[i] == want, "%s of 0x%08x: 0x%04x, the helper's 0x%04x", mx_dtype_name(types[t]),
+                              f_bits(f[i + skew]), h[i], want);
+            }
+        }
+    free(f);
+    free(h);
+    free(back);
+    static uint16_t all[65536 + 3];
+    static float wide[65536 + 3];
+    for (int i = 0; i < 65536 + 3; i++) all[i] = (uint16_t)(i * 40503u);
+    for (int t = 0; t < 2; t++)
+        for (int skew = 0; skew < 3; skew++) {
+            ck_assert_int_eq(mx_dtype_convert("test", wide, MX_FLOAT32, all + skew, types[t], 65536, false), MX_OK);
+            for (int i = 0; i < 65536; i++) {
+                float want = t ? mx_bfloat16_to_float(all[i + skew]) : mx_half_to_float(all[i + skew]);
+                ck_assert_msg(f_bits(wide[i]) == f_bits(want), "%s 0x%04x: 0x%08x, the helper's 0x%08x",
+                              mx_dtype_name(types[t]), all[i + skew], f_bits(wide[i]), f_bits(want));
+            }
+        }
+}
+END_TEST
+
 /* Every one of the 65536 patterns of each format: to float the exact value
  * (the ldexp table), back the same bits; a NaN stays a NaN. */
 START_TEST(half_helpers_every_pattern)
@@ -641,6 +680,7 @@ int main(void)
     tcase_add_test(tc, half_precision_rounds_to_nearest_even);
     tcase_add_test(tc, half_helpers_round_to_nearest_even);
     tcase_add_test(tc, half_helpers_every_pattern);
+    tcase_add_test(tc, bulk_conversions_give_the_helpers_bits);
     tcase_add_test(tc, cast_half_types_against_reference);
     tcase_add_test(tc, cast_half_types_to_and_from_others);
     tcase_add_test(tc, convert_in_place);

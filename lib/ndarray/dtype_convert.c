@@ -103,6 +103,38 @@ __attribute__((target("avx,f16c"))) static void half_to_float_f16c(float *d, con
 }
 
 static bool has_f16c(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+
+/* bfloat16 with AVX2 integer lanes, half.h's rule 8 elements at a time:
+ * round to nearest even by adding 0x7fff plus the kept part's lowest bit,
+ * a NaN keeps its top bits and is made quiet. */
+__attribute__((target("avx2"))) static void float_to_bfloat16_avx2(uint16_t *d, const float *s, int64_t n)
+{
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), abs = _mm256_set1_epi32(0x7fffffff),
+                  inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i hi = _mm256_srli_epi32(x, 16);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* lanes 0-3, 4-7 */
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(packed));
+    }
+    for (; i < n; i++) d[i] = mx_float_to_bfloat16(s[i]);
+}
+
+__attribute__((target("avx2"))) static void bfloat16_to_float_avx2(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_slli_epi32(x, 16));
+    }
+    for (; i < n; i++) d[i] = mx_bfloat16_to_float(s[i]);
+}
+
+static bool has_avx2(void) { return __builtin_cpu_supports("avx2"); }
 #endif
 
 /* float32 <-> a half type without the trip through double (which would
@@ -119,9 +151,17 @@ static bool convert_direct(void *dst, mx_dtype dt, const void *src, mx_dtype st,
         float_to_half_f16c(dh, sf, n);
         return true;
     }
-    if (!back && st == MX_FLOAT16 && dt == MX_FLOAT32 && has_f16c() &&
-        ((const char *)src + n * 2 <= (const char *)dst || (const char *)dst + n * 4 <= (const char *)src)) {
+    const bool apart = (const char *)src + n * 2 <= (const char *)dst || (const char *)dst + n * 4 <= (const char *)src;
+    if (!back && st == MX_FLOAT16 && dt == MX_FLOAT32 && has_f16c() && apart) {
         half_to_float_f16c(df, sh, n);
+        return true;
+    }
+    if (!back && st == MX_FLOAT32 && dt == MX_BFLOAT16 && has_avx2()) {
+        float_to_bfloat16_avx2(dh, sf, n);
+        return true;
+    }
+    if (!back && st == MX_BFLOAT16 && dt == MX_FLOAT32 && has_avx2() && apart) {
+        bfloat16_to_float_avx2(df, sh, n);
         return true;
     }
 #endif

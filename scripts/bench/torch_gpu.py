@@ -9,14 +9,17 @@ projections where a stage starts), and ResNet-50 (torchvision's v1.5:
 the layers and parameters of configs/resnet-50.conf's v1, but stride 2 in
 each downsampling block's 3x3 convolution instead of its first 1x1, about
 5% more multiply-adds).
-float32, NCHW, SGD with momentum 0.9 and weight decay 1e-4, random data
-made once on the GPU (as mxtrain's synthetic iterator): the step alone is
-timed. Eager mode, and torch.compile when --compile is given.
+NCHW, SGD with momentum 0.9 and weight decay 1e-4, random data made once
+on the GPU (as mxtrain's synthetic iterator): the step alone is timed.
+--dtype float32 (TF32 off, as mxc), or bfloat16 / float16 mixed precision
+as PyTorch does it (torch.autocast around the forward pass and the loss,
+float32 weights; float16 with a GradScaler), the counterpart of mxtrain's
+fit.dtype. Eager mode, and torch.compile when --compile is given.
 
 Prints one JSON object per net: images/s over --steps timed steps after
 --warmup, and the peak GPU memory PyTorch allocated.
 
-usage: torch_gpu.py [--nets lenet,resnet20,resnet50] [--batch 64]
+usage: torch_gpu.py [--nets lenet,resnet20,resnet50] [--batch 64] [--dtype float32]
                     [--steps 50] [--warmup 10] [--compile] [--profile DIR]
 
 --profile DIR: after the timed steps, 4 more under torch.profiler; the
@@ -84,7 +87,7 @@ NETS = {
 }
 
 
-def bench(name, batch, steps, warmup, compile_, profile_dir=None):
+def bench(name, batch, steps, warmup, compile_, dtype="float32", profile_dir=None):
     make, shape, classes = NETS[name]
     torch.manual_seed(0)
     net = make().cuda().train()
@@ -92,12 +95,20 @@ def bench(name, batch, steps, warmup, compile_, profile_dir=None):
     x = torch.rand(batch, *shape, device="cuda") * 2 - 1
     y = torch.randint(0, classes, (batch,), device="cuda")
     fwd = torch.compile(net) if compile_ else net
+    half = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    scaler = torch.amp.GradScaler("cuda") if dtype == "float16" else None
 
     def step():
-        loss = F.cross_entropy(fwd(x), y)
+        with torch.autocast("cuda", dtype=half, enabled=half is not None):
+            loss = F.cross_entropy(fwd(x), y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
 
     for _ in range(warmup):
         step()
@@ -117,7 +128,7 @@ def bench(name, batch, steps, warmup, compile_, profile_dir=None):
         with open(f"{profile_dir}/torch-{name}-profile.txt", "w") as f:
             f.write(f"# {name}, batch {batch}, 4 steps (divide totals by 4)\n")
             f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
-    return {"side": "torch" + (".compile" if compile_ else ""), "net": name, "batch": batch, "steps": steps,
+    return {"side": "torch" + (".compile" if compile_ else ""), "net": name, "batch": batch, "dtype": dtype, "steps": steps,
             "images_per_sec": steps * batch / dt, "step_ms": 1000 * dt / steps,
             "peak_mib": torch.cuda.max_memory_allocated() / 2**20, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name()}
@@ -130,13 +141,14 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--profile", metavar="DIR")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 as mxc computes it
     torch.backends.cudnn.allow_tf32 = False
     for name in a.nets.split(","):
-        print(json.dumps(bench(name, a.batch, a.steps, a.warmup, a.compile, a.profile)), flush=True)
+        print(json.dumps(bench(name, a.batch, a.steps, a.warmup, a.compile, a.dtype, a.profile)), flush=True)
 
 
 if __name__ == "__main__":
