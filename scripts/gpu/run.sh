@@ -47,20 +47,22 @@ for t in "$top"/bin/test_gpu_*; do
 done
 
 # LeNet (configs/lenet.conf) on a Fashion-MNIST subset, 2 epochs, on gpu:0
-# and on the CPU from the same seed: the metrics must agree closely.
+# (float32, then float16 and bfloat16 mixed precision) and on the CPU from
+# the same seed: the metrics must agree closely.
 : > "$OUT/train.log"
 d=$top/data
-for ctx in gpu:0 cpu; do
+for run in gpu:0/float32 gpu:0/float16 gpu:0/bfloat16 cpu/float32; do
+    ctx=${run%/*} dtype=${run#*/}
     start=$(date +%s%N)
-    timeout 200 "$top/bin/mxtrain" configs/lenet.conf fit.ctx=$ctx fit.num_epoch=2 fit.disp_batches=20 \
-        fit.model_prefix=/tmp/mxc-gpu/lenet-${ctx%%:*} train.image=$d/train-images-idx3-ubyte.gz \
+    timeout 200 "$top/bin/mxtrain" configs/lenet.conf fit.ctx=$ctx fit.dtype=$dtype fit.num_epoch=2 fit.disp_batches=20 \
+        fit.model_prefix=/tmp/mxc-gpu/lenet-${ctx%%:*}-$dtype train.image=$d/train-images-idx3-ubyte.gz \
         train.label=$d/train-labels-idx1-ubyte.gz val.image=$d/t10k-images-idx3-ubyte.gz \
         val.label=$d/t10k-labels-idx1-ubyte.gz > "$OUT/train.tmp" 2>&1
     rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    { echo "=== mxtrain lenet fit.ctx=$ctx rc=$rc ${ms} ms"; cat "$OUT/train.tmp"; } >> "$OUT/train.log"
-    grep -iE "epoch\[1\].*(validation|train)|error|fail" "$OUT/train.tmp" | tail -4 | sed "s|^|$ctx: |"
-    table+=("$(printf '%-24s %-6s %4ss' "mxtrain lenet $ctx" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$(( ms / 1000 ))")")
+    { echo "=== mxtrain lenet fit.ctx=$ctx fit.dtype=$dtype rc=$rc ${ms} ms"; cat "$OUT/train.tmp"; } >> "$OUT/train.log"
+    grep -iE "epoch\[1\].*(validation|train)|loss scale|error|fail" "$OUT/train.tmp" | tail -5 | sed "s|^|$run: |"
+    table+=("$(printf '%-24s %-6s %4ss' "mxtrain lenet $run" "$([ $rc = 0 ] && echo pass || echo "FAIL($rc)")" "$(( ms / 1000 ))")")
 done
 rm -f "$OUT/train.tmp"
 # PyTorch's LeNet on the same GPU, same net, batch and optimizer (speed).
@@ -68,7 +70,7 @@ if [ "${MX_GPU_TORCH:-1}" != 0 ]; then
     timeout 120 python3 scripts/bench/torch_lenet.py --device cuda --threads 16 --data-dir "$d" --batches 400 \
         --warmup 40 --window 100 >> "$OUT/train.log" 2>&1
     echo "torch: $(tail -1 "$OUT/train.log" | grep -o '"samples_per_sec": [0-9.]*')"
-    awk '/^=== mxtrain/ {ctx=$4} /Epoch\[1\] Batch.*Speed/ {print "mxtrain " ctx ": " $0}' "$OUT/train.log"
+    awk '/^=== mxtrain/ {ctx=$4 " " $5} /Epoch\[1\] Batch.*Speed/ {print "mxtrain " ctx ": " $0}' "$OUT/train.log"
 fi
 
 # The whole configs/lenet.conf (10 epochs of Fashion-MNIST) on gpu:0, then
