@@ -44,22 +44,36 @@ __device__ __forceinline__ void mx_cuda_assign(mx_req req, float *dst, float val
 /* The cuBLAS / cuDNN "beta" of a request: 0 overwrites, 1 accumulates. */
 static inline float mx_cuda_beta(mx_req req) { return req == MX_REQ_ADD ? 1.0f : 0.0f; }
 
-/* A 4-d NCHW descriptor of a shape, lower ranks padded with 1s at the
- * end ((N, C) -> (N, C, 1, 1)); 5-d shapes get an Nd descriptor. */
-static inline mx_status mx_cudnn_tensor(cudnnTensorDescriptor_t desc, const mx_shape *s)
+/* A tensor's cuDNN type: float32, float16, bfloat16 (anything else is
+ * float32's: the kernels' dtype dispatch never passes it). */
+static inline cudnnDataType_t mx_cudnn_type(mx_dtype d)
 {
+    return d == MX_FLOAT16 ? CUDNN_DATA_HALF : d == MX_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* A 4-d NCHW descriptor of a shape in dtype d, lower ranks padded with 1s
+ * at the end ((N, C) -> (N, C, 1, 1)); 5-d shapes get an Nd descriptor. */
+static inline mx_status mx_cudnn_tensor_of(cudnnTensorDescriptor_t desc, const mx_shape *s, mx_dtype d)
+{
+    const cudnnDataType_t type = mx_cudnn_type(d);
     if (s->ndim <= 4) {
-        int d[4] = {1, 1, 1, 1};
-        for (int i = 0; i < s->ndim; i++) d[i] = (int)s->dims[i];
-        MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d[0], d[1], d[2], d[3]));
+        int dim[4] = {1, 1, 1, 1};
+        for (int i = 0; i < s->ndim; i++) dim[i] = (int)s->dims[i];
+        MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, dim[0], dim[1], dim[2], dim[3]));
         return MX_OK;
     }
-    int d[8], st[8];
-    for (int i = 0; i < s->ndim; i++) d[i] = (int)s->dims[i];
+    int dim[8], st[8];
+    for (int i = 0; i < s->ndim; i++) dim[i] = (int)s->dims[i];
     st[s->ndim - 1] = 1;
-    for (int i = s->ndim - 2; i >= 0; i--) st[i] = st[i + 1] * d[i + 1];
-    MX_CUDNN_TRY(cudnnSetTensorNdDescriptor(desc, CUDNN_DATA_FLOAT, s->ndim, d, st));
+    for (int i = s->ndim - 2; i >= 0; i--) st[i] = st[i + 1] * dim[i + 1];
+    MX_CUDNN_TRY(cudnnSetTensorNdDescriptor(desc, type, s->ndim, dim, st));
     return MX_OK;
+}
+
+/* The same in float32. */
+static inline mx_status mx_cudnn_tensor(cudnnTensorDescriptor_t desc, const mx_shape *s)
+{
+    return mx_cudnn_tensor_of(desc, s, MX_FLOAT32);
 }
 
 #endif /* MX_CUDA_OP_H */

@@ -1,7 +1,8 @@
 /*
  * half.cuh - float16 and bfloat16 in the operators' GPU kernels (mixed
  * precision, fit.dtype): element types, float loads and round-to-nearest
- * stores, the cuDNN and cuBLAS type of a tensor, and a dispatch on a
+ * stores, the cuBLAS type of a tensor (cuda_op.h: its cuDNN type and
+ * descriptor), and a dispatch on a
  * tensor's dtype. Kernels compute in float and store in the tensor's type,
  * as cuDNN does with CUDNN_DATA_FLOAT compute (and as the CPU's half nodes
  * do: executor.c's run_shadowed), so a float32 tensor keeps float32's
@@ -32,12 +33,7 @@ template <typename T> __device__ __forceinline__ void mx_assign(mx_req req, T *d
     else if (req != MX_REQ_NULL) mx_store(dst, value);
 }
 
-/* The types of a tensor for cuDNN and cuBLAS (float32, float16, bfloat16;
- * anything else is float32's, which the dispatch below never passes). */
-static inline cudnnDataType_t mx_cudnn_type(mx_dtype d)
-{
-    return d == MX_FLOAT16 ? CUDNN_DATA_HALF : d == MX_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
+/* A tensor's cuBLAS / CUDA library type (cuda_op.h has its cuDNN type). */
 static inline cudaDataType_t mx_cuda_type(mx_dtype d)
 {
     return d == MX_FLOAT16 ? CUDA_R_16F : d == MX_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -69,24 +65,5 @@ static inline cudaDataType_t mx_cuda_type(mx_dtype d)
                             mx_dtype_name(d));                                                                 \
         }                                                                                                      \
     } while (0)
-
-/* A 4-d NCHW (or Nd) descriptor of a shape in dtype d (mx_cudnn_tensor's
- * layout). */
-static inline mx_status mx_cudnn_tensor_of(cudnnTensorDescriptor_t desc, const mx_shape *s, mx_dtype d)
-{
-    const cudnnDataType_t type = mx_cudnn_type(d);
-    if (s->ndim <= 4) {
-        int dim[4] = {1, 1, 1, 1};
-        for (int i = 0; i < s->ndim; i++) dim[i] = (int)s->dims[i];
-        MX_CUDNN_TRY(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, dim[0], dim[1], dim[2], dim[3]));
-        return MX_OK;
-    }
-    int dim[8], st[8];
-    for (int i = 0; i < s->ndim; i++) dim[i] = (int)s->dims[i];
-    st[s->ndim - 1] = 1;
-    for (int i = s->ndim - 2; i >= 0; i--) st[i] = st[i + 1] * dim[i + 1];
-    MX_CUDNN_TRY(cudnnSetTensorNdDescriptor(desc, type, s->ndim, dim, st));
-    return MX_OK;
-}
 
 #endif /* MX_OPS_CUDA_HALF_CUH */
