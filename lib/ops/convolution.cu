@@ -116,7 +116,7 @@ static mx_status conv_descs_init(conv_descs *d, const conv_gpu_geom &g)
     const mx_cudnn_conv_shape shape = {g.n,  g.c,  g.h,  g.w,  g.f,  g.oh, g.ow,      g.kh, g.kw,
                                        g.ph, g.pw, g.sh, g.sw, g.dh, g.dw, g.groups, g.f};
     int dims[4];
-    MX_TRY(mx_cudnn_conv_init(d, shape, dtype, dims));
+    MX_TRY(mx_cudnn_conv_init(d, "Convolution", shape, dtype, dims));
     /* cuDNN's own output size must be the one Convolution inferred. */
     const int n = dims[0], c = dims[1], h = dims[2], w = dims[3];
     if (n != g.n || c != g.f || h != g.oh || w != g.ow)

@@ -67,7 +67,7 @@ static mx_status deconv_descs_init(deconv_descs *d, const deconv_gpu_geom &g, mx
     const mx_cudnn_conv_shape shape = {g.n,  g.f,  g.oh, g.ow, g.c,  g.h,  g.w,      g.kh, g.kw,
                                        g.ph, g.pw, g.sh, g.sw, g.dh, g.dw, g.groups, g.f};
     int dims[4];
-    MX_TRY(mx_cudnn_conv_init(d, shape, dtype, dims));
+    MX_TRY(mx_cudnn_conv_init(d, "Deconvolution", shape, dtype, dims));
     /* The convolution of the output shape must give back the data shape. */
     const int n = dims[0], c = dims[1], h = dims[2], w = dims[3];
     if (n != g.n || c != g.c || h != g.h || w != g.w)

@@ -72,12 +72,14 @@ static inline mx_status mx_cudnn_conv_math(const mx_cudnn_conv &d, cudnnMathType
     return MX_OK;
 }
 
-static inline mx_status mx_cudnn_conv_init(mx_cudnn_conv *d, const mx_cudnn_conv_shape &s, mx_dtype dtype,
-                                           int fwd[4])
+/* The descriptors of `op` (named in errors) for tensors of dtype (float32,
+ * float16 or bfloat16; others are refused). */
+static inline mx_status mx_cudnn_conv_init(mx_cudnn_conv *d, const char *op, const mx_cudnn_conv_shape &s,
+                                           mx_dtype dtype, int fwd[4])
 {
     if (dtype != MX_FLOAT32 && dtype != MX_FLOAT16 && dtype != MX_BFLOAT16)
-        return MX_ERROR(MX_ERR_UNSUPPORTED, "cuDNN convolution: %s tensors are not supported on the GPU",
-                        mx_dtype_name(dtype));
+        return MX_ERROR(MX_ERR_UNSUPPORTED, "%s: %s tensors are not supported on gpu (float32, float16, bfloat16)",
+                        op, mx_dtype_name(dtype));
     d->dtype = dtype;
     const cudnnDataType_t type = mx_cudnn_type(dtype);
     MX_CUDNN_TRY(cudnnCreateTensorDescriptor(&d->x));
