@@ -10,6 +10,7 @@
 #include "device/device.h"
 #include "executor/executor.h"
 #include "support/gpucheck.h"
+#include "support/gputwin.h"
 #include "support/graphs.h"
 
 #include <check.h>
@@ -62,93 +63,7 @@ END_TEST
 
 /* ------------------------------------------------------------ on a GPU */
 
-typedef struct twin {
-    mx_runtime *rt;
-    mx_graph *g;
-    int n_args, n_aux;
-    uint32_t ids[128];
-    float *host[64];              /* argument and aux values, shared by both devices */
-    int64_t size[64];
-    mx_ndarray *arr[2][64], *grad[2][64];
-    mx_executor *ex[2];           /* [0] cpu, [1] gpu(0) */
-} twin;
-
 static uint64_t rng_state = 99;
-static float uniform(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (float)((rng_state >> 11) * 0x1.0p-53);
-}
-
-static void upload(twin *t)
-{
-    for (int d = 0; d < 2; d++)
-        for (int i = 0; i < t->n_args + t->n_aux; i++)
-            ck_assert_int_eq(mx_ndarray_from_host(t->arr[d][i], t->host[i], sizeof(float) * (size_t)t->size[i]),
-                             MX_OK);
-}
-
-/* gpu_graph: the GPU executor runs its passes as CUDA graphs. */
-static void bind_twin(twin *t, mx_graph *g, mx_shape data_shape, int n_classes, bool gpu_graph)
-{
-    memset(t, 0, sizeof(*t));
-    ck_assert_int_eq(mx_runtime_create(NULL, &t->rt), MX_OK);
-    t->g = g;
-    mx_graph_shapes sh;
-    const char *names[] = {"data"};
-    ck_assert_msg(mx_graph_infer_shapes(g, names, &data_shape, 1, &sh) == MX_OK, "%s", mx_last_error());
-    t->n_args = mx_graph_list_arguments(g, t->ids);
-    t->n_aux = mx_graph_list_aux(g, t->ids + t->n_args);
-    for (int i = 0; i < t->n_args + t->n_aux; i++) {
-        const mx_shape *s = mx_graph_entry_shape(&sh, test_entry(t->ids[i]));
-        const char *name = mx_graph_node(g, t->ids[i])->name;
-        t->size[i] = mx_shape_size(s);
-        t->host[i] = malloc(sizeof(float) * (size_t)t->size[i]);
-        /* Weights scaled by 1/sqrt(fan-in) (Xavier's scale), so activations
-         * and logits stay near 1: with unscaled weights LeNet's logits reach
-         * tens, and the 1e-4 relative error of cuDNN's Winograd and FFT
-         * algorithms (which its timing may pick) grew to 2% in a softmax
-         * output. */
-        const float scale = s->ndim >= 2 && !strstr(name, "data") ? 1.0f / sqrtf((float)(t->size[i] / s->dims[0])) : 1.0f;
-        for (int64_t k = 0; k < t->size[i]; k++)
-            t->host[i][k] = strstr(name, "label")        ? (float)(k % n_classes)
-                            : strstr(name, "moving_var")  ? 1.0f
-                            : strstr(name, "moving_mean") ? 0.0f
-                            : strstr(name, "gamma")       ? uniform(0.5f, 1.5f)
-                                                          : scale * uniform(-1.0f, 1.0f);
-        for (int d = 0; d < 2; d++) {
-            mx_context ctx = d ? mx_gpu(0) : mx_cpu();
-            ck_assert_msg(mx_ndarray_create(t->rt, *s, MX_FLOAT32, ctx, &t->arr[d][i]) == MX_OK, "%s",
-                          mx_last_error());
-            if (i < t->n_args && !strstr(name, "label"))
-                ck_assert_int_eq(mx_ndarray_create(t->rt, *s, MX_FLOAT32, ctx, &t->grad[d][i]), MX_OK);
-        }
-    }
-    mx_graph_shapes_free(&sh);
-    upload(t);
-    for (int d = 0; d < 2; d++) {
-        mx_bind_config bc = {.ctx = d ? mx_gpu(0) : mx_cpu(), .args = t->arr[d], .arg_grads = t->grad[d],
-                             .aux = t->arr[d] + t->n_args, .for_training = true, .cuda_graph = d && gpu_graph};
-        ck_assert_msg(mx_executor_bind(t->rt, g, &bc, &t->ex[d]) == MX_OK, "%s", mx_last_error());
-    }
-}
-
-static void unbind_twin(twin *t)
-{
-    ck_assert_int_eq(mx_engine_wait_all(mx_runtime_engine(t->rt)), MX_OK);
-    for (int d = 0; d < 2; d++) {
-        mx_executor_free(t->ex[d]);
-        for (int i = 0; i < t->n_args + t->n_aux; i++) {
-            mx_ndarray_free(t->arr[d][i]);
-            mx_ndarray_free(t->grad[d][i]);
-        }
-    }
-    for (int i = 0; i < t->n_args + t->n_aux; i++) free(t->host[i]);
-    mx_runtime_free(t->rt);
-    mx_graph_free(t->g);
-}
 
 static double worst_seen;
 
@@ -180,7 +95,7 @@ static void expect_close(const char *what, int step, mx_ndarray *cpu, mx_ndarray
 
 /* Forward, backward on both devices, compare, then one SGD step on the
  * host values shared by both (so the next step starts equal again). */
-static void train_steps(twin *t, int steps, float lr, double rtol, double atol)
+static void train_steps(gputwin *t, int steps, float lr, double rtol, double atol)
 {
     for (int step = 0; step < steps; step++) {
         for (int d = 0; d < 2; d++) {
@@ -204,7 +119,7 @@ static void train_steps(twin *t, int steps, float lr, double rtol, double atol)
             for (int64_t k = 0; k < t->size[i]; k++) t->host[i][k] -= lr * g[k];
             free(g);
         }
-        upload(t);
+        gputwin_upload(t);
     }
 }
 
@@ -230,10 +145,10 @@ START_TEST(test_lenet_trains_on_gpu_as_on_cpu)
     x = test_entry(test_graph_op(g, "FullyConnected", "fc2", "num_hidden=10", &x, 1));
     mx_entry h = test_entry(test_graph_op(g, "SoftmaxOutput", "softmax", NULL, &x, 1));
     ck_assert_int_eq(mx_graph_set_heads(g, &h, 1), MX_OK);
-    twin t;
-    bind_twin(&t, g, MX_SHAPE(8, 1, 28, 28), 10, false);
+    gputwin t;
+    gputwin_bind(&t, g, NULL, MX_SHAPE(8, 1, 28, 28), 10, false, &rng_state);
     train_steps(&t, 3, 0.1f, 1e-3, 1e-5);
-    unbind_twin(&t);
+    gputwin_unbind(&t);
     printf("GPU LeNet: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
     worst_seen = 0;
 }
@@ -263,11 +178,11 @@ static mx_graph *residual_block(void)
 START_TEST(test_residual_block_trains_on_gpu_as_on_cpu)
 {
     if (!gpucheck_gpu_visible()) return;
-    twin t;
-    bind_twin(&t, residual_block(), MX_SHAPE(4, 3, 9, 9), 4, false);
+    gputwin t;
+    gputwin_bind(&t, residual_block(), NULL, MX_SHAPE(4, 3, 9, 9), 4, false, &rng_state);
     train_steps(&t, 3, 0.1f, 1e-3, 1e-4);
     ck_assert_int_eq(mx_executor_graph_launches(t.ex[1]), 0);
-    unbind_twin(&t);
+    gputwin_unbind(&t);
     printf("GPU residual block: 3 training steps on gpu(0) match the CPU (worst %.3g of tolerance)\n", worst_seen);
 }
 END_TEST
@@ -280,8 +195,8 @@ END_TEST
 START_TEST(test_cuda_graphs_train_as_node_by_node)
 {
     if (!gpucheck_gpu_visible()) return;
-    twin t;
-    bind_twin(&t, residual_block(), MX_SHAPE(4, 3, 9, 9), 4, true);
+    gputwin t;
+    gputwin_bind(&t, residual_block(), NULL, MX_SHAPE(4, 3, 9, 9), 4, true, &rng_state);
     train_steps(&t, 4, 0.1f, 1e-3, 1e-4);
     ck_assert_msg(!*mx_executor_graph_refusal(t.ex[1], false, true), "%s", mx_executor_graph_refusal(t.ex[1], false, true));
     ck_assert_msg(!*mx_executor_graph_refusal(t.ex[1], true, true), "%s", mx_executor_graph_refusal(t.ex[1], true, true));
@@ -289,7 +204,7 @@ START_TEST(test_cuda_graphs_train_as_node_by_node)
     ck_assert_int_eq(mx_executor_set_check_numerics(t.ex[1], true), MX_OK);
     ck_assert_str_eq(mx_executor_graph_refusal(t.ex[1], true, true), "numerics checks run the nodes one by one");
     ck_assert_int_eq(mx_executor_set_check_numerics(t.ex[1], false), MX_OK);
-    unbind_twin(&t);
+    gputwin_unbind(&t);
     printf("GPU CUDA graphs: steps 2-4 of a residual block launched as graphs match the CPU (worst %.3g of "
            "tolerance)\n", worst_seen);
 }

@@ -14,6 +14,7 @@
 #include "device/device.h"
 #include "executor/executor.h"
 #include "support/gpucheck.h"
+#include "support/gputwin.h"
 #include "support/graphs.h"
 
 #include <check.h>
@@ -50,90 +51,15 @@ END_TEST
 
 /* ------------------------------------------------------------ on a GPU */
 
-typedef struct twin {
-    mx_runtime *rt;
-    mx_graph *g;        /* the float32 graph (argument order) */
-    mx_graph *mixed;    /* what both bind */
-    int n_args, n_aux;
-    uint32_t ids[128];
-    float *host[128];
-    int64_t size[128];
-    mx_ndarray *arr[2][128], *grad[2][128];
-    mx_executor *ex[2]; /* [0] cpu, [1] gpu(0) */
-} twin;
-
 static uint64_t rng_state = 5;
-static float uniform(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (float)((rng_state >> 11) * 0x1.0p-53);
-}
 
-static void upload(twin *t)
+/* g bound on both devices as mx_graph_compute_in(g, dtype) makes it. */
+static void bind_twin(gputwin *t, mx_graph *g, mx_dtype dtype, mx_shape data_shape, int n_classes, bool gpu_graph)
 {
-    for (int d = 0; d < 2; d++)
-        for (int i = 0; i < t->n_args + t->n_aux; i++)
-            ck_assert_int_eq(mx_ndarray_from_host(t->arr[d][i], t->host[i], sizeof(float) * (size_t)t->size[i]),
-                             MX_OK);
-}
-
-static void bind_twin(twin *t, mx_graph *g, mx_dtype dtype, mx_shape data_shape, int n_classes, bool gpu_graph)
-{
-    memset(t, 0, sizeof(*t));
+    mx_graph *mixed = NULL;
+    ck_assert_msg(mx_graph_compute_in(g, dtype, &mixed) == MX_OK, "%s", mx_last_error());
     rng_state = 5;
-    ck_assert_int_eq(mx_runtime_create(NULL, &t->rt), MX_OK);
-    t->g = g;
-    ck_assert_msg(mx_graph_compute_in(g, dtype, &t->mixed) == MX_OK, "%s", mx_last_error());
-    mx_graph_shapes sh;
-    const char *names[] = {"data"};
-    ck_assert_msg(mx_graph_infer_shapes(g, names, &data_shape, 1, &sh) == MX_OK, "%s", mx_last_error());
-    t->n_args = mx_graph_list_arguments(g, t->ids);
-    t->n_aux = mx_graph_list_aux(g, t->ids + t->n_args);
-    for (int i = 0; i < t->n_args + t->n_aux; i++) {
-        const mx_shape *s = mx_graph_entry_shape(&sh, test_entry(t->ids[i]));
-        const char *name = mx_graph_node(g, t->ids[i])->name;
-        t->size[i] = mx_shape_size(s);
-        t->host[i] = malloc(sizeof(float) * (size_t)t->size[i]);
-        /* Xavier-scaled weights keep activations near 1 (test_gpu_executor). */
-        const float scale = s->ndim >= 2 && !strstr(name, "data") ? 1.0f / sqrtf((float)(t->size[i] / s->dims[0])) : 1.0f;
-        for (int64_t k = 0; k < t->size[i]; k++)
-            t->host[i][k] = strstr(name, "label")        ? (float)(k % n_classes)
-                            : strstr(name, "moving_var")  ? 1.0f
-                            : strstr(name, "moving_mean") ? 0.0f
-                            : strstr(name, "gamma")       ? uniform(0.5f, 1.5f)
-                                                          : scale * uniform(-1.0f, 1.0f);
-        for (int d = 0; d < 2; d++) {
-            mx_context ctx = d ? mx_gpu(0) : mx_cpu();
-            ck_assert_int_eq(mx_ndarray_create(t->rt, *s, MX_FLOAT32, ctx, &t->arr[d][i]), MX_OK);
-            if (i < t->n_args && !strstr(name, "label"))
-                ck_assert_int_eq(mx_ndarray_create(t->rt, *s, MX_FLOAT32, ctx, &t->grad[d][i]), MX_OK);
-        }
-    }
-    mx_graph_shapes_free(&sh);
-    upload(t);
-    for (int d = 0; d < 2; d++) {
-        mx_bind_config bc = {.ctx = d ? mx_gpu(0) : mx_cpu(), .args = t->arr[d], .arg_grads = t->grad[d],
-                             .aux = t->arr[d] + t->n_args, .for_training = true, .cuda_graph = d && gpu_graph};
-        ck_assert_msg(mx_executor_bind(t->rt, t->mixed, &bc, &t->ex[d]) == MX_OK, "%s", mx_last_error());
-    }
-}
-
-static void unbind_twin(twin *t)
-{
-    ck_assert_int_eq(mx_engine_wait_all(mx_runtime_engine(t->rt)), MX_OK);
-    for (int d = 0; d < 2; d++) {
-        mx_executor_free(t->ex[d]);
-        for (int i = 0; i < t->n_args + t->n_aux; i++) {
-            mx_ndarray_free(t->arr[d][i]);
-            mx_ndarray_free(t->grad[d][i]);
-        }
-    }
-    for (int i = 0; i < t->n_args + t->n_aux; i++) free(t->host[i]);
-    mx_runtime_free(t->rt);
-    mx_graph_free(t->mixed);
-    mx_graph_free(t->g);
+    gputwin_bind(t, g, mixed, data_shape, n_classes, gpu_graph, &rng_state);
 }
 
 static double worst_seen;
@@ -164,7 +90,7 @@ static void expect_close(const char *case_name, const char *what, mx_ndarray *cp
 }
 
 /* One training step (and an inference pass) on both devices, compared. */
-static void compare_step(twin *t, const char *case_name, double rtol, bool train_outputs)
+static void compare_step(gputwin *t, const char *case_name, double rtol, bool train_outputs)
 {
     for (int d = 0; d < 2; d++) {
         ck_assert_msg(mx_executor_forward(t->ex[d], true) == MX_OK, "%s: %s", case_name, mx_last_error());
@@ -234,10 +160,10 @@ START_TEST(test_layers_match_the_cpu)
             const layer_case *lc = &layer_cases[c];
             char name[256];
             snprintf(name, sizeof(name), "%s %s(%s)", mx_dtype_name(dtypes[k]), lc->op, lc->params);
-            twin t;
+            gputwin t;
             bind_twin(&t, one_layer(lc->op, lc->params, lc->classes), dtypes[k], lc->data, lc->classes, false);
             compare_step(&t, name, rtol[k], lc->train_outputs);
-            unbind_twin(&t);
+            gputwin_unbind(&t);
         }
     printf("GPU half precision: %zu layers in float16 and bfloat16 match the CPU (worst %.3g of tolerance)\n",
            sizeof(layer_cases) / sizeof(layer_cases[0]), worst_seen);
@@ -270,13 +196,13 @@ static mx_graph *branches(void)
 START_TEST(test_joins_match_the_cpu)
 {
     if (!gpucheck_gpu_visible()) return;
-    twin t;
+    gputwin t;
     bind_twin(&t, branches(), MX_FLOAT16, MX_SHAPE(4, 3, 6, 6), 5, false);
     compare_step(&t, "float16 branches", 1e-2, true);
-    unbind_twin(&t);
+    gputwin_unbind(&t);
     bind_twin(&t, branches(), MX_BFLOAT16, MX_SHAPE(4, 3, 6, 6), 5, false);
     compare_step(&t, "bfloat16 branches", 6e-2, true);
-    unbind_twin(&t);
+    gputwin_unbind(&t);
 }
 END_TEST
 
@@ -286,7 +212,7 @@ END_TEST
 START_TEST(test_cuda_graphs_follow_the_loss_scale)
 {
     if (!gpucheck_gpu_visible()) return;
-    twin t;
+    gputwin t;
     bind_twin(&t, branches(), MX_FLOAT16, MX_SHAPE(4, 3, 6, 6), 5, true);
     const float scales[4] = {1.0f, 1.0f, 8.0f, 8.0f};
     for (int step = 0; step < 4; step++) {
@@ -297,11 +223,11 @@ START_TEST(test_cuda_graphs_follow_the_loss_scale)
         }
         for (int i = 0; i < t.n_args; i++)
             if (t.grad[0][i]) expect_close("float16 graphs", mx_graph_node(t.g, t.ids[i])->name, t.grad[0][i], t.grad[1][i], 1e-2);
-        upload(&t); /* the same weights and statistics again: only the scale moves the gradients */
+        gputwin_upload(&t); /* the same weights and statistics again: only the scale moves the gradients */
     }
     ck_assert_msg(!*mx_executor_graph_refusal(t.ex[1], true, true), "%s", mx_executor_graph_refusal(t.ex[1], true, true));
     ck_assert_int_ge(mx_executor_graph_launches(t.ex[1]), 4);
-    unbind_twin(&t);
+    gputwin_unbind(&t);
 }
 END_TEST
 

@@ -284,6 +284,24 @@ static int wait_exit(pid_t pid)
     return WEXITSTATUS(st);
 }
 
+/* The epoch-2 checkpoints under tmp/a and tmp/b (net-0002.params and
+ * .states) are the same bytes. */
+static void assert_epoch_2_same(const char *what)
+{
+    const char *suffix[] = {"0002.params", "0002.states"};
+    for (int k = 0; k < 2; k++) {
+        char pa[512], pb[512];
+        snprintf(pa, sizeof(pa), "%s/a/net-%s", tmp, suffix[k]);
+        snprintf(pb, sizeof(pb), "%s/b/net-%s", tmp, suffix[k]);
+        size_t la, lb;
+        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
+        ck_assert_uint_eq(la, lb);
+        ck_assert_msg(memcmp(a, b, la) == 0, "%s differs (%s)", suffix[k], what);
+        free(a);
+        free(b);
+    }
+}
+
 START_TEST(signal_stop_and_resume_are_bit_exact)
 {
     const char *net = "configs/lenet.conf train.num_parts=24 val.num_parts=20 train.batch_size=16 fit.num_epoch=2 "
@@ -321,18 +339,7 @@ START_TEST(signal_stop_and_resume_are_bit_exact)
                   err);
     free(err);
     ck_assert_int_ne(access(path, F_OK), 0); /* superseded by the epoch checkpoints */
-    const char *suffix[] = {"0002.params", "0002.states"};
-    for (int k = 0; k < 2; k++) {
-        char pa[512], pb[512];
-        snprintf(pa, sizeof(pa), "%s/a/net-%s", tmp, suffix[k]);
-        snprintf(pb, sizeof(pb), "%s/b/net-%s", tmp, suffix[k]);
-        size_t la, lb;
-        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
-        ck_assert_uint_eq(la, lb);
-        ck_assert_msg(memcmp(a, b, la) == 0, "%s differs after a stop and resume", suffix[k]);
-        free(a);
-        free(b);
-    }
+    assert_epoch_2_same("after a stop and resume");
 
     /* SIGTERM: 143; without model_prefix it says nothing was saved. */
     snprintf(args, sizeof(args), "%s fit.model_prefix=", net);
@@ -594,18 +601,7 @@ START_TEST(mixed_precision_trains_and_resumes_exactly)
     snprintf(args, sizeof(args), "%s fit.num_epoch=2 fit.dtype=float16 fit.model_prefix=%s/b/net --resume", net, tmp);
     ck_assert_msg(run(args, &err) == 0, "%s", err);
     free(err);
-    const char *suffix[] = {"0002.params", "0002.states"};
-    for (int k = 0; k < 2; k++) {
-        char pa[512], pb[512];
-        snprintf(pa, sizeof(pa), "%s/a/net-%s", tmp, suffix[k]);
-        snprintf(pb, sizeof(pb), "%s/b/net-%s", tmp, suffix[k]);
-        size_t la, lb;
-        char *a = tool_slurp(pa, &la), *b = tool_slurp(pb, &lb);
-        ck_assert_uint_eq(la, lb);
-        ck_assert_msg(memcmp(a, b, la) == 0, "float16: %s differs after a resume", suffix[k]);
-        free(a);
-        free(b);
-    }
+    assert_epoch_2_same("float16, after a resume");
 
     snprintf(args, sizeof(args), "%s fit.num_epoch=1 fit.dtype=bfloat16", net);
     ck_assert_msg(run(args, &err) == 0, "%s", err);

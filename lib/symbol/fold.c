@@ -98,6 +98,17 @@ mx_status graph_copy_op(mx_graph *out, const mx_node *n, const mx_entry *inputs,
     return s;
 }
 
+mx_status graph_copy_heads(mx_graph *out, const mx_graph *g, const uint32_t *map)
+{
+    mx_entry *heads = mx_calloc((size_t)g->n_heads + 1, sizeof(mx_entry));
+    if (!heads) return MX_ERR_NOMEM;
+    for (int h = 0; h < g->n_heads; h++) heads[h] = (mx_entry){map[g->heads[h].node], g->heads[h].index};
+    mx_status s = mx_graph_set_heads(out, heads, g->n_heads);
+    free(heads);
+    if (s == MX_OK) out->mxnet_version = g->mxnet_version;
+    return s;
+}
+
 mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph **out, mx_graph_bn_fold **folds_out,
                                   int *n_folds_out)
 {
@@ -209,12 +220,7 @@ mx_status mx_graph_fold_batchnorm(const mx_graph *g, const char *keep, mx_graph 
         in[2] = (mx_entry){b, 0};
         if (s == MX_OK) s = graph_copy_op(ng, n, in, 3, "False", &map[i]);
     }
-    mx_entry *heads = s == MX_OK ? mx_calloc((size_t)g->n_heads + 1, sizeof(mx_entry)) : NULL;
-    if (s == MX_OK && !heads) s = MX_ERR_NOMEM;
-    for (int h = 0; s == MX_OK && h < g->n_heads; h++) heads[h] = (mx_entry){map[g->heads[h].node], g->heads[h].index};
-    if (s == MX_OK) s = mx_graph_set_heads(ng, heads, g->n_heads);
-    free(heads);
-    if (s == MX_OK) ng->mxnet_version = g->mxnet_version;
+    if (s == MX_OK) s = graph_copy_heads(ng, g, map);
 done:
     if (s == MX_OK && n_folds > 0) {
         *out = ng;

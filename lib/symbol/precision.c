@@ -101,12 +101,7 @@ mx_status mx_graph_compute_in(const mx_graph *g, mx_dtype dtype, mx_graph **out)
         }
         if (s == MX_OK) s = graph_copy_op(ng, n, in, n->n_inputs, NULL, &map[i]);
     }
-    mx_entry *heads = s == MX_OK ? mx_calloc((size_t)g->n_heads + 1, sizeof(mx_entry)) : NULL;
-    if (s == MX_OK && !heads) s = MX_ERR_NOMEM;
-    for (int h = 0; s == MX_OK && h < g->n_heads; h++) heads[h] = (mx_entry){map[g->heads[h].node], g->heads[h].index};
-    if (s == MX_OK) s = mx_graph_set_heads(ng, heads, g->n_heads);
-    free(heads);
-    if (s == MX_OK) ng->mxnet_version = g->mxnet_version;
+    if (s == MX_OK) s = graph_copy_heads(ng, g, map);
     free(aux);
     free(map);
     free(cast);

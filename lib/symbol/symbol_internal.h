@@ -25,4 +25,8 @@ bool *graph_aux_mask(const mx_graph *g);
 mx_status graph_copy_op(mx_graph *out, const mx_node *n, const mx_entry *inputs, int n_inputs, const char *no_bias,
                         uint32_t *id);
 
+/* out's heads: g's, each node mapped (map[old id] = its copy in out), and
+ * g's MXNet version. */
+mx_status graph_copy_heads(mx_graph *out, const mx_graph *g, const uint32_t *map);
+
 #endif
