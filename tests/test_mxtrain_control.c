@@ -603,6 +603,35 @@ START_TEST(mixed_precision_trains_and_resumes_exactly)
     free(err);
     assert_epoch_2_same("float16, after a resume");
 
+    /* A scaler state no run could write is refused on resume, naming it. */
+    char states[512];
+    snprintf(states, sizeof(states), "%s/b/net-0002.states", tmp);
+    mx_runtime *rt;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    mx_ndarray_list l;
+    ck_assert_msg(mx_ndarray_load(rt, states, &l) == MX_OK, "%s", mx_last_error());
+    int at = -1;
+    for (int i = 0; i < l.count; i++)
+        if (!strcmp(l.names[i], "trainer:loss_scale")) at = i;
+    ck_assert_int_ge(at, 0);
+    double bad[6] = {-1, 65536, 0, 0, 0, 0};
+    ck_assert_int_eq(mx_ndarray_from_host(l.arrays[at], bad, sizeof(bad)), MX_OK);
+    ck_assert_int_eq(mx_ndarray_save(states, l.arrays, (const char *const *)l.names, l.count), MX_OK);
+    mx_ndarray_list_free(&l);
+    mx_runtime_free(rt);
+    snprintf(args, sizeof(args), "%s fit.num_epoch=3 fit.dtype=float16 fit.model_prefix=%s/b/net --resume", net, tmp);
+    ck_assert_int_ne(run(args, &err), 0);
+    ck_assert_msg(strstr(err, "net-0002.states: 'trainer:loss_scale' holds impossible values (scale -1)"), "%s", err);
+    free(err);
+
+    /* Two contexts: the overflow check covers both before either pushes. */
+    snprintf(args, sizeof(args), "%s fit.num_epoch=2 fit.dtype=float16 fit.ctx=cpu:0-1", net);
+    ck_assert_msg(run(args, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "Gradients overflowed at loss scale 65536") && strstr(err, "Epoch[1] loss scale "), "%s",
+                  err);
+    ck_assert_msg(last_validation_accuracy(err) > acc16 - 0.03, "two contexts: %s", err);
+    free(err);
+
     snprintf(args, sizeof(args), "%s fit.num_epoch=1 fit.dtype=bfloat16", net);
     ck_assert_msg(run(args, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "layers compute in bfloat16") && !strstr(err, "loss scal"), "%s", err);
