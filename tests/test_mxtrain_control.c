@@ -581,7 +581,10 @@ START_TEST(mixed_precision_trains_and_resumes_exactly)
                       strstr(err, "Epoch[1] loss scale "),
                   "%s", err);
     free(err);
-    ck_assert_msg(acc16 > acc32 - 0.05, "float16 validation accuracy %.4f, float32's %.4f", acc16, acc32);
+    /* float16 skips its first updates while the scale comes down (7 of
+     * 80 here; of the sanitizer builds' 16 updates too, hence their slack). */
+    const double slack = TOOL_SANITIZED ? 0.2 : 0.05;
+    ck_assert_msg(acc16 > acc32 - slack, "float16 validation accuracy %.4f, float32's %.4f", acc16, acc32);
     /* What MXNet loads: the config's graph (no Casts) and float32 weights. */
     char path[512];
     snprintf(path, sizeof(path), "%s/a/net-symbol.json", tmp);
@@ -629,7 +632,7 @@ START_TEST(mixed_precision_trains_and_resumes_exactly)
     ck_assert_msg(run(args, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "Gradients overflowed at loss scale 65536") && strstr(err, "Epoch[1] loss scale "), "%s",
                   err);
-    ck_assert_msg(last_validation_accuracy(err) > acc16 - 0.03, "two contexts: %s", err);
+    ck_assert_msg(last_validation_accuracy(err) > acc16 - slack, "two contexts: %s", err);
     free(err);
 
     snprintf(args, sizeof(args), "%s fit.num_epoch=1 fit.dtype=bfloat16", net);
