@@ -376,6 +376,26 @@ START_TEST(slices_share_storage)
     for (int i = 0; i < 8; i++) ck_assert_float_eq(v[i], i < 4 ? 0.0f : 3.0f);
     free(v);
     mx_ndarray_free(rows);
+
+    /* Typed views of raw bytes (the executor's planned buffers): the second
+     * row's 8 bytes as 4 float16s, the same storage; past the end refused. */
+    mx_ndarray *half = NULL;
+    ck_assert_int_eq(mx_ndarray_view(a, 8, MX_SHAPE(2, 2), MX_FLOAT16, &half), MX_OK);
+    ck_assert_int_eq(mx_ndarray_dtype(half), MX_FLOAT16);
+    ck_assert_int_eq(mx_nd_fill(half, 1.5), MX_OK);
+    uint16_t bits[8];
+    ck_assert_int_eq(mx_ndarray_to_host(half, bits, sizeof(uint16_t) * 4), MX_OK);
+    for (int i = 0; i < 4; i++) ck_assert_uint_eq(bits[i], 0x3e00); /* 1.5 */
+    v = read_floats(a);
+    ck_assert_float_eq(v[0], 0.0f);
+    ck_assert(v[2] != 0.0f && v[4] == 3.0f); /* row 1 rewritten, row 2 untouched */
+    free(v);
+    mx_ndarray_free(half);
+    ck_assert_int_eq(mx_ndarray_view(a, 30, MX_SHAPE(2), MX_FLOAT32, &half), MX_ERR_INVALID);
+    ck_assert_msg(strstr(mx_last_error(), "does not fit in 32 bytes"), "%s", mx_last_error());
+    ck_assert_ptr_null(half);
+    ck_assert_int_eq(mx_ndarray_view(a, 40, MX_SHAPE(1), MX_FLOAT16, &half), MX_ERR_INVALID);
+    ck_assert_int_eq(mx_ndarray_view(a, 0, MX_SHAPE(2), (mx_dtype)9, &half), MX_ERR_INVALID);
     mx_ndarray_free(a);
     mx_runtime_free(rt);
 }
