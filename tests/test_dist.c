@@ -322,6 +322,30 @@ START_TEST(dist_sync_2_and_4_ranks_equal_one_process)
 }
 END_TEST
 
+/* float16 under mpirun: the ranks agree on every update dynamic loss
+ * scaling skips (one allgather of their overflow checks), so their sums
+ * stay lined up (ranks skipping different steps would desynchronise the
+ * collectives and end the job) and their scalers move together. The first
+ * updates overflow (loss scale 65536 on sums of 8 samples), so the skips
+ * are exercised. */
+START_TEST(float16_ranks_skip_together)
+{
+    char dist[400], single[400], cmd[4096], *out;
+    prepare(2, 8, 12, dist, single, sizeof(dist));
+    for (int k = 0; k < 2; k++) {
+        const char *kv = k ? "dist_sync_device" : "dist_sync";
+        snprintf(cmd, sizeof(cmd), "%s -np 2 %s %s fit.kvstore=%s fit.dtype=float16 fit.model_prefix=%s/h%d/m", mpirun(),
+                 bin, dist, kv, tmp, k);
+        int st = run_shell(cmd, 240, &out);
+        ck_assert_msg(st == 0, "%s exited %d:\n%s", kv, st, tail(out));
+        ck_assert_msg(strstr(out, "Gradients overflowed at loss scale 65536: update skipped (1 so far)") &&
+                          strstr(out, "Epoch[1] loss scale ") && strstr(out, "Epoch[1] Train-accuracy="),
+                      "%s:\n%s", kv, tail(out));
+        free(out);
+    }
+}
+END_TEST
+
 /* Two hosts of two ranks each (network namespaces): two-level sums equal
  * the flat ones and one process. */
 START_TEST(two_hosts_two_levels)
@@ -420,6 +444,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, dist_sync_2_and_4_ranks_equal_one_process);
+    tcase_add_test(tc, float16_ranks_skip_together);
     tcase_add_test(tc, two_hosts_two_levels);
     tcase_add_test(tc, dry_run_plan_and_resume);
     tcase_add_test(tc, faults_end_the_job);

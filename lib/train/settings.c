@@ -246,12 +246,13 @@ static mx_status parse_fit(mx_train_settings *s, const mx_param_input *in)
         return blame_owner(in, "initializer", MX_ERR_INVALID);
     if (mx_metric_parse_list(s->fit.metric, &s->metrics, &s->n_metrics) != MX_OK)
         return blame_owner(in, "metric", MX_ERR_INVALID);
-    /* Skipping a step on overflow needs every rank to agree on it. */
-    if (mx_train_settings_dtype(s) == MX_FLOAT16 && mx_kvstore_type_is_dist(s->fit.kvstore))
+    /* The dist_sync kinds agree on every skipped step; dist_async's server
+     * applies each worker's push as it comes. */
+    if (mx_train_settings_dtype(s) == MX_FLOAT16 && !strcmp(s->fit.kvstore, "dist_async"))
         return mx_params_blame(in, "fit", "dtype", MX_ERR_UNSUPPORTED,
-                               "float16 with kvstore '%s' is not supported yet (dynamic loss scaling skips steps the "
-                               "ranks would have to agree on): use bfloat16, which needs no loss scaling",
-                               s->fit.kvstore);
+                               "float16 with kvstore 'dist_async' is not supported yet (its server would have to skip "
+                               "the updates of overflowed pushes): use bfloat16, which needs no loss scaling, or "
+                               "dist_sync");
     return parse_fixed(s, in);
 }
 

@@ -1242,6 +1242,20 @@ static mx_status update_in_place(trainer *t, int64_t batches)
  * learnable parameter (later layers first). With accumulation the
  * optimizer's rescale_grad counts grad_accum batches, so a shorter run at
  * the end of an epoch is scaled up to match, and the sums start again. */
+/* *any = whether `flag` is true on any rank (every rank calls this at the
+ * same step): one allgather after the store's own collectives. */
+static mx_status any_rank(trainer *t, bool flag, const char *what, bool *any)
+{
+    *any = flag;
+    if (!t->opt->comm) return MX_OK;
+    int64_t mine = flag, *all = mx_calloc((size_t)mx_comm_size(t->opt->comm) + 1, sizeof(int64_t));
+    mx_status s = all ? mx_kvstore_wait_comm(t->kv) : mx_last_status();
+    if (s == MX_OK) s = mx_comm_allgather(t->opt->comm, MX_COMM_WORLD, MX_COMM_INT64, &mine, all, 1, what);
+    for (int r = 0; s == MX_OK && r < mx_comm_size(t->opt->comm); r++) *any = *any || all[r];
+    free(all);
+    return s;
+}
+
 /* float16's loss scaling at an update boundary: whether the window's
  * gradients are all finite (*apply). If so, the optimizer's rescale_grad
  * takes the window's scale out; if not, the update is skipped (the sums
@@ -1255,9 +1269,12 @@ static mx_status scaled_update_applies(trainer *t, bool *apply)
     for (int d = 0; d < t->group.n; d++)
         for (int i = 0; i < t->n_args; i++)
             if (t->key[i] >= 0 && t->group.dev[d].grads[i]) grads[n++] = t->group.dev[d].grads[i];
-    bool finite = false;
+    bool finite = false, overflow = false;
     mx_status s = mx_all_finite(grads, n, &finite);
-    if (s == MX_OK) *apply = mx_loss_scaler_update(&t->scaler, finite);
+    /* Under mpirun (dist_sync kinds) every rank skips the same steps, so
+     * the sums line up and the scalers move together. */
+    if (s == MX_OK) s = any_rank(t, !finite, "the gradients' overflow checks", &overflow);
+    if (s == MX_OK) *apply = mx_loss_scaler_update(&t->scaler, !overflow);
     if (s == MX_OK && *apply) {
         mx_kvstore_lock_updater(t->kv);
         s = mx_optimizer_set_rescale_grad(t->optimizer, t->base_rescale / t->window_scale);
@@ -1324,12 +1341,8 @@ static bool stop_agreed(trainer *t)
     if (!t->opt->comm) return stop_requested(t);
     if (!t->agree_stop) return false;
     t->agree_stop = false;
-    int64_t flag = stop_requested(t) ? 1 : 0;
-    int64_t *all = mx_calloc((size_t)mx_comm_size(t->opt->comm) + 1, sizeof(int64_t));
     bool stop = false;
-    if (all && mx_kvstore_wait_comm(t->kv) == MX_OK && mx_comm_allgather(t->opt->comm, MX_COMM_WORLD, MX_COMM_INT64, &flag, all, 1, "the stop requests") == MX_OK)
-        for (int r = 0; r < mx_comm_size(t->opt->comm); r++) stop = stop || all[r];
-    free(all);
+    if (any_rank(t, stop_requested(t), "the stop requests", &stop) != MX_OK) stop = false;
     if (stop && t->opt->stop && !*t->opt->stop) *t->opt->stop = SIGTERM; /* another rank's signal */
     return stop;
 }
@@ -1376,11 +1389,12 @@ static mx_status train_epoch(trainer *t, int epoch, int64_t *stopped_at)
         if (empty && (!t->opt->comm || b >= t->steps_per_epoch)) break;
         if (trace_epoch && b == t->check_from) MX_TRY(train_group_set_check_numerics(&t->group, true));
         MX_TRY(profile_batch_begin(t));
+        /* Every rank, empty steps too: the window's scale is the update's. */
+        if (t->loss_scaling && t->accumulated == 0) MX_TRY(start_scaled_window(t));
         if (empty) {
             MX_TRY(zero_step(t));
         } else {
             MX_TRY(train_group_load(&t->group, t->data_arg, t->label_arg, batch.data, batch.label));
-            if (t->loss_scaling && t->accumulated == 0) MX_TRY(start_scaled_window(t));
             mx_status s = train_group_forward(&t->group, true);
             if (s == MX_OK) s = train_group_backward(&t->group);
             if (s != MX_OK)
