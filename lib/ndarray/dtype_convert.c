@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -102,7 +103,23 @@ __attribute__((target("avx,f16c"))) static void half_to_float_f16c(float *d, con
     for (; i < n; i++) d[i] = mx_half_to_float(s[i]);
 }
 
-static bool has_f16c(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+/* CPUID's AVX, F16C and AVX2 bits, AVX only where the OS saves the ymm
+ * registers (XCR0 bits 1-2): not every compiler's __builtin_cpu_supports
+ * knows "f16c" (the fuzzing build's clang does not). */
+enum { CPU_AVX = 1, CPU_F16C = 2, CPU_AVX2 = 4 };
+static unsigned cpu_vector_features(void)
+{
+    unsigned a, b, c, d, lo, hi, f = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)) || !(c & (1u << 28))) return 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & 6) != 6) return 0;
+    f = CPU_AVX | ((c & (1u << 29)) ? CPU_F16C : 0);
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 5))) f |= CPU_AVX2;
+    return f;
+}
+
+static bool has_f16c(void) { return (cpu_vector_features() & (CPU_AVX | CPU_F16C)) == (CPU_AVX | CPU_F16C); }
 
 /* bfloat16 with AVX2 integer lanes, half.h's rule 8 elements at a time:
  * round to nearest even by adding 0x7fff plus the kept part's lowest bit,
@@ -134,7 +151,7 @@ __attribute__((target("avx2"))) static void bfloat16_to_float_avx2(float *d, con
     for (; i < n; i++) d[i] = mx_bfloat16_to_float(s[i]);
 }
 
-static bool has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static bool has_avx2(void) { return (cpu_vector_features() & CPU_AVX2) != 0; }
 #endif
 
 /* float32 <-> a half type without the trip through double (which would
