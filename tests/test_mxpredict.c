@@ -949,6 +949,50 @@ static void expect(int code, const char *args, const char *message)
     free(err);
 }
 
+/* --dtype float16 / bfloat16 (mixed precision of a float32 model, as
+ * MXNet's amp.convert_model) on the MXNet-written MLP: every probability
+ * within the format's rounding of float32's, the same top class nearly
+ * everywhere, and not float32's bits. */
+START_TEST(half_precision_prediction_matches_float32)
+{
+    const int N = 200;
+    write_subset(tpath("sub-idx3-ubyte"), N);
+    const char *dtypes[3] = {"float32", "float16", "bfloat16"};
+    const double tol[3] = {0, 5e-3, 3e-2};
+    csv c[3];
+    for (int k = 0; k < 3; k++) {
+        char *out, *err, args[4096], name[64];
+        snprintf(name, sizeof(name), "p-%s.csv", dtypes[k]);
+        snprintf(args, sizeof(args), "--model %s --top-k 10 --dtype %s --output %s %s", fixture, dtypes[k], tpath(name),
+                 tpath("sub-idx3-ubyte"));
+        ck_assert_msg(predict(args, &out, &err) == 0, "%s", err);
+        free(out);
+        free(err);
+        c[k] = parse_csv(tool_slurp(tpath(name), NULL));
+        ck_assert_int_eq(c[k].rows, N + 1);
+    }
+    for (int k = 1; k < 3; k++) {
+        int same_top = 0;
+        bool differs = false;
+        for (int r = 1; r <= N; r++) {
+            same_top += !strcmp(c[0].cell[r * c[0].cols + 1], c[k].cell[r * c[k].cols + 1]);
+            /* probabilities by class: (class, prob) pairs after the id */
+            for (int j = 1; j < c[0].cols; j += 2) {
+                const char *cls = c[0].cell[r * c[0].cols + j];
+                double p0 = atof(c[0].cell[r * c[0].cols + j + 1]), pk = -1;
+                for (int m = 1; m < c[k].cols; m += 2)
+                    if (!strcmp(c[k].cell[r * c[k].cols + m], cls)) pk = atof(c[k].cell[r * c[k].cols + m + 1]);
+                ck_assert_msg(fabs(p0 - pk) <= tol[k], "%s row %d class %s: %g, float32 %g", dtypes[k], r, cls, pk, p0);
+                differs |= p0 != pk;
+            }
+        }
+        ck_assert_msg(same_top >= N * 97 / 100, "%s: the same top class on %d of %d rows", dtypes[k], same_top, N);
+        ck_assert_msg(differs, "%s: float32's probabilities to the digit", dtypes[k]);
+    }
+    for (int k = 0; k < 3; k++) free_csv(&c[k]);
+}
+END_TEST
+
 START_TEST(usage_and_model_errors)
 {
     char *out, *err, args[4096];
@@ -967,6 +1011,8 @@ START_TEST(usage_and_model_errors)
     expect(2, args, "unknown option '--frobnicate'");
     snprintf(args, sizeof(args), "--model %s --batch-size 0 %s", fixture, in);
     expect(2, args, "--batch-size needs a number >= 1, got '0'");
+    snprintf(args, sizeof(args), "--model %s --dtype float64 %s", fixture, in);
+    expect(2, args, "--dtype is float32, float16 or bfloat16, not 'float64'");
     snprintf(args, sizeof(args), "--model %s --format raw %s", fixture, in);
     expect(2, args, "--format applies to --layer output");
     snprintf(args, sizeof(args), "--model %s --top-k 11 %s", fixture, in);
@@ -1039,6 +1085,7 @@ int main(void)
     tcase_add_test(tc, no_overlap_and_batch_padding_keep_the_rows);
     tcase_add_test(tc, profile_writes_a_timeline);
     tcase_add_test(tc, synset_names_classes);
+    tcase_add_test(tc, half_precision_prediction_matches_float32);
     tcase_add_test(tc, usage_and_model_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -33,6 +33,9 @@ static const char usage[] =
     "                        batch size from its [val] (else [train]) section\n"
     "  --ctx CTX             cpu (default) or gpu(N)\n"
     "  --batch-size N        samples per batch (default 32, or the config's)\n"
+    "  --dtype T             float32 (default: as saved), or float16 / bfloat16:\n"
+    "                        the layers in half precision, weights and the loss\n"
+    "                        in float32 (MXNet's amp.convert_model)\n"
     "\n"
     "preprocessing (as the image iterator; options override the config):\n"
     "  --data-shape C,H,W    input of one sample (default: --config, else the\n"
@@ -63,7 +66,7 @@ static const char usage[] =
     "the run failed, 2 bad usage, config or input shape\n";
 
 typedef struct options {
-    const char *model, *config, *output, *synset, *layer, *format, *ids, *root, *ctx, *profile;
+    const char *model, *config, *output, *synset, *layer, *format, *ids, *root, *ctx, *profile, *dtype;
     const char *data_shape, *mean, *std;
     int epoch;
     long batch_size, top_k, resize;
@@ -149,7 +152,7 @@ static int parse_args(int argc, char **argv, options *o)
     static const char *const with_value[] = {"--model", "--epoch", "--config", "--ctx", "--batch-size",
                                              "--data-shape", "--resize", "--mean", "--std", "--scale",
                                              "--root", "--output", "--top-k", "--synset", "--layer",
-                                             "--format", "--ids", "--profile", NULL};
+                                             "--format", "--ids", "--profile", "--dtype", NULL};
     bool only_inputs = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -199,6 +202,7 @@ static int parse_args(int argc, char **argv, options *o)
             else if (!strcmp(name, "--format")) o->format = v;
             else if (!strcmp(name, "--ids")) o->ids = v;
             else if (!strcmp(name, "--profile")) o->profile = v;
+            else if (!strcmp(name, "--dtype")) o->dtype = v;
             else if (!strcmp(name, "--epoch")) {
                 if (!parse_long(v, 0, 9999, &n)) return usage_error("--epoch needs an epoch number 0..9999, got '%s'", v);
                 o->epoch = (int)n;
@@ -220,6 +224,8 @@ static int parse_args(int argc, char **argv, options *o)
     if (o->format && strcmp(o->format, "csv") && strcmp(o->format, "raw"))
         return usage_error("--format is csv or raw, not '%s'", o->format);
     if (o->format && !o->layer) return usage_error("%s applies to --layer output", "--format");
+    if (o->dtype && strcmp(o->dtype, "float32") && strcmp(o->dtype, "float16") && strcmp(o->dtype, "bfloat16"))
+        return usage_error("--dtype is float32, float16 or bfloat16, not '%s'", o->dtype);
     if (o->ids && !(o->format && !strcmp(o->format, "raw"))) return usage_error("%s applies to --format raw", "--ids");
     if (o->layer && (o->top_k || o->synset))
         return usage_error("%s: --layer writes the layer's values, not classes", o->top_k ? "--top-k" : "--synset");
@@ -437,7 +443,11 @@ int main(int argc, char **argv)
 
     /* A profile shows every layer: no CUDA graphs then. */
     mx_predictor_bind_opts bo = {.sample = shape, .batch_size = batch_size, .layer = o.layer, .ctx = ctx,
-                                 .cuda_graph = !o.profile};
+                                 .cuda_graph = !o.profile,
+                                 .dtype = !o.dtype                         ? MX_FLOAT32
+                                          : !strcmp(o.dtype, "float16")   ? MX_FLOAT16
+                                          : !strcmp(o.dtype, "bfloat16")  ? MX_BFLOAT16
+                                                                          : MX_FLOAT32};
     s = mx_predictor_bind(pred, &bo);
     if (s != MX_OK) {
         code = fail(s == MX_ERR_INVALID ? 2 : 1, mx_last_error());

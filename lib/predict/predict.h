@@ -151,6 +151,11 @@ typedef struct mx_predictor_bind_opts {
      * launch (mx_bind_config.cuda_graph). mxpredict sets it unless
      * --profile asks for every layer on the timeline. */
     bool cuda_graph;
+    /* MX_FLOAT32 (0, the default): the symbol as saved; MX_FLOAT16 or
+     * MX_BFLOAT16: the mixed-precision graph of it (mx_graph_compute_in,
+     * as MXNet's amp.convert_model: half layers, float32 weights,
+     * BatchNorm statistics and loss). */
+    mx_dtype dtype;
 } mx_predictor_bind_opts;
 
 /* Infers shapes, checks every parameter against the file, binds for

@@ -32,6 +32,7 @@ struct mx_predictor {
     mx_rng *rng;
     /* bound */
     mx_graph *folded;      /* the graph bound when BatchNorm layers folded (else NULL: g) */
+    mx_graph *mixed;       /* opts.dtype's mixed-precision graph of that (else NULL) */
     mx_graph_bn_fold *folds;
     int n_folds;
     mx_ndarray **fold_arrays; /* per fold: new weight, new bias (CPU) */
@@ -95,7 +96,8 @@ static void unbind(mx_predictor *p)
     p->folds = NULL;
     p->n_folds = 0;
     mx_graph_free(p->folded);
-    p->folded = NULL;
+    mx_graph_free(p->mixed);
+    p->folded = p->mixed = NULL;
 }
 
 /* Detaches the profiler once the engine has run everything that might
@@ -358,6 +360,14 @@ mx_status mx_predictor_bind(mx_predictor *p, const mx_predictor_bind_opts *o)
         return fs;
     }
     const mx_graph *g = p->folded ? p->folded : p->g;
+    if (o->dtype != MX_FLOAT32) {
+        fs = mx_graph_compute_in(g, o->dtype, &p->mixed);
+        if (fs != MX_OK) {
+            unbind(p);
+            return fs;
+        }
+        g = p->mixed;
+    }
     const uint32_t data_id = mx_graph_find(g, mx_graph_node(p->g, p->data_id)->name);
     int n_nodes = mx_graph_num_nodes(g);
     uint32_t *arg_ids = mx_malloc(sizeof(uint32_t) * ((size_t)n_nodes + 1));
