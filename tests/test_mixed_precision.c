@@ -383,6 +383,52 @@ START_TEST(loss_scale_multiplies_every_gradient)
 }
 END_TEST
 
+/* An index input of another dtype (MXNet's sym.var(dtype='int32') writes
+ * __dtype__ 4): Embedding keeps its weight float32 (MXNet's rule), the
+ * CPU kernel reads the indices through a float32 copy, and the rows are
+ * the float32-index graph's. */
+START_TEST(int32_indices_feed_embedding)
+{
+    mx_entry x;
+    mx_graph *g = test_graph_new(&x);
+    ck_assert_int_eq(mx_graph_set_attr(g, x.node, "__dtype__", "4"), MX_OK);
+    mx_entry y = test_entry(test_graph_op(g, "Embedding", "emb", "input_dim=10;output_dim=3", &x, 1));
+    ck_assert_int_eq(mx_graph_set_heads(g, &y, 1), MX_OK);
+    mx_graph_shapes sh;
+    const char *names[] = {"data"};
+    mx_shape ds = MX_SHAPE(2, 3);
+    ck_assert_int_eq(mx_graph_infer_shapes(g, names, &ds, 1, &sh), MX_OK);
+    ck_assert_msg(mx_graph_infer_types(g, NULL, NULL, 0, &sh) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(dtype_of(g, &sh, "data"), MX_INT32);
+    ck_assert_int_eq(dtype_of(g, &sh, "emb_weight"), MX_FLOAT32);
+    ck_assert_int_eq(dtype_of(g, &sh, "emb"), MX_FLOAT32);
+    mx_graph_shapes_free(&sh);
+    mx_runtime *rt;
+    ck_assert_int_eq(mx_runtime_create(NULL, &rt), MX_OK);
+    mx_ndarray *args[2];
+    ck_assert_int_eq(mx_ndarray_create(rt, ds, MX_INT32, mx_cpu(), &args[0]), MX_OK);
+    ck_assert_int_eq(mx_ndarray_create(rt, MX_SHAPE(10, 3), MX_FLOAT32, mx_cpu(), &args[1]), MX_OK);
+    int32_t idx[6] = {0, 9, 4, 4, 7, 1};
+    float w[30];
+    for (int i = 0; i < 30; i++) w[i] = (float)i * 0.5f - 3.0f;
+    ck_assert_int_eq(mx_ndarray_from_host(args[0], idx, sizeof(idx)), MX_OK);
+    ck_assert_int_eq(mx_ndarray_from_host(args[1], w, sizeof(w)), MX_OK);
+    mx_bind_config bc = {.ctx = mx_cpu(), .args = args};
+    mx_executor *ex = NULL;
+    ck_assert_msg(mx_executor_bind(rt, g, &bc, &ex) == MX_OK, "%s", mx_last_error());
+    ck_assert_int_eq(mx_executor_forward(ex, false), MX_OK);
+    float out[18];
+    ck_assert_int_eq(mx_ndarray_to_host(mx_executor_output(ex, 0), out, sizeof(out)), MX_OK);
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 3; k++) ck_assert_float_eq(out[i * 3 + k], w[idx[i] * 3 + k]);
+    mx_executor_free(ex);
+    mx_ndarray_free(args[0]);
+    mx_ndarray_free(args[1]);
+    mx_runtime_free(rt);
+    mx_graph_free(g);
+}
+END_TEST
+
 /* A float16 network MXNet 1.9.1 wrote (scripts/interop/make-fp16-fixture.py:
  * Casts around float16 convolution, BatchNorm with float32 parameters,
  * float16 fully-connected; float16 weights in the .params file) predicts
@@ -477,6 +523,7 @@ int main(void)
     tcase_add_test(tc, loss_scale_multiplies_every_gradient);
     tcase_add_test(tc, arrays_must_have_the_graphs_dtypes);
     tcase_add_test(tc, mxnet_float16_model_predicts);
+    tcase_add_test(tc, int32_indices_feed_embedding);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

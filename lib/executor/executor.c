@@ -359,12 +359,13 @@ static void folded_names(const mx_graph *g, const mx_node *f, const char *layer,
 }
 
 /* Every tensor of a node in a dtype its kernels compute in: float32, one
- * the kernels list, or on the CPU float16/bfloat16 (float32 copies). */
+ * the kernels list, or on the CPU any (float32 copies: run_shadowed). */
 static mx_status check_node_dtypes(const mx_executor *ex, const node_info *ni, const mx_node *f)
 {
     const mx_tensor *lists[4] = {ni->in, ni->out, ni->out_grad, ni->in_grad};
     const int counts[4] = {ni->n_in, ni->n_out, ni->backward ? ni->n_out : 0, ni->backward ? ni->node->n_outputs : 0};
-    uint32_t ok = MX_DTYPE_BIT(MX_FLOAT32) | ni->kernels.dtypes | (ex->ctx.dev_type == MX_DEV_CPU ? MX_HALF_DTYPES : 0);
+    if (ex->ctx.dev_type == MX_DEV_CPU) return MX_OK;
+    uint32_t ok = MX_DTYPE_BIT(MX_FLOAT32) | ni->kernels.dtypes;
     for (int l = 0; l < 4; l++)
         for (int j = 0; j < counts[l]; j++)
             if (!(ok & MX_DTYPE_BIT(lists[l][j].dtype))) {
@@ -805,13 +806,15 @@ static mx_status run_kernels_on(mx_executor *ex, node_info *ni, bool is_train, f
     return s;
 }
 
-/* A CPU node with float16/bfloat16 tensors its kernels do not compute in
- * (as mshadow's half type runs MXNet's CPU kernels: float arithmetic,
- * half storage): its float32 kernels run on float32 copies at the
- * workspace's end. What the kernels read is converted before (inputs, aux
- * states, output gradients, forward outputs in backward, outputs they add
- * to), what they write after, rounded to nearest even; an in-place output
- * becomes a write into its own copy. */
+/* A CPU node with tensors of dtypes its kernels do not compute in
+ * (float16/bfloat16 as mshadow's half type runs MXNet's CPU kernels: float
+ * arithmetic, half storage; an int32 index input): its float32 kernels run
+ * on float32 copies at the workspace's end. What the kernels read is
+ * converted before (inputs, aux states, output gradients, forward outputs
+ * in backward, outputs they add to), what they write after
+ * (mx_dtype_convert's rules: halves round to nearest even, integers
+ * truncate and saturate); an in-place output becomes a write into its own
+ * copy. */
 static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, float loss_scale, const mx_exec_ctx *exec)
 {
     mx_tensor in[MX_OP_MAX_IO], out[MX_OP_MAX_IO], og[MX_OP_MAX_IO], ig[MX_OP_MAX_IO];
@@ -831,8 +834,7 @@ static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, flo
     for (int l = 0; l < 4; l++)
         for (int j = 0; j < counts[l]; j++) {
             mx_tensor *t = &lists[l][j];
-            if (!t->data || !(MX_HALF_DTYPES & MX_DTYPE_BIT(t->dtype)) || (ni->kernels.dtypes & MX_DTYPE_BIT(t->dtype)))
-                continue;
+            if (!t->data || t->dtype == MX_FLOAT32 || (ni->kernels.dtypes & MX_DTYPE_BIT(t->dtype))) continue;
             const int64_t n = mx_shape_size(&t->shape);
             const bool is_output = ni->backward ? l == 3 : l == 1;
             const mx_req r = is_output ? req[j] : MX_REQ_NULL;

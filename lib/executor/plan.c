@@ -787,7 +787,7 @@ size_t exec_node_shadow_bytes(const exec_graph *eg, uint32_t id)
         mx_entry e = j < n->n_inputs ? n->inputs[j] : (mx_entry){id, (uint32_t)(j - n->n_inputs)};
         if (e.node == MX_NO_NODE) continue;
         const mx_dtype dt = mx_graph_entry_dtype(&eg->shapes, e);
-        if ((MX_HALF_DTYPES & MX_DTYPE_BIT(dt)) && !(f->op->cpu_dtypes & MX_DTYPE_BIT(dt)))
+        if (dt != MX_FLOAT32 && !(f->op->cpu_dtypes & MX_DTYPE_BIT(dt)))
             bytes += EXEC_SHADOW_ROUND((size_t)mx_shape_size(mx_graph_entry_shape(&eg->shapes, e)) * sizeof(float));
     }
     return bytes;

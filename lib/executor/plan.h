@@ -109,8 +109,9 @@ void exec_graph_free(exec_graph *eg);
 int exec_node_reads(const exec_graph *eg, uint32_t node, mx_entry *reads);
 static inline uint32_t exec_entry_id(const exec_graph *eg, mx_entry e) { return eg->shapes.entry_offset[e.node] + e.index; }
 size_t exec_entry_bytes(const exec_graph *eg, uint32_t entry);
-/* Float32 copies a CPU node needs of its float16/bfloat16 tensors (those
- * its op's CPU kernels do not compute in), in the shared workspace after
+/* Float32 copies a CPU node needs of its tensors of other dtypes (those
+ * its op's CPU kernels do not compute in: float16, bfloat16, an index
+ * input of int32...), in the shared workspace after
  * the op's own (each rounded up to EXEC_SHADOW_ROUND): executor.c's
  * run_shadowed. 0: none. */
 #define EXEC_SHADOW_ROUND(bytes) (((bytes) + 63) / 64 * 64)

@@ -369,6 +369,12 @@ static const mx_inplace where_backward_inplace[] = {{1, 0}, {2, 0}, {-1, -1}};
 
 MX_OP_GPU_DECLARE(where);
 
+static mx_status where_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)p;
+    return mx_op_infer_type_index("where", 0, in, n_in, out, n_out);
+}
+
 const mx_op_def mx_op_where = {
     .name = "where",
     .aliases = A("_sparse_where", ),
@@ -377,6 +383,7 @@ const mx_op_def mx_op_where = {
     .list_inputs = where_inputs,
     .list_outputs = one_output,
     .infer_shape = where_infer_shape,
+    .infer_type = where_infer_type,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .backward_in_mask = 1u, /* condition only */
     .forward_inplace = where_forward_inplace,

@@ -120,6 +120,12 @@ static mx_status emb_backward(const mx_op_ctx *ctx, const void *p, const mx_tens
 
 MX_OP_GPU_DECLARE(embedding);
 
+static mx_status emb_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)p;
+    return mx_op_infer_type_index("Embedding", 0, in, n_in, out, n_out);
+}
+
 const mx_op_def mx_op_embedding = {
     .name = "Embedding",
     .doc = "Maps integer indices to rows of a learned weight matrix.",
@@ -130,6 +136,7 @@ const mx_op_def mx_op_embedding = {
     .list_inputs = emb_list_inputs,
     .list_outputs = emb_list_outputs,
     .infer_shape = emb_infer_shape,
+    .infer_type = emb_infer_type,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .forward = emb_forward,
     .backward = emb_backward,

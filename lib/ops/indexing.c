@@ -179,6 +179,12 @@ static mx_status take_backward(const mx_op_ctx *ctx, const void *p, const mx_ten
 
 MX_OP_GPU_DECLARE(take);
 
+static mx_status take_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)p;
+    return mx_op_infer_type_index("take", 1, in, n_in, out, n_out);
+}
+
 const mx_op_def mx_op_take = {
     .name = "take",
     .doc = "Picks slices of a along an axis at the given indices.",
@@ -188,6 +194,7 @@ const mx_op_def mx_op_take = {
     .list_inputs = take_list_inputs,
     .list_outputs = one_output,
     .infer_shape = take_infer_shape,
+    .infer_type = take_infer_type,
     .backward_deps = MX_BWD_OUT_GRAD | MX_BWD_IN_DATA,
     .backward_in_mask = 0x2, /* indices */
     .forward = take_forward,
@@ -270,6 +277,12 @@ static mx_status one_hot_backward(const mx_op_ctx *ctx, const void *p, const mx_
 
 MX_OP_GPU_DECLARE(one_hot);
 
+static mx_status one_hot_infer_type(const void *p, int *in, int n_in, int *out, int n_out)
+{
+    (void)p;
+    return mx_op_infer_type_index("one_hot", 0, in, n_in, out, n_out);
+}
+
 const mx_op_def mx_op_one_hot = {
     .name = "one_hot",
     .doc = "One-hot rows of length depth for each index.",
@@ -280,6 +293,7 @@ const mx_op_def mx_op_one_hot = {
     .list_inputs = one_hot_list_inputs,
     .list_outputs = one_output,
     .infer_shape = one_hot_infer_shape,
+    .infer_type = one_hot_infer_type,
     .backward_deps = 0,
     .forward = one_hot_forward,
     .backward = one_hot_backward,

@@ -295,6 +295,10 @@ mx_status mx_op_kernels_for(const mx_op_def *op, mx_context ctx, mx_op_kernels *
  * input dtype (float32 when none is known); a known one that differs is an
  * error naming `op`, the slot and both dtypes. */
 mx_status mx_op_infer_type_same(const char *op, int *in, int n_in, int *out, int n_out);
+/* The same over every input but `index_input` (Embedding's data, take's
+ * indices, one_hot's, where's condition: MXNet's rules let indices be of
+ * any type), which keeps its own dtype (float32 when unknown). */
+mx_status mx_op_infer_type_index(const char *op, int index_input, int *in, int n_in, int *out, int n_out);
 /* The rule an op node follows: its infer_type, or mx_op_infer_type_same. */
 mx_status mx_op_infer_type(const mx_op_def *op, const void *params, int *in, int n_in, int *out, int n_out);
 

@@ -369,6 +369,19 @@ mx_status mx_op_infer_type_same(const char *op, int *in, int n_in, int *out, int
     return MX_OK;
 }
 
+mx_status mx_op_infer_type_index(const char *op, int index_input, int *in, int n_in, int *out, int n_out)
+{
+    int rest[MX_OP_MAX_IO], m = 0;
+    for (int j = 0; j < n_in; j++)
+        if (j != index_input) rest[m++] = in[j];
+    MX_TRY(mx_op_infer_type_same(op, rest, m, out, n_out));
+    m = 0;
+    for (int j = 0; j < n_in; j++)
+        if (j != index_input) in[j] = rest[m++];
+    if (index_input < n_in && in[index_input] < 0) in[index_input] = MX_FLOAT32;
+    return MX_OK;
+}
+
 mx_status mx_op_infer_type(const mx_op_def *op, const void *params, int *in, int n_in, int *out, int n_out)
 {
     return op->infer_type ? op->infer_type(params, in, n_in, out, n_out)
