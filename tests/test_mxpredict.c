@@ -993,6 +993,31 @@ START_TEST(half_precision_prediction_matches_float32)
 }
 END_TEST
 
+/* --benchmark: random batches timed, one line on stdout; what it would
+ * ignore is refused. */
+START_TEST(benchmark_times_random_batches)
+{
+    char *out, *err, args[4096];
+    snprintf(args, sizeof(args), "--model %s --benchmark 20 --batch-size 16 --data-shape 1,28,28 --dtype float16",
+             fixture);
+    ck_assert_msg(predict(args, &out, &err) == 0, "%s", err);
+    double speed = 0, ms = 0;
+    const char *line = strstr(out, "mxpredict: benchmark: 20 batches of 16 (float16): ");
+    ck_assert_msg(line && sscanf(line + strlen("mxpredict: benchmark: 20 batches of 16 (float16): "),
+                                 "%lf images/s, %lf ms a batch", &speed, &ms) == 2,
+                  "%s", out);
+    ck_assert_msg(speed > 0 && ms > 0 && fabs(speed * ms / 1000.0 - 16) < 0.1, "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof(args), "--model %s --benchmark 5 --data-shape 1,28,28 %s", fixture, tpath("x.rec"));
+    expect(2, args, "--benchmark times random batches: '");
+    snprintf(args, sizeof(args), "--model %s --benchmark 5 --data-shape 1,28,28 --top-k 2", fixture);
+    expect(2, args, "'--top-k' does not apply");
+    snprintf(args, sizeof(args), "--model %s --benchmark 0", fixture);
+    expect(2, args, "--benchmark needs a number of batches 1..1000000, got '0'");
+}
+END_TEST
+
 START_TEST(usage_and_model_errors)
 {
     char *out, *err, args[4096];
@@ -1086,6 +1111,7 @@ int main(void)
     tcase_add_test(tc, profile_writes_a_timeline);
     tcase_add_test(tc, synset_names_classes);
     tcase_add_test(tc, half_precision_prediction_matches_float32);
+    tcase_add_test(tc, benchmark_times_random_batches);
     tcase_add_test(tc, usage_and_model_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

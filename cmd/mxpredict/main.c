@@ -33,6 +33,9 @@ static const char usage[] =
     "                        batch size from its [val] (else [train]) section\n"
     "  --ctx CTX             cpu (default) or gpu(N)\n"
     "  --batch-size N        samples per batch (default 32, or the config's)\n"
+    "  --benchmark N         no INPUT: time N batches of random data after 3\n"
+    "                        untimed ones (each one pushed and its output read\n"
+    "                        back), print images/s and ms a batch on stdout\n"
     "  --dtype T             float32 (default: as saved), or float16 / bfloat16:\n"
     "                        the layers in half precision, weights and the loss\n"
     "                        in float32 (MXNet's amp.convert_model)\n"
@@ -69,7 +72,7 @@ typedef struct options {
     const char *model, *config, *output, *synset, *layer, *format, *ids, *root, *ctx, *profile, *dtype;
     const char *data_shape, *mean, *std;
     int epoch;
-    long batch_size, top_k, resize;
+    long batch_size, top_k, resize, benchmark;
     double scale;
     bool have_scale, verbose, quiet, no_overlap;
     const char **inputs;
@@ -152,7 +155,7 @@ static int parse_args(int argc, char **argv, options *o)
     static const char *const with_value[] = {"--model", "--epoch", "--config", "--ctx", "--batch-size",
                                              "--data-shape", "--resize", "--mean", "--std", "--scale",
                                              "--root", "--output", "--top-k", "--synset", "--layer",
-                                             "--format", "--ids", "--profile", "--dtype", NULL};
+                                             "--format", "--ids", "--profile", "--dtype", "--benchmark", NULL};
     bool only_inputs = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -209,6 +212,9 @@ static int parse_args(int argc, char **argv, options *o)
             } else if (!strcmp(name, "--batch-size")) {
                 if (!parse_long(v, 1, 1 << 20, &o->batch_size))
                     return usage_error("--batch-size needs a number >= 1, got '%s'", v);
+            } else if (!strcmp(name, "--benchmark")) {
+                if (!parse_long(v, 1, 1000000, &o->benchmark))
+                    return usage_error("--benchmark needs a number of batches 1..1000000, got '%s'", v);
             } else if (!strcmp(name, "--top-k")) {
                 if (!parse_long(v, 1, 1 << 20, &o->top_k)) return usage_error("--top-k needs a number >= 1, got '%s'", v);
             } else if (!strcmp(name, "--resize")) {
@@ -230,7 +236,14 @@ static int parse_args(int argc, char **argv, options *o)
     if (o->layer && (o->top_k || o->synset))
         return usage_error("%s: --layer writes the layer's values, not classes", o->top_k ? "--top-k" : "--synset");
     if (!o->model && !o->config) return usage_error("%s", "no model given: use --model PREFIX");
-    if (o->n_inputs == 0) return usage_error("%s", "no INPUT given (a .rec, .lst, idx file, images, or -)");
+    if (o->benchmark) {
+        /* Random batches, nothing read or written: what would be ignored is refused. */
+        const char *extra = o->n_inputs ? o->inputs[0] : o->output ? "--output" : o->top_k ? "--top-k"
+                            : o->synset ? "--synset" : o->format ? "--format" : o->profile ? "--profile" : NULL;
+        if (extra) return usage_error("--benchmark times random batches: '%s' does not apply", extra);
+    } else if (o->n_inputs == 0) {
+        return usage_error("%s", "no INPUT given (a .rec, .lst, idx file, images, or -)");
+    }
     int stdin_inputs = 0;
     for (int i = 0; i < o->n_inputs; i++) stdin_inputs += !strcmp(o->inputs[i], "-");
     if (stdin_inputs > 1) return usage_error("%s", "'-' (paths on standard input) given more than once");
@@ -271,6 +284,42 @@ static int fail(int code, const char *what)
     if (getenv("MX_DEBUG")) fprintf(stderr, "mxpredict: (at %s)\n", mx_last_error_location());
     return code;
 }
+
+/* --benchmark: N batches of random data in [-1, 1) after 3 untimed ones
+ * (the first binds cuDNN's choices and, on a GPU, the second is captured
+ * as a CUDA graph), each pushed and its output read back (MXNet's
+ * benchmark_score.py: forward, then wait for the output). */
+static int benchmark(mx_predictor *pred, const options *o, mx_shape sample, long batch_size, mx_shape out_sample)
+{
+    const int64_t in_n = mx_shape_size(&sample) * batch_size, out_n = mx_shape_size(&out_sample) * batch_size;
+    float *in = malloc(sizeof(float) * (size_t)in_n), *outv = malloc(sizeof(float) * (size_t)out_n);
+    if (!in || !outv) {
+        free(in);
+        free(outv);
+        return fail(1, "out of memory for the benchmark's batch");
+    }
+    uint64_t r = 88172645463325252ull;
+    for (int64_t i = 0; i < in_n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        in[i] = (float)((r >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
+    }
+    mx_status s = MX_OK;
+    double start = 0;
+    for (long b = 0; b < o->benchmark + 3 && s == MX_OK; b++) {
+        if (b == 3) start = mx_time_seconds();
+        s = mx_predictor_push(pred, in);
+        if (s == MX_OK) s = mx_predictor_pull(pred, outv);
+    }
+    const double secs = mx_time_seconds() - start;
+    free(in);
+    free(outv);
+    if (s != MX_OK) return fail(1, mx_last_error());
+    printf("mxpredict: benchmark: %ld batches of %ld (%s): %.2f images/s, %.3f ms a batch\n", o->benchmark,
+           batch_size, o->dtype ? o->dtype : "float32", (double)(o->benchmark * batch_size) / secs,
+           1000.0 * secs / (double)o->benchmark);
+    return 0;
+}
+
 
 /* Settings from the config's [val] (else [train]) section, as its
  * iterator kind preprocesses images. */
@@ -454,6 +503,10 @@ int main(int argc, char **argv)
         goto done;
     }
     mx_shape os = mx_predictor_output_shape(pred);
+    if (o.benchmark) {
+        code = benchmark(pred, &o, shape, batch_size, os);
+        goto done;
+    }
     if (o.verbose) {
         char a[160], b[160];
         mx_shape in = shape, on = os;

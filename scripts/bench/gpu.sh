@@ -22,6 +22,9 @@
 #   traces NET-trace-{async,sync}.json under --out, summarised by
 #   profile_summary.py; PyTorch's side under torch.profiler likewise
 #   (torch-NET-profile.txt).
+#   Inference: after each net's training runs, mxpredict --benchmark 50 on
+#   the checkpoint they wrote, batch 1 and 64 in each of --dtypes (side
+#   "mxc", "mode": "predict"), and torch_gpu.py --predict beside it.
 #   (MX_BENCH_CTX=cpu runs the mxtrain side on the CPU, to try the script
 #   where there is no GPU)
 set -uo pipefail
@@ -100,6 +103,21 @@ EOC
             "$side" "${net//-/}" "$bs" "$dtype" "$rc" "${speed:-0}" "${peak:-0}")")
     done
   done
+    # Inference on the checkpoint the runs above wrote (float32 master weights).
+    if [ "$bs" = 64 ] || [ "$net" != resnet-50 ]; then
+        pctx=gpu\(0\)
+        [ "${MX_BENCH_CTX:-gpu:0}" = cpu ] && pctx=cpu
+        for dtype in ${dtypes//,/ }; do
+        for pb in 1 64; do
+            line=$(timeout 200 "$bin/mxpredict" --model "$work/$net" --epoch 1 --benchmark 50 --batch-size $pb \
+                --data-shape "$shape" --ctx "$pctx" --dtype "$dtype" 2>> "$log" | grep 'benchmark:')
+            echo "=== mxpredict $net batch $pb $dtype: $line" >> "$log"
+            speed=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p')
+            results+=("$(printf '{"side": "mxc", "mode": "predict", "net": "%s", "batch": %d, "dtype": "%s", "images_per_sec": %s}' \
+                "${net//-/}" "$pb" "$dtype" "${speed:-0}")")
+        done
+        done
+    fi
     if [ "$profile" = 1 ] && [ "$bs" = 64 ]; then
         first=$((nb / 2)) last=$((nb / 2 + 3))
         for mode in async sync; do
@@ -130,5 +148,15 @@ for spec in $torch_specs; do
     '{'*'}') echo "${line%\}}, \"peak_mib_process\": ${peak:-0}}" ;;
     *) echo "{\"side\": \"torch\", \"net\": \"$net\", \"batch\": $bs, \"dtype\": \"$dtype\", \"error\": \"torch_gpu.py failed (see $log)\"}" ;;
     esac | tee -a "$log"
+    if [ "$bs" = 64 ]; then # inference at batch 1 and 64, as mxpredict --benchmark
+        for pb in 1 64; do
+            line=$(timeout 300 python3 scripts/bench/torch_gpu.py --nets $net --batch $pb --dtype $dtype --predict \
+                --steps 50 $compile 2>> "$log" | tail -1)
+            case "$line" in
+            '{'*'}') echo "$line" ;;
+            *) echo "{\"side\": \"torch\", \"mode\": \"predict\", \"net\": \"$net\", \"batch\": $pb, \"error\": \"torch_gpu.py failed (see $log)\"}" ;;
+            esac | tee -a "$log"
+        done
+    fi
   done
 done

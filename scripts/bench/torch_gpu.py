@@ -15,6 +15,8 @@ on the GPU (as mxtrain's synthetic iterator): the step alone is timed.
 as PyTorch does it (torch.autocast around the forward pass and the loss,
 float32 weights; float16 with a GradScaler), the counterpart of mxtrain's
 fit.dtype. Eager mode, and torch.compile when --compile is given.
+--predict: inference instead (eval mode, no autograd, the same autocast),
+each step's output read back to the host, beside mxpredict --benchmark.
 
 Prints one JSON object per net: images/s over --steps timed steps after
 --warmup, and the peak GPU memory PyTorch allocated.
@@ -87,6 +89,30 @@ NETS = {
 }
 
 
+def bench_predict(name, batch, steps, warmup, compile_, dtype):
+    make, shape, _ = NETS[name]
+    torch.manual_seed(0)
+    net = make().cuda().eval()
+    x = torch.rand(batch, *shape, device="cuda") * 2 - 1
+    fwd = torch.compile(net) if compile_ else net
+    half = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+    def step():
+        with torch.no_grad(), torch.autocast("cuda", dtype=half, enabled=half is not None):
+            return fwd(x).float().cpu()
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dt = time.perf_counter() - t0
+    return {"side": "torch" + (".compile" if compile_ else ""), "mode": "predict", "net": name, "batch": batch,
+            "dtype": dtype, "steps": steps, "images_per_sec": steps * batch / dt, "step_ms": 1000 * dt / steps,
+            "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+
+
 def bench(name, batch, steps, warmup, compile_, dtype="float32", profile_dir=None):
     make, shape, classes = NETS[name]
     torch.manual_seed(0)
@@ -142,13 +168,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--predict", action="store_true")
     ap.add_argument("--profile", metavar="DIR")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 as mxc computes it
     torch.backends.cudnn.allow_tf32 = False
     for name in a.nets.split(","):
-        print(json.dumps(bench(name, a.batch, a.steps, a.warmup, a.compile, a.dtype, a.profile)), flush=True)
+        if a.predict:
+            print(json.dumps(bench_predict(name, a.batch, a.steps, a.warmup, a.compile, a.dtype)), flush=True)
+        else:
+            print(json.dumps(bench(name, a.batch, a.steps, a.warmup, a.compile, a.dtype, a.profile)), flush=True)
 
 
 if __name__ == "__main__":
