@@ -358,15 +358,27 @@ static void folded_names(const mx_graph *g, const mx_node *f, const char *layer,
     if (used < op_size) snprintf(op_name + used, op_size - used, "+%s", act->op->name);
 }
 
+/* A node's tensors as its kernels get them: inputs, outputs, then for a
+ * backward node the output gradients and the input gradients it writes. */
+enum { NODE_IN, NODE_OUT, NODE_OUT_GRAD, NODE_IN_GRAD, NODE_LISTS };
+static void node_tensor_lists(const node_info *ni, mx_tensor *lists[NODE_LISTS], int counts[NODE_LISTS])
+{
+    lists[NODE_IN] = ni->in, counts[NODE_IN] = ni->n_in;
+    lists[NODE_OUT] = ni->out, counts[NODE_OUT] = ni->n_out;
+    lists[NODE_OUT_GRAD] = ni->out_grad, counts[NODE_OUT_GRAD] = ni->backward ? ni->n_out : 0;
+    lists[NODE_IN_GRAD] = ni->in_grad, counts[NODE_IN_GRAD] = ni->backward ? ni->node->n_outputs : 0;
+}
+
 /* Every tensor of a node in a dtype its kernels compute in: float32, one
  * the kernels list, or on the CPU any (float32 copies: run_shadowed). */
 static mx_status check_node_dtypes(const mx_executor *ex, const node_info *ni, const mx_node *f)
 {
-    const mx_tensor *lists[4] = {ni->in, ni->out, ni->out_grad, ni->in_grad};
-    const int counts[4] = {ni->n_in, ni->n_out, ni->backward ? ni->n_out : 0, ni->backward ? ni->node->n_outputs : 0};
     if (ex->ctx.dev_type == MX_DEV_CPU) return MX_OK;
+    mx_tensor *lists[NODE_LISTS];
+    int counts[NODE_LISTS];
+    node_tensor_lists(ni, lists, counts);
     uint32_t ok = MX_DTYPE_BIT(MX_FLOAT32) | ni->kernels.dtypes;
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l < NODE_LISTS; l++)
         for (int j = 0; j < counts[l]; j++)
             if (!(ok & MX_DTYPE_BIT(lists[l][j].dtype))) {
                 char c[32];
@@ -817,44 +829,43 @@ static mx_status run_kernels_on(mx_executor *ex, node_info *ni, bool is_train, f
  * copy. */
 static mx_status run_shadowed(mx_executor *ex, node_info *ni, bool is_train, float loss_scale, const mx_exec_ctx *exec)
 {
-    mx_tensor in[MX_OP_MAX_IO], out[MX_OP_MAX_IO], og[MX_OP_MAX_IO], ig[MX_OP_MAX_IO];
+    mx_tensor *orig[NODE_LISTS];
+    int counts[NODE_LISTS];
+    node_tensor_lists(ni, orig, counts);
+    /* The kernels' view: the node's tensors and requests, the shadowed ones
+     * replaced by their copies. */
+    mx_tensor copy[NODE_LISTS][MX_OP_MAX_IO];
     mx_req req[2 * MX_OP_MAX_IO];
-    const int n_og = ni->backward ? ni->n_out : 0, n_ig = ni->backward ? ni->node->n_outputs : 0;
-    const int n_req = ni->backward ? n_ig : ni->n_out;
-    memcpy(in, ni->in, sizeof(mx_tensor) * (size_t)ni->n_in);
-    memcpy(out, ni->out, sizeof(mx_tensor) * (size_t)ni->n_out);
-    if (n_og) memcpy(og, ni->out_grad, sizeof(mx_tensor) * (size_t)n_og);
-    if (n_ig) memcpy(ig, ni->in_grad, sizeof(mx_tensor) * (size_t)n_ig);
-    memcpy(req, ni->req, sizeof(mx_req) * (size_t)n_req);
-    /* Which tensors the kernels write: forward outputs and aux states, or
-     * backward's input gradients (per their requests). */
-    mx_tensor *lists[4] = {in, out, og, ig};
-    const int counts[4] = {ni->n_in, ni->n_out, n_og, n_ig};
+    for (int l = 0; l < NODE_LISTS; l++)
+        if (counts[l]) memcpy(copy[l], orig[l], sizeof(mx_tensor) * (size_t)counts[l]);
+    const int written_list = ni->backward ? NODE_IN_GRAD : NODE_OUT; /* what the requests are for */
+    memcpy(req, ni->req, sizeof(mx_req) * (size_t)counts[written_list]);
     char *at = (char *)mx_ndarray_data(ex->workspace) + ni->shadow_at;
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l < NODE_LISTS; l++)
         for (int j = 0; j < counts[l]; j++) {
-            mx_tensor *t = &lists[l][j];
+            mx_tensor *t = &copy[l][j];
             if (!t->data || t->dtype == MX_FLOAT32 || (ni->kernels.dtypes & MX_DTYPE_BIT(t->dtype))) continue;
             const int64_t n = mx_shape_size(&t->shape);
-            const bool is_output = ni->backward ? l == 3 : l == 1;
+            const bool is_output = l == written_list;
             const mx_req r = is_output ? req[j] : MX_REQ_NULL;
-            if (!is_output || r == MX_REQ_ADD || (ni->backward && l == 1))
+            if (!is_output || r == MX_REQ_ADD || (ni->backward && l == NODE_OUT))
                 MX_TRY(mx_dtype_convert(ni->name, at, MX_FLOAT32, t->data, t->dtype, n, false));
             if (is_output && r == MX_REQ_INPLACE) req[j] = MX_REQ_WRITE;
             t->data = at;
             t->dtype = MX_FLOAT32;
             at += EXEC_SHADOW_ROUND((size_t)n * sizeof(float));
         }
-    MX_TRY(run_kernels_on(ex, ni, is_train, loss_scale, exec, in, out, og, ig, req));
+    MX_TRY(run_kernels_on(ex, ni, is_train, loss_scale, exec, copy[NODE_IN], copy[NODE_OUT], copy[NODE_OUT_GRAD],
+                          copy[NODE_IN_GRAD], req));
+    /* Back into the node's tensors: the outputs it wrote and, in forward,
+     * the aux states it moves. */
     const int first_aux = ni->backward ? ni->n_in : ni->n_in - ni->n_aux;
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l < NODE_LISTS; l++)
         for (int j = 0; j < counts[l]; j++) {
-            const mx_tensor *orig = l == 0 ? &ni->in[j] : l == 1 ? &ni->out[j] : l == 2 ? &ni->out_grad[j] : &ni->in_grad[j];
-            const bool written = ni->backward ? l == 3 && ni->req[j] != MX_REQ_NULL
-                                              : (l == 1 && ni->req[j] != MX_REQ_NULL) || (l == 0 && j >= first_aux);
-            if (written && lists[l][j].data != orig->data)
-                MX_TRY(mx_dtype_convert(ni->name, orig->data, orig->dtype, lists[l][j].data, MX_FLOAT32,
-                                        mx_shape_size(&orig->shape), false));
+            const bool written = (l == written_list && ni->req[j] != MX_REQ_NULL) || (l == NODE_IN && j >= first_aux);
+            if (written && copy[l][j].data != orig[l][j].data)
+                MX_TRY(mx_dtype_convert(ni->name, orig[l][j].data, orig[l][j].dtype, copy[l][j].data, MX_FLOAT32,
+                                        mx_shape_size(&orig[l][j].shape), false));
         }
     return MX_OK;
 }
@@ -924,8 +935,10 @@ static mx_status graph_pass_run(void *payload, const mx_exec_ctx *exec)
 {
     pass_job *job = payload;
     pass_graph *pg = &job->ex->graphs[job->kind];
-    /* The scratch moved, or the loss scale (a kernel argument) changed: capture again. */
-    if (pg->graph && (!mx_device_graph_current(exec, pg->graph) || pg->loss_scale != job->loss_scale)) {
+    /* The scratch moved, or (backward: the loss layers' kernel argument)
+     * the loss scale changed: capture again. */
+    const bool stale_scale = job->kind == PASS_BACKWARD && pg->loss_scale != job->loss_scale;
+    if (pg->graph && (!mx_device_graph_current(exec, pg->graph) || stale_scale)) {
         mx_device_graph_free(pg->graph);
         pg->graph = NULL;
     }
