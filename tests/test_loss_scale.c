@@ -260,6 +260,38 @@ static bool ref_has_overflow(ref_scaler *r, bool has_overflow)
     return has_overflow;
 }
 
+/* A checkpoint's state: a scaler restored from one taken mid-run goes on
+ * exactly as the original; impossible values leave it untouched. */
+START_TEST(scaler_state_saves_and_restores)
+{
+    mx_loss_scaler a, b;
+    mx_loss_scaler_init(&a);
+    mx_loss_scaler_init(&b);
+    run(&a, 3, false);
+    run(&a, 1500, true);
+    double v[MX_LOSS_SCALER_STATE];
+    mx_loss_scaler_save(&a, v);
+    ck_assert_int_eq(mx_loss_scaler_restore(&b, v), MX_OK);
+    for (int i = 0; i < 700; i++) {
+        bool finite = i % 301 != 300;
+        ck_assert(mx_loss_scaler_update(&a, finite) == mx_loss_scaler_update(&b, finite));
+        ck_assert(mx_loss_scaler_scale(&a) == mx_loss_scaler_scale(&b));
+    }
+    ck_assert(a.skipped == b.skipped && a.steps == b.steps && a.unskipped == b.unskipped);
+    mx_loss_scaler_save(&a, v);
+    const double bad[][MX_LOSS_SCALER_STATE] = {{-1, 65536, 0, 0, 0, 0},      {0x1p-127, 65536, 0, 0, 0, 0},
+                                                 {65536, 0x1p25, 0, 0, 0, 0}, {65536, 65536, -1, 0, 0, 0},
+                                                 {65536, 65536, 0, 0, -2, 0}, {NAN, 65536, 0, 0, 0, 0}};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        ck_assert_int_eq(mx_loss_scaler_restore(&b, bad[k]), MX_ERR_INVALID);
+        ck_assert_ptr_nonnull(strstr(mx_last_error(), "impossible values"));
+        double now[MX_LOSS_SCALER_STATE];
+        mx_loss_scaler_save(&b, now);
+        ck_assert_int_eq(memcmp(now, v, sizeof(v)), 0);
+    }
+}
+END_TEST
+
 START_TEST(scaler_matches_mxnet_transcription)
 {
     enum { STEPS = 5000, HALF = 2500 };
@@ -652,6 +684,7 @@ int main(void)
     tcase_add_test(tc, scaler_goes_below_one_but_never_to_zero);
     tcase_add_test(tc, scaler_stop_rule);
     tcase_add_test(tc, scaler_settings_are_checked);
+    tcase_add_test(tc, scaler_state_saves_and_restores);
     tcase_add_test(tc, scaler_matches_mxnet_transcription);
     suite_add_tcase(s, tc);
     TCase *af = tcase_create("all_finite");

@@ -83,3 +83,27 @@ const char *mx_loss_scaler_str(const mx_loss_scaler *s, char *buf, size_t size)
              s->skipped == 1 ? "" : "s");
     return buf;
 }
+
+void mx_loss_scaler_save(const mx_loss_scaler *s, double out[MX_LOSS_SCALER_STATE])
+{
+    out[0] = s->scale;
+    out[1] = s->next_scale;
+    out[2] = (double)s->unskipped;
+    out[3] = (double)s->steps;
+    out[4] = (double)s->skipped;
+    out[5] = (double)s->consecutive_skips;
+}
+
+mx_status mx_loss_scaler_restore(mx_loss_scaler *s, const double in[MX_LOSS_SCALER_STATE])
+{
+    if (!(in[0] >= MX_LOSS_SCALE_FLOOR && in[0] <= s->max_scale && in[1] >= MX_LOSS_SCALE_FLOOR &&
+          in[1] <= s->max_scale && in[2] >= 0 && in[3] >= 0 && in[4] >= 0 && in[5] >= 0))
+        return MX_ERROR(MX_ERR_INVALID, "loss scaler state: impossible values (scale %g)", in[0]);
+    s->scale = in[0];
+    s->next_scale = in[1];
+    s->unskipped = (int64_t)in[2];
+    s->steps = (int64_t)in[3];
+    s->skipped = (int64_t)in[4];
+    s->consecutive_skips = (int64_t)in[5];
+    return MX_OK;
+}

@@ -141,6 +141,15 @@ mx_status mx_loss_scaler_check(const mx_loss_scaler *s);
 /* "loss scale 32768 (3 steps skipped)" into buf; returns buf. */
 const char *mx_loss_scaler_str(const mx_loss_scaler *s, char *buf, size_t size);
 
+/* The state a checkpoint keeps (the settings come from the run): scale,
+ * next_scale, unskipped, steps, skipped, consecutive_skips. */
+#define MX_LOSS_SCALER_STATE 6
+void mx_loss_scaler_save(const mx_loss_scaler *s, double out[MX_LOSS_SCALER_STATE]);
+/* Puts a saved state back; MX_ERR_INVALID, s untouched, for values no
+ * scaler of s's settings holds (a scale outside [MX_LOSS_SCALE_FLOOR,
+ * max_scale], a negative count). */
+mx_status mx_loss_scaler_restore(mx_loss_scaler *s, const double in[MX_LOSS_SCALER_STATE]);
+
 /* ------------------------------------------------------------ all_finite */
 
 /* *finite = whether every element of every array is finite (neither inf,

@@ -905,11 +905,11 @@ static mx_status training_state(trainer *t, int epoch, int64_t batch, const char
     }
     /* float16: the loss scaler, so a resumed run scales as this one. */
     mx_ndarray *scaler = NULL;
-    if (s == MX_OK && t->loss_scaling) s = mx_ndarray_create(t->rt, MX_SHAPE(6), MX_FLOAT64, mx_cpu(), &scaler);
+    if (s == MX_OK && t->loss_scaling)
+        s = mx_ndarray_create(t->rt, MX_SHAPE(MX_LOSS_SCALER_STATE), MX_FLOAT64, mx_cpu(), &scaler);
     if (s == MX_OK && scaler) {
-        const mx_loss_scaler *ls = &t->scaler;
-        double v[6] = {ls->scale, ls->next_scale, (double)ls->unskipped, (double)ls->steps, (double)ls->skipped,
-                       (double)ls->consecutive_skips};
+        double v[MX_LOSS_SCALER_STATE];
+        mx_loss_scaler_save(&t->scaler, v);
         s = mx_ndarray_from_host(scaler, v, sizeof(v));
     }
     int n = states.count + 1 + (scaler != NULL);
@@ -1017,21 +1017,12 @@ static mx_status restore_loss_scaler(trainer *t, const char *path, mx_ndarray_li
         if (!strcmp(st->names[i], "trainer:loss_scale")) at = i;
     if (at < 0) return MX_OK;
     mx_ndarray *a = st->arrays[at];
-    double v[6];
-    if (mx_ndarray_size(a) != 6 || mx_ndarray_dtype(a) != MX_FLOAT64)
-        return MX_ERROR(MX_ERR_FORMAT, "%s: 'trainer:loss_scale' is not 6 float64 values", path);
+    double v[MX_LOSS_SCALER_STATE];
+    if (mx_ndarray_size(a) != MX_LOSS_SCALER_STATE || mx_ndarray_dtype(a) != MX_FLOAT64)
+        return MX_ERROR(MX_ERR_FORMAT, "%s: 'trainer:loss_scale' is not %d float64 values", path, MX_LOSS_SCALER_STATE);
     MX_TRY(mx_ndarray_to_host(a, v, sizeof(v)));
-    if (t->loss_scaling) {
-        if (!(v[0] >= MX_LOSS_SCALE_FLOOR && v[0] <= t->scaler.max_scale && v[1] >= MX_LOSS_SCALE_FLOOR &&
-              v[1] <= t->scaler.max_scale && v[2] >= 0 && v[3] >= 0 && v[4] >= 0 && v[5] >= 0))
-            return MX_ERROR(MX_ERR_FORMAT, "%s: 'trainer:loss_scale' holds impossible values (scale %g)", path, v[0]);
-        t->scaler.scale = v[0];
-        t->scaler.next_scale = v[1];
-        t->scaler.unskipped = (int64_t)v[2];
-        t->scaler.steps = (int64_t)v[3];
-        t->scaler.skipped = (int64_t)v[4];
-        t->scaler.consecutive_skips = (int64_t)v[5];
-    }
+    if (t->loss_scaling && mx_loss_scaler_restore(&t->scaler, v) != MX_OK)
+        return MX_ERROR(MX_ERR_FORMAT, "%s: 'trainer:loss_scale' holds impossible values (scale %g)", path, v[0]);
     mx_ndarray_free(a);
     free(st->names[at]);
     for (int i = at; i + 1 < st->count; i++) {
