@@ -484,6 +484,25 @@ START_TEST(mxnet_float16_model_predicts)
 }
 END_TEST
 
+/* Numerics checks read half tensors: a value past float16's range
+ * becomes inf at the data's Cast, which the check names. */
+START_TEST(numerics_checks_read_half_tensors)
+{
+    mx_graph *g = small_net();
+    run r;
+    step(&r, g, MX_FLOAT16);
+    float big[6 * 3 * 8 * 8];
+    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) big[i] = i == 7 ? 1e6f : 0.5f;
+    ck_assert_int_eq(mx_ndarray_from_host(r.args[0], big, sizeof(big)), MX_OK); /* data: the first argument */
+    ck_assert_int_eq(mx_executor_set_check_numerics(r.ex, true), MX_OK);
+    ck_assert_int_eq(mx_executor_forward(r.ex, true), MX_ERR_RUNTIME);
+    ck_assert_msg(strstr(mx_last_error(), "data_float16: forward output has Inf (1 of 1152 values, first at index 7)"),
+                  "%s", mx_last_error());
+    finish_run(&r);
+    mx_graph_free(g);
+}
+END_TEST
+
 START_TEST(arrays_must_have_the_graphs_dtypes)
 {
     mx_entry x;
@@ -521,6 +540,7 @@ int main(void)
     tcase_add_test(tc, float16_training_matches_float32);
     tcase_add_test(tc, bfloat16_training_matches_float32);
     tcase_add_test(tc, loss_scale_multiplies_every_gradient);
+    tcase_add_test(tc, numerics_checks_read_half_tensors);
     tcase_add_test(tc, arrays_must_have_the_graphs_dtypes);
     tcase_add_test(tc, mxnet_float16_model_predicts);
     tcase_add_test(tc, int32_indices_feed_embedding);
